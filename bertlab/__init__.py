@@ -1,0 +1,18 @@
+"""bertlab: the reference implementation of *Transformers, from attention to BERT*.
+
+One module per topic of the course, in the order of the book:
+
+- ``bertlab.attention``      scaled dot-product and multi-head attention (chapter 01, 02)
+- ``bertlab.transformer``    feed-forward network, encoder and decoder layers (chapter 02)
+- ``bertlab.positional``     sinusoidal, learned, T5, ALiBi and rotary positions (chapter 03)
+- ``bertlab.norm``           LayerNorm, RMSNorm, pre- and post-norm residuals (chapter 04)
+- ``bertlab.efficient``      sliding-window, grouped-query, flash and linear attention (chapter 05)
+- ``bertlab.tokenization``   BERT's WordPiece tokenizer (chapter 06)
+- ``bertlab.bert``           the BERT model and its heads (chapter 06)
+- ``bertlab.pretraining``    masked language modelling and next sentence prediction (chapter 07)
+- ``bertlab.finetuning``     sequence classification (chapter 08)
+- ``bertlab.distillation``   knowledge distillation into a smaller student (chapter 09)
+- ``bertlab.data``           offline corpora and sentiment datasets
+"""
+
+__version__ = "0.1.0"
