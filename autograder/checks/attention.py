@@ -1,0 +1,532 @@
+"""Checks of chapter 01 (attention), called by the hidden tests of ``chapters/01_attention``.
+
+Each ``check_<name>(student_fn)`` compares the student's function with ``bertlab.attention.<name>``
+on inputs drawn from a generator seeded by the exercise's name, lists the typical mistakes it can
+recognise, and the built-ins the student's code may not call. ``forbid=False`` lifts that rule (the
+tests use it to run a check on the reference itself).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from autograder.checks.framework import (
+    DEFAULT_TOLERANCES,
+    Case,
+    Mistake,
+    Tolerance,
+    check_against_reference,
+    generator_for,
+)
+from bertlab import attention as reference
+
+NEG_INF = float("-inf")
+
+
+def _randn(generator: torch.Generator, *shape: int, scale: float = 1.0, dtype=torch.float32) -> torch.Tensor:
+    return (torch.randn(shape, generator=generator, dtype=torch.float64) * scale).to(dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# softmax
+# --------------------------------------------------------------------------------------------------
+
+SOFTMAX_FORBIDDEN = (
+    reference.softmax,
+    torch.softmax,
+    torch._softmax,
+    torch._safe_softmax,
+    torch.log_softmax,
+    torch.Tensor.softmax,
+    torch.Tensor.log_softmax,
+    F.softmax,
+    F.log_softmax,
+    F.gumbel_softmax,
+    torch.special.softmax,
+    torch.special.log_softmax,
+    torch.ops.aten._softmax,
+    torch.ops.aten._log_softmax,
+    torch.ops.aten._safe_softmax,
+)
+
+
+def softmax_cases() -> list[Case]:
+    g = generator_for("softmax")
+    masked = _randn(g, 3, 6, scale=3.0)
+    masked[0] = NEG_INF  # a fully masked row
+    masked[1, ::2] = NEG_INF
+    huge = _randn(g, 2, 3, 8, scale=3000.0)
+    huge[1] -= 6000.0  # far below the rest: a global maximum underflows this row
+    return [
+        Case("x of shape (5,), float32", (_randn(g, 5, scale=3.0),)),
+        Case("x of shape (3, 7), float64", (_randn(g, 3, 7, scale=3.0, dtype=torch.float64),)),
+        Case("x of shape (2, 4, 6), float32, dim=1", (_randn(g, 2, 4, 6, scale=3.0),), {"dim": 1}),
+        Case("x of shape (4, 5), float32, dim=0", (_randn(g, 4, 5, scale=3.0),), {"dim": 0}),
+        Case("x of shape (2, 3, 5), float32, dim=-2", (_randn(g, 2, 3, 5, scale=3.0),), {"dim": -2}),
+        Case("x of shape (2, 3, 8), float32, logits of size about 1e4", (huge,)),
+        Case("x of shape (3, 6) with -inf entries; row 0 is entirely -inf (fully masked)", (masked,)),
+        Case("x of shape (4, 1): one element along dim", (_randn(g, 4, 1),)),
+        Case("x of shape (4, 9), bfloat16", (_randn(g, 4, 9, scale=3.0, dtype=torch.bfloat16),)),
+    ]
+
+
+def _softmax_without_masked_rows(x, dim=-1):
+    shifted = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return shifted / shifted.sum(dim=dim, keepdim=True)
+
+
+def _softmax_without_max(x, dim=-1):
+    exponentials = torch.exp(x)
+    return exponentials / exponentials.sum(dim=dim, keepdim=True)
+
+
+def _softmax_global_max(x, dim=-1):
+    exponentials = torch.exp(x - x.max())
+    return exponentials / exponentials.sum(dim=dim, keepdim=True)
+
+
+def _softmax_last_axis(x, dim=-1):
+    return reference.softmax(x, dim=-1)
+
+
+def _softmax_first_axis(x, dim=-1):
+    return reference.softmax(x, dim=0)
+
+
+def _softmax_unnormalized(x, dim=-1):
+    row_max = x.amax(dim=dim, keepdim=True)
+    return torch.exp(x - row_max.masked_fill(row_max == NEG_INF, 0.0))
+
+
+def _softmax_whole_tensor(x, dim=-1):
+    exponentials = torch.exp(x - x.max())
+    return exponentials / exponentials.sum()
+
+
+SOFTMAX_MISTAKES = (
+    Mistake(
+        _softmax_without_masked_rows,
+        "a row that is entirely -inf (every key masked) must give zeros, not NaN: its maximum is -inf "
+        "and -inf - (-inf) is NaN. Replace a -inf maximum by 0 before subtracting it, and do not "
+        "divide by a zero sum.",
+    ),
+    Mistake(
+        _softmax_without_max,
+        "exp overflows to inf for large logits (inf / inf = NaN). Subtract the maximum along `dim` "
+        "before exp: softmax(x - c) = softmax(x) for any constant c.",
+    ),
+    Mistake(
+        _softmax_global_max,
+        "subtract the maximum along `dim` (x.amax(dim=dim, keepdim=True)), not the maximum of the "
+        "whole tensor: a row far below the global maximum underflows to 0 / 0.",
+    ),
+    Mistake(
+        _softmax_last_axis,
+        "your values sum to 1 along the last axis, but they must sum to 1 along `dim`: pass `dim` "
+        "to the maximum and to the sum.",
+    ),
+    Mistake(
+        _softmax_first_axis,
+        "your values sum to 1 along axis 0, but they must sum to 1 along `dim`.",
+    ),
+    Mistake(
+        _softmax_unnormalized,
+        "divide the exponentials by their sum along `dim` (keepdim=True) so that they sum to 1.",
+    ),
+    Mistake(
+        _softmax_whole_tensor,
+        "normalize each slice along `dim` separately: divide by the sum along `dim` (keepdim=True), "
+        "not by the sum of the whole tensor.",
+    ),
+)
+
+
+def check_softmax(student_fn, *, forbid: bool = True) -> str:
+    """Compare ``softmax(x, dim=-1)`` with :func:`bertlab.attention.softmax`.
+
+    Cases: 1 to 3 dimensions, dim = -1, 0, 1, -2; float32, float64, bfloat16; logits of 1e4; rows
+    with -inf entries and a fully -inf row (zeros expected); a single element along ``dim``.
+    Tolerance: the framework's defaults (float32: atol 1e-5, rtol 1e-4; bfloat16: 2e-2).
+    Forbidden: every softmax and log-softmax built into PyTorch, and the reference.
+    """
+    return check_against_reference(
+        student_fn,
+        reference.softmax,
+        softmax_cases(),
+        check="softmax",
+        mistakes=SOFTMAX_MISTAKES,
+        forbidden=SOFTMAX_FORBIDDEN if forbid else (),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# additive_score
+# --------------------------------------------------------------------------------------------------
+
+ADDITIVE_SCORE_FORBIDDEN = (reference.additive_score,)
+
+
+def additive_score_cases() -> list[Case]:
+    g = generator_for("additive_score")
+
+    def case(description, q_shape, k_shape, hidden, dtype=torch.float32, scale=1.0):
+        q = _randn(g, *q_shape, scale=scale, dtype=dtype)
+        k = _randn(g, *k_shape, scale=scale, dtype=dtype)
+        w_q = _randn(g, hidden, q_shape[-1], scale=hidden**-0.5, dtype=dtype)
+        w_k = _randn(g, hidden, k_shape[-1], scale=hidden**-0.5, dtype=dtype)
+        v = _randn(g, hidden, dtype=dtype)
+        return Case(description, (q, k, w_q, w_k, v))
+
+    return [
+        case("q (4, 4), k (4, 4), w_q and w_k (4, 4), v (4,), float32", (4, 4), (4, 4), 4),
+        case("q (3, 5), k (6, 2), w_q (7, 5), w_k (7, 2), v (7,), float32", (3, 5), (6, 2), 7),
+        case("q (2, 3, 4), k (2, 5, 4), hidden size A = 6, float32", (2, 3, 4), (2, 5, 4), 6),
+        case("q (1, 5), k (1, 3): one query and one key, A = 3, float32", (1, 5), (1, 3), 3),
+        case("q (2, 2, 3, 5), k (2, 2, 6, 5), A = 8, float64", (2, 2, 3, 5), (2, 2, 6, 5), 8, torch.float64),
+        case("q (3, 4), k (5, 4), A = 4, large inputs (tanh saturates)", (3, 4), (5, 4), 4, scale=30.0),
+    ]
+
+
+def _additive_without_tanh(q, k, w_q, w_k, v):
+    return ((q @ w_q.T).unsqueeze(-2) + (k @ w_k.T).unsqueeze(-3)) @ v
+
+
+def _additive_tanh_each(q, k, w_q, w_k, v):
+    return (torch.tanh(q @ w_q.T).unsqueeze(-2) + torch.tanh(k @ w_k.T).unsqueeze(-3)) @ v
+
+
+def _additive_untransposed_weights(q, k, w_q, w_k, v):
+    return torch.tanh((q @ w_q).unsqueeze(-2) + (k @ w_k).unsqueeze(-3)) @ v
+
+
+def _additive_transposed_scores(q, k, w_q, w_k, v):
+    return reference.additive_score(q, k, w_q, w_k, v).transpose(-2, -1)
+
+
+def _additive_without_v(q, k, w_q, w_k, v):
+    return torch.tanh((q @ w_q.T).unsqueeze(-2) + (k @ w_k.T).unsqueeze(-3)).sum(-1)
+
+
+ADDITIVE_SCORE_MISTAKES = (
+    Mistake(_additive_without_tanh, "apply tanh to W_q q_i + W_k k_j before the product with v."),
+    Mistake(
+        _additive_tanh_each,
+        "add the two projections first, then apply tanh: v^T tanh(W_q q_i + W_k k_j), not "
+        "v^T (tanh(W_q q_i) + tanh(W_k k_j)).",
+    ),
+    Mistake(
+        _additive_untransposed_weights,
+        "w_q has shape (A, Dq), so W_q q_i for every row of q is q @ w_q.T (and k @ w_k.T), not q @ w_q.",
+    ),
+    Mistake(
+        _additive_transposed_scores,
+        "scores[..., i, j] compares query i with key j: the result has shape (..., N, M), not (..., M, N).",
+    ),
+    Mistake(_additive_without_v, "take the dot product of tanh(...) with v (the last step, `@ v`), not a plain sum."),
+)
+
+
+def check_additive_score(student_fn, *, forbid: bool = True) -> str:
+    """Compare ``additive_score(q, k, w_q, w_k, v)`` with :func:`bertlab.attention.additive_score`.
+
+    Cases: with and without batch dimensions, Dq != Dk, square weights, N = M = 1, float64,
+    saturated tanh. Tolerance: the framework's defaults. Forbidden: the reference.
+    """
+    return check_against_reference(
+        student_fn,
+        reference.additive_score,
+        additive_score_cases(),
+        check="additive_score",
+        mistakes=ADDITIVE_SCORE_MISTAKES,
+        forbidden=ADDITIVE_SCORE_FORBIDDEN if forbid else (),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# scaled_dot_product_attention
+# --------------------------------------------------------------------------------------------------
+
+ATTENTION_FORBIDDEN = (
+    reference.scaled_dot_product_attention,
+    reference._fused_attention,
+    reference.MultiHeadAttention.forward,
+    F.scaled_dot_product_attention,
+    F.multi_head_attention_forward,
+    torch.nn.MultiheadAttention.forward,
+    torch.ops.aten.scaled_dot_product_attention,
+    torch.ops.aten._scaled_dot_product_attention_math,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
+    "bertlab.efficient.grouped_query_attention",
+    "bertlab.efficient.sliding_window_attention",
+    "bertlab.efficient.flash_attention",
+    "transformers.integrations.sdpa_attention.sdpa_attention_forward",
+    "transformers.models.bert.modeling_bert.eager_attention_forward",
+)
+
+#: Scores of about 300 make float32 rounding of q k^T visible in the weights: slightly looser.
+ATTENTION_TOLERANCES = {**DEFAULT_TOLERANCES, torch.float32: Tolerance(atol=2e-5, rtol=2e-4)}
+
+
+def scaled_dot_product_attention_cases() -> list[Case]:
+    g = generator_for("scaled_dot_product_attention")
+
+    def qkv(q_shape, k_shape, value_size, dtype=torch.float32, scale=1.0):
+        q = _randn(g, *q_shape, scale=scale, dtype=dtype)
+        k = _randn(g, *k_shape, scale=scale, dtype=dtype)
+        v = _randn(g, *k_shape[:-1], value_size, dtype=dtype)
+        return q, k, v
+
+    random_mask = torch.rand((2, 1, 5, 6), generator=g) < 0.7
+    random_mask[..., 0] = True  # every query sees at least one key here
+    lengths = torch.tensor([5, 3])
+    padding = (torch.arange(5) < lengths[:, None])[:, None, None, :]  # (2, 1, 1, 5)
+    fully_masked = torch.rand((3, 4), generator=g) < 0.6
+    fully_masked[0, 1] = True
+    fully_masked[1] = False  # query 1 may attend to nothing
+    fully_masked[2, 3] = True
+    return [
+        Case("q (4, 8), k (6, 8), v (6, 5), no mask, float32", qkv((4, 8), (6, 8), 5)),
+        Case("q (2, 3, 5, 16), k (2, 3, 7, 16), v (2, 3, 7, 4), no mask, float64",
+             qkv((2, 3, 5, 16), (2, 3, 7, 16), 4, torch.float64)),
+        Case("q (2, 2, 5, 8), k (2, 2, 6, 8), v (2, 2, 6, 3), random mask (2, 1, 5, 6)",
+             qkv((2, 2, 5, 8), (2, 2, 6, 8), 3), {"mask": random_mask}),
+        Case("q (6, 4), k (6, 4), v (6, 4), causal mask (6, 6)", qkv((6, 4), (6, 4), 4),
+             {"mask": reference.causal_mask(6)}),
+        Case("q (2, 2, 3, 6), k (2, 2, 5, 6), v (2, 2, 5, 6), padding mask (2, 1, 1, 5), lengths 5 and 3",
+             qkv((2, 2, 3, 6), (2, 2, 5, 6), 6), {"mask": padding}),
+        Case("q (3, 8), k (4, 8), v (4, 3), mask (3, 4) in which query 1 may attend to no key",
+             qkv((3, 8), (4, 8), 3), {"mask": fully_masked}),
+        Case("q (1, 1, 8), k (1, 1, 8), v (1, 1, 8): one query, one key", qkv((1, 1, 8), (1, 1, 8), 8)),
+        Case("q (3, 8), k (5, 8), v (5, 2), float32, scores of about 300 (large logits)",
+             qkv((3, 8), (5, 8), 2, scale=12.0)),
+        Case("q (2, 4, 8), k (2, 6, 8), v (2, 6, 8), bfloat16", qkv((2, 4, 8), (2, 6, 8), 8, torch.bfloat16)),
+    ]
+
+
+def _attention_variant(scale="sqrt_d", dim=-1, invert_mask=False, masked_value=NEG_INF,
+                       mask_after_softmax=False, swap_outputs=False):
+    """A wrong scaled dot-product attention: one of the typical mistakes, chosen by the arguments."""
+
+    def attention(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1)
+        divisor = {"sqrt_d": math.sqrt(q.shape[-1]), "none": 1.0, "d": q.shape[-1],
+                   "sqrt_m": math.sqrt(k.shape[-2])}[scale]
+        scores = scores / divisor
+        if mask is not None and invert_mask:
+            mask = ~mask
+        if mask is not None and not mask_after_softmax:
+            scores = scores.masked_fill(~mask, masked_value)
+        weights = torch.softmax(scores, dim=dim)
+        if mask is not None and mask_after_softmax:
+            weights = weights * mask
+        output = weights @ v
+        return (weights, output) if swap_outputs else (output, weights)
+
+    return attention
+
+
+ATTENTION_MISTAKES = (
+    Mistake(_attention_variant(scale="none"),
+            "divide the scores by sqrt(d_k), where d_k = q.shape[-1] is the size of a query."),
+    Mistake(_attention_variant(scale="d"), "divide the scores by sqrt(d_k), not by d_k."),
+    Mistake(_attention_variant(scale="sqrt_m"),
+            "d_k is the size of each query and key vector (q.shape[-1]), not the number of keys."),
+    Mistake(_attention_variant(dim=-2),
+            "normalize over the keys (the last axis, dim=-1): each query's weights sum to 1."),
+    Mistake(_attention_variant(invert_mask=True),
+            "True in the mask means 'may attend': set the scores to -inf where the mask is False."),
+    Mistake(_attention_variant(mask_after_softmax=True),
+            "apply the mask to the scores before the softmax (set masked scores to -inf), so the "
+            "remaining weights still sum to 1."),
+    Mistake(_attention_variant(),
+            "a query whose keys are all masked must get zero weights and a zero output, not NaN: "
+            "torch.softmax of a row of -inf is NaN. Use your `softmax` (which returns zeros there)."),
+    Mistake(_attention_variant(masked_value=-1e9),
+            "a query whose keys are all masked must get zero weights and a zero output: filling "
+            "with a large negative number spreads its weight uniformly instead. Fill with -inf and "
+            "use your `softmax`."),
+    Mistake(_attention_variant(swap_outputs=True), "return (output, weights), in this order."),
+)
+
+
+def check_scaled_dot_product_attention(student_fn, *, forbid: bool = True) -> str:
+    """Compare ``scaled_dot_product_attention(q, k, v, mask=None)`` with the reference.
+
+    The student's function runs with the reference ``softmax`` in place of theirs, so a wrong
+    softmax costs points only once. Cases: with and without batch and head dimensions, N != M,
+    Dv != D, random, causal and padding masks, a fully masked query, N = M = 1, large logits,
+    float64 and bfloat16. Tolerance: float32 atol 2e-5, rtol 2e-4; otherwise the defaults.
+    Forbidden: ``F.scaled_dot_product_attention`` and every other built-in attention, and the
+    reference; ``torch.softmax`` is allowed.
+    """
+    return check_against_reference(
+        student_fn,
+        reference.scaled_dot_product_attention,
+        scaled_dot_product_attention_cases(),
+        check="scaled_dot_product_attention",
+        tolerance=ATTENTION_TOLERANCES,
+        mistakes=ATTENTION_MISTAKES,
+        forbidden=ATTENTION_FORBIDDEN if forbid else (),
+        dependencies={"softmax": reference.softmax},
+        output_names=("output", "weights"),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# causal_mask and padding_mask
+# --------------------------------------------------------------------------------------------------
+
+CAUSAL_MASK_FORBIDDEN = (
+    reference.causal_mask,
+    torch.nn.Transformer.generate_square_subsequent_mask,
+    "bertlab.efficient.sliding_window_mask",
+    "transformers.masking_utils.causal_mask_function",
+)
+
+
+def causal_mask_cases() -> list[Case]:
+    return [
+        Case("n=4", (4,)),
+        Case("n=1", (1,)),
+        Case("n=6, m=6", (6,), {"m": 6}),
+        Case("n=3, m=5 (more keys than queries)", (3,), {"m": 5}),
+        Case("n=5, m=2 (fewer keys than queries)", (5, 2)),
+        Case("n=3, device='cpu'", (3,), {"device": "cpu"}),
+    ]
+
+
+def _causal_upper(n, m=None, device=None):
+    return torch.ones(n, n if m is None else m, dtype=torch.bool, device=device).triu()
+
+
+def _causal_strict(n, m=None, device=None):
+    return torch.ones(n, n if m is None else m, dtype=torch.bool, device=device).tril(diagonal=-1)
+
+
+def _causal_bottom_right(n, m=None, device=None):
+    m = n if m is None else m
+    return torch.ones(n, m, dtype=torch.bool, device=device).tril(diagonal=m - n)
+
+
+def _causal_float(n, m=None, device=None):
+    return torch.ones(n, n if m is None else m, device=device).tril()
+
+
+def _causal_additive(n, m=None, device=None):
+    allowed = torch.ones(n, n if m is None else m, dtype=torch.bool, device=device).tril()
+    return torch.zeros(allowed.shape, device=device).masked_fill(~allowed, NEG_INF)
+
+
+def _causal_square(n, m=None, device=None):
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+CAUSAL_MASK_MISTAKES = (
+    Mistake(_causal_upper,
+            "True marks the keys a query may see: itself and the past (j <= i), the lower triangle; "
+            "your mask lets each position see the future."),
+    Mistake(_causal_strict, "a position may attend to itself: keep the diagonal (j <= i, not j < i)."),
+    Mistake(_causal_bottom_right,
+            "align the mask top-left: query i sees keys 0..i whatever m is, like is_causal=True in "
+            "F.scaled_dot_product_attention (torch.tril with the default diagonal)."),
+    Mistake(_causal_float, "return a bool tensor (dtype=torch.bool): True = may attend."),
+    Mistake(_causal_additive,
+            "return a boolean mask (True = may attend), not an additive mask of 0 and -inf."),
+    Mistake(_causal_square, "the mask has shape (n, m): use m when it is given (it defaults to n)."),
+)
+
+
+def check_causal_mask(student_fn, *, forbid: bool = True) -> str:
+    """Compare ``causal_mask(n, m=None, device=None)`` with :func:`bertlab.attention.causal_mask`.
+
+    Cases: n = 1, 4; m = n, m > n, m < n; device given. Exact comparison (bool).
+    Forbidden: the reference and ``nn.Transformer.generate_square_subsequent_mask``.
+    """
+    return check_against_reference(
+        student_fn,
+        reference.causal_mask,
+        causal_mask_cases(),
+        check="causal_mask",
+        mistakes=CAUSAL_MASK_MISTAKES,
+        forbidden=CAUSAL_MASK_FORBIDDEN if forbid else (),
+    )
+
+
+PADDING_MASK_FORBIDDEN = (
+    reference.padding_mask,
+    "transformers.modeling_attn_mask_utils._prepare_4d_attention_mask",
+    "transformers.modeling_attn_mask_utils.AttentionMaskConverter._expand_mask",
+)
+
+
+def padding_mask_cases() -> list[Case]:
+    g = generator_for("padding_mask")
+
+    def from_lengths(lengths, length, dtype):
+        return (torch.arange(length) < torch.tensor(lengths)[:, None]).to(dtype)
+
+    random_lengths = torch.randint(1, 7, (3,), generator=g).tolist()
+    return [
+        Case("attention_mask (2, 5), int64, lengths 3 and 5", (from_lengths([3, 5], 5, torch.int64),)),
+        Case(f"attention_mask (3, 6), int32, lengths {random_lengths}",
+             (from_lengths(random_lengths, 6, torch.int32),)),
+        Case("attention_mask (2, 4), bool, lengths 4 and 1", (from_lengths([4, 1], 4, torch.bool),)),
+        Case("attention_mask (2, 3), float32, lengths 1 and 2", (from_lengths([1, 2], 3, torch.float32),)),
+        Case("attention_mask (1, 1), int64: one token", (from_lengths([1], 1, torch.int64),)),
+        Case("attention_mask (2, 4), int64, with an empty sequence (length 0)", (from_lengths([0, 2], 4, torch.int64),)),
+    ]
+
+
+def _padding_no_axes(attention_mask):
+    return attention_mask.bool()
+
+
+def _padding_query_axis(attention_mask):
+    return attention_mask.bool()[:, None, :, None]
+
+
+def _padding_last_axes(attention_mask):
+    return attention_mask.bool()[:, :, None, None]
+
+
+def _padding_inverted(attention_mask):
+    return (attention_mask == 0)[:, None, None, :]
+
+
+def _padding_not_bool(attention_mask):
+    return attention_mask[:, None, None, :]
+
+
+def _padding_one_axis(attention_mask):
+    return attention_mask.bool()[:, None, :]
+
+
+PADDING_MASK_MISTAKES = (
+    Mistake(_padding_no_axes,
+            "add two axes for the heads and the queries: (B, M) -> (B, 1, 1, M), which broadcasts "
+            "against scores of shape (B, H, N, M)."),
+    Mistake(_padding_one_axis, "add two axes, not one: the result is (B, 1, 1, M)."),
+    Mistake(_padding_query_axis,
+            "the mask must vary along the keys (the last axis): (B, 1, 1, M), not (B, 1, M, 1)."),
+    Mistake(_padding_last_axes, "the keys go on the last axis: (B, 1, 1, M), not (B, M, 1, 1)."),
+    Mistake(_padding_inverted,
+            "1 marks a real token, which may be attended: the mask is True where attention_mask is 1."),
+    Mistake(_padding_not_bool, "convert to bool (True = may attend), whatever the input's dtype."),
+)
+
+
+def check_padding_mask(student_fn, *, forbid: bool = True) -> str:
+    """Compare ``padding_mask(attention_mask)`` with :func:`bertlab.attention.padding_mask`.
+
+    Cases: int64, int32, bool and float inputs; random lengths; one token; an empty sequence.
+    Exact comparison (bool). Forbidden: the reference and Hugging Face's mask expansion.
+    """
+    return check_against_reference(
+        student_fn,
+        reference.padding_mask,
+        padding_mask_cases(),
+        check="padding_mask",
+        mistakes=PADDING_MASK_MISTAKES,
+        forbidden=PADDING_MASK_FORBIDDEN if forbid else (),
+    )

@@ -1,0 +1,590 @@
+"""Shared machinery of the checks that the chapters' hidden tests call.
+
+A check compares a student's function with the reference implementation in ``bertlab`` on inputs
+drawn at grading time, and either returns a short summary or raises :class:`CheckFailed` with a
+message a student can act on: what differs, where, by how much, and, when the wrong output matches a
+known mistake, a hint about that mistake. Four pieces:
+
+- :class:`Case`, :func:`generator_for`: the inputs of a check, drawn from a generator seeded by the
+  check's name (the same inputs at every grading run).
+- :func:`describe_difference`, :func:`assert_close`, :class:`Mistake`: the comparison and its
+  diagnosis; a check lists known-wrong implementations (forgot 1/sqrt(d_k), softmax over the wrong
+  axis, ...) and the hint shown when the student's output equals one of theirs.
+- :func:`forbidden_calls`, :func:`allowed`: while the student's code runs, calling the reference or
+  a built-in that does the exercise's job fails with "implement this yourself". Torch functions are
+  caught with a ``TorchFunctionMode`` and Python functions by their code object with a profile hook,
+  so aliases captured before the check (``from torch.nn.functional import softmax as f``) are caught.
+- :func:`with_dependencies`: runs the student's function with the reference versions of the earlier
+  exercises it builds on, so one mistake is not punished twice.
+
+:func:`check_against_reference` puts them together; most checks are a call to it.
+"""
+
+import inspect
+import sys
+import types
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import wraps
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+
+class CheckFailed(AssertionError):
+    """A student's function gave a wrong result; the message says what, where and why."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of the function under test: a description for the student, and the arguments."""
+
+    description: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    def fresh_arguments(self) -> tuple[tuple, dict]:
+        """Copies of the arguments (tensors cloned), so no call can change another call's inputs."""
+        return _clone(self.args), _clone(self.kwargs)
+
+
+def generator_for(name: str) -> torch.Generator:
+    """A CPU generator seeded by ``name``: each check draws the same inputs at every grading run."""
+    return torch.Generator().manual_seed(zlib.crc32(name.encode()))
+
+
+def _clone(value):
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_clone(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _clone(item) for key, item in value.items()}
+    return value
+
+
+def _same(a, b) -> bool:
+    """Exact equality of two argument structures (NaN equals NaN)."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if not a.is_floating_point():
+            return torch.equal(a, b)
+        return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+    return a is b or a == b
+
+
+# --------------------------------------------------------------------------------------------------
+# Comparison and diagnosis
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``|actual - expected| <= atol + rtol * |expected|``, as in ``torch.testing.assert_close``."""
+
+    atol: float
+    rtol: float
+
+    def __str__(self) -> str:
+        return f"atol={self.atol:g}, rtol={self.rtol:g}"
+
+
+#: Tolerances per dtype for checks that compute the same formula as the reference in another order.
+DEFAULT_TOLERANCES = {
+    torch.float64: Tolerance(atol=1e-10, rtol=1e-7),
+    torch.float32: Tolerance(atol=1e-5, rtol=1e-4),
+    torch.float16: Tolerance(atol=2e-3, rtol=2e-3),
+    torch.bfloat16: Tolerance(atol=2e-2, rtol=2e-2),
+}
+
+
+def _tolerance_for(tolerance: Tolerance | Mapping, dtype: torch.dtype) -> Tolerance:
+    if isinstance(tolerance, Tolerance):
+        return tolerance
+    return tolerance.get(dtype, DEFAULT_TOLERANCES.get(dtype, Tolerance(0.0, 0.0)))
+
+
+def _a(type_name: str) -> str:
+    """'a float', 'an int'."""
+    return f"{'an' if type_name[0] in 'aeiou' else 'a'} {type_name}"
+
+
+def _format_number(value) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _describe_tensor_difference(
+    actual: torch.Tensor, expected: torch.Tensor, tolerance: Tolerance | Mapping, name: str
+) -> str | None:
+    if actual.shape != expected.shape:
+        return f"{name}: you returned shape {tuple(actual.shape)}, expected shape {tuple(expected.shape)}."
+    if actual.dtype != expected.dtype:
+        return f"{name}: you returned dtype {actual.dtype}, expected {expected.dtype}."
+    if actual.device != expected.device:
+        return f"{name}: you returned a tensor on {actual.device}, expected one on {expected.device}."
+    if expected.dtype == torch.bool or not expected.is_floating_point():
+        wrong = actual != expected
+        if not wrong.any():
+            return None
+        index = tuple(torch.nonzero(wrong)[0].tolist())
+        return (
+            f"{name}: {int(wrong.sum())} of {expected.numel()} values differ; first at index {index}: "
+            f"you returned {actual[index].item()}, expected {expected[index].item()}."
+        )
+    tol = _tolerance_for(tolerance, expected.dtype)
+    actual64, expected64 = actual.double(), expected.double()
+    # Infinities and NaN must be where the reference has them; finite values must be close.
+    special = ~torch.isfinite(actual64) | ~torch.isfinite(expected64)
+    special_wrong = special & ~((actual64 == expected64) | (actual64.isnan() & expected64.isnan()))
+    error = (actual64 - expected64).abs().where(~special, 0.0)
+    allowed_error = tol.atol + tol.rtol * expected64.abs().where(~special, 0.0)
+    wrong = special_wrong | (error > allowed_error)
+    if not wrong.any():
+        return None
+    count = f"{int(wrong.sum())} of {expected.numel()} values differ"
+    if special_wrong.any():
+        index = tuple(torch.nonzero(special_wrong)[0].tolist())
+        return (
+            f"{name}: {count}; at index {index} you returned {actual[index].item()}, expected "
+            f"{expected[index].item()} ({int(actual64.isnan().sum())} NaN and "
+            f"{int(actual64.isinf().sum())} infinite values in your output)."
+        )
+    flat = int((error - allowed_error).argmax())
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), expected.shape))
+    return (
+        f"{name}: {count}; the largest difference is {error[index].item():.3g} at index {index}: "
+        f"you returned {actual[index].item():.6g}, expected {expected[index].item():.6g} "
+        f"(tolerance {tol})."
+    )
+
+
+def describe_difference(
+    actual,
+    expected,
+    tolerance: Tolerance | Mapping = DEFAULT_TOLERANCES,
+    name: str = "output",
+) -> str | None:
+    """Say how ``actual`` differs from ``expected``, or return None when they agree.
+
+    Handles tensors (shape, dtype, then values within ``tolerance``: a :class:`Tolerance` or a
+    dict from dtype to Tolerance), Python numbers, and tuples or lists of those (named
+    ``name[0]``, ``name[1]``, ... unless ``name`` is a sequence of names, one per element).
+    """
+    names = None if isinstance(name, str) else list(name)
+    label = name if isinstance(name, str) else "output"
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
+            what = _a(type(actual).__name__) + (f" of length {len(actual)}" if isinstance(actual, (tuple, list)) else "")
+            wanted = ", ".join(names) if names else f"{len(expected)} values"
+            return f"{label}: you returned {what}, expected a tuple ({wanted})."
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            difference = describe_difference(a, e, tolerance, names[i] if names else f"{label}[{i}]")
+            if difference:
+                return difference
+        return None
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            return f"{label}: you returned {_a(type(actual).__name__)}, expected a torch.Tensor."
+        return _describe_tensor_difference(actual, expected, tolerance, label)
+    if isinstance(expected, int):  # bool is an int too; a bool must come back as a bool
+        if not isinstance(actual, int) or isinstance(actual, bool) != isinstance(expected, bool):
+            return f"{label}: you returned {_a(type(actual).__name__)}, expected {_a(type(expected).__name__)}."
+        return None if actual == expected else f"{label}: you returned {actual}, expected {expected}."
+    if isinstance(expected, float):
+        tol = _tolerance_for(tolerance, torch.float64)
+        if not isinstance(actual, (int, float)) or isinstance(actual, bool):
+            return f"{label}: you returned {_a(type(actual).__name__)}, expected a float."
+        if abs(actual - expected) <= tol.atol + tol.rtol * abs(expected):
+            return None
+        return f"{label}: you returned {_format_number(float(actual))}, expected {_format_number(expected)} (tolerance {tol})."
+    return None if actual == expected else f"{label}: you returned {actual!r}, expected {expected!r}."
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A known-wrong implementation (same signature as the reference) and the hint it deserves."""
+
+    implementation: Callable
+    hint: str
+
+
+def diagnose(actual, case: Case, mistakes: Iterable[Mistake], tolerance=DEFAULT_TOLERANCES) -> str | None:
+    """The hint of the first mistake whose output on ``case`` equals ``actual``, if any.
+
+    ``actual`` may be an exception the student's function raised: a mistake then matches when it
+    raises the same exception type with the same message.
+    """
+    for mistake in mistakes:
+        args, kwargs = case.fresh_arguments()
+        try:
+            with torch.no_grad():
+                output = mistake.implementation(*args, **kwargs)
+        except Exception as error:
+            if isinstance(actual, Exception) and type(actual) is type(error) and str(actual) == str(error):
+                return mistake.hint
+            continue
+        if not isinstance(actual, Exception) and describe_difference(actual, output, tolerance) is None:
+            return mistake.hint
+    return None
+
+
+def _format_inputs(case: Case, parameter_names: Sequence[str]) -> str:
+    """The case's arguments written out, when they are small enough to copy into a notebook."""
+    lines = []
+    named = list(zip(parameter_names, case.args)) + list(case.kwargs.items())
+    for name, value in named:
+        if isinstance(value, torch.Tensor):
+            if value.numel() > 24:
+                return ""
+            value = repr(value).replace("\n", " ").replace("       ", " ")
+        lines.append(f"{name} = {value}")
+    return "\n    ".join(["Inputs:", *lines]) if lines else ""
+
+
+def assert_close(
+    actual,
+    expected,
+    *,
+    check: str,
+    tolerance: Tolerance | Mapping = DEFAULT_TOLERANCES,
+    name: str | Sequence[str] = "output",
+    context: str = "",
+    hint: str | None = None,
+) -> None:
+    """Raise :class:`CheckFailed` unless ``actual`` agrees with ``expected``.
+
+    ``check`` names the exercise, ``context`` says which case it was (shapes, dtype, mask), and
+    ``hint`` is added to the message when given.
+    """
+    difference = describe_difference(actual, expected, tolerance, name)
+    if difference is None:
+        return
+    raise CheckFailed(_failure_message(check, context, difference, hint))
+
+
+def _failure_message(check: str, context: str, difference: str, hint: str | None, inputs: str = "") -> str:
+    lines = [f"{check} is not right yet" + (f", on {context}" if context else "") + ".", "  " + difference]
+    if hint:
+        lines.append("  Hint: " + hint)
+    if inputs:
+        lines.append("  " + inputs)
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# "Implement this yourself": forbidden calls
+# --------------------------------------------------------------------------------------------------
+
+_TORCH_MODULE_NAMES = {"torch._C._nn": "torch.nn.functional", "torch._C._special": "torch.special", "torch._C._linalg": "torch.linalg"}
+
+
+def describe_callable(function) -> str:
+    """The name a student would write for ``function``, e.g. ``torch.nn.functional.softmax``."""
+    if isinstance(function, str):
+        return function
+    if isinstance(function, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return f"torch.ops.{function}"
+    name = getattr(function, "__name__", repr(function))
+    qualname = getattr(function, "__qualname__", name)
+    module = getattr(function, "__module__", None)
+    if qualname.startswith("TensorBase.") or qualname.startswith("Tensor."):
+        return f"torch.Tensor.{name}"
+    if qualname.startswith("_VariableFunctionsClass."):
+        return f"torch.{name}"
+    if module in _TORCH_MODULE_NAMES:
+        prefix = _TORCH_MODULE_NAMES[module]
+        return f"{prefix}.{name.removeprefix(prefix.rsplit('.', 1)[-1] + '_')}"
+    return f"{module}.{qualname}" if module else qualname
+
+
+class _ForbiddenCallGuard(TorchFunctionMode):
+    """Records calls to forbidden functions made while it is active (see :func:`forbidden_calls`)."""
+
+    def __init__(self, forbidden: Iterable):
+        super().__init__()
+        self.names_by_object = {}  # torch functions, methods, ops and builtins -> display name
+        self.names_by_code = {}  # code objects of Python functions -> display name
+        self.qualified_names = set()  # "module.qualname" strings, for modules not imported
+        for function in forbidden:
+            name = describe_callable(function)
+            if isinstance(function, str):
+                self.qualified_names.add(function)
+                continue
+            self.names_by_object[function] = name
+            code = getattr(inspect.unwrap(function), "__code__", None)
+            if code is not None:
+                self.names_by_code[code] = name
+        self.violations: list[str] = []
+        self.suspended = 0
+        self._previous_profile = None
+
+    def _forbidden_name(self, function) -> str | None:
+        if isinstance(getattr(function, "__self__", None), torch.Tensor):  # a bound method: x.softmax
+            function = getattr(torch.Tensor, function.__name__, function)
+        try:
+            name = self.names_by_object.get(function)
+        except TypeError:  # unhashable callable
+            return None
+        if name is None and isinstance(function, torch._ops.OpOverload):
+            name = self.names_by_object.get(function.overloadpacket)
+        return name
+
+    def _record(self, name: str) -> None:
+        if name not in self.violations:
+            self.violations.append(name)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = None if self.suspended else self._forbidden_name(func)
+        if name is not None:
+            self._record(name)
+            raise CheckFailed(implement_yourself_message([name]))
+        return func(*args, **(kwargs or {}))
+
+    def _profile(self, frame, event, arg):
+        if not self.suspended:
+            name = None
+            if event == "call":
+                code = frame.f_code
+                name = self.names_by_code.get(code)
+                if name is None and self.qualified_names:
+                    qualified = f"{frame.f_globals.get('__name__')}.{code.co_qualname}"
+                    name = qualified if qualified in self.qualified_names else None
+            elif event == "c_call":
+                name = self._forbidden_name(arg)
+            if name is not None:
+                self._record(name)
+
+    def __enter__(self):
+        super().__enter__()
+        self._previous_profile = sys.getprofile()
+        sys.setprofile(self._profile)
+        _active_guards.append(self)
+        return self
+
+    def __exit__(self, *exc_info):
+        _active_guards.remove(self)
+        if sys.getprofile() != self._profile:  # the code under test replaced the hook
+            self._record("sys.setprofile")
+        # A C-level profiler (cProfile) cannot be handed back through sys.setprofile: it is dropped.
+        sys.setprofile(self._previous_profile if callable(self._previous_profile) else None)
+        return super().__exit__(*exc_info)
+
+
+_active_guards: list[_ForbiddenCallGuard] = []
+
+
+def implement_yourself_message(names: Sequence[str]) -> str:
+    return f"implement this yourself (your code called {', '.join(names)})"
+
+
+@contextmanager
+def forbidden_calls(forbidden: Iterable):
+    """Within the block, record every call to one of ``forbidden``; fail at the end if there was one.
+
+    ``forbidden`` holds torch functions, Tensor methods, ``torch.ops`` operators, Python functions
+    (caught by code object, so aliases and references captured earlier are caught too) and
+    ``"module.qualname"`` strings for functions of modules that need not be imported (Hugging Face).
+    A torch function raises :class:`CheckFailed` at once; a Python function is recorded and the
+    check fails when the block ends, even if the code under test caught the exception.
+    """
+    forbidden = list(forbidden)
+    if not forbidden:
+        yield None
+        return
+    guard = _ForbiddenCallGuard(forbidden)
+    try:
+        with guard:
+            yield guard
+    finally:
+        if guard.violations:
+            raise CheckFailed(implement_yourself_message(guard.violations))
+
+
+def allowed(function: Callable) -> Callable:
+    """Wrap a reference dependency so that what it calls internally is never counted as forbidden."""
+
+    @wraps(function)
+    def call_allowed(*args, **kwargs):
+        for guard in _active_guards:
+            guard.suspended += 1
+        try:
+            return function(*args, **kwargs)
+        finally:
+            for guard in _active_guards:
+                guard.suspended -= 1
+
+    return call_allowed
+
+
+# --------------------------------------------------------------------------------------------------
+# Dependency isolation
+# --------------------------------------------------------------------------------------------------
+
+
+def _rebind(function: types.FunctionType, namespace: dict) -> types.FunctionType:
+    rebound = types.FunctionType(
+        function.__code__, namespace, function.__name__, function.__defaults__, function.__closure__
+    )
+    rebound.__kwdefaults__ = function.__kwdefaults__
+    rebound.__qualname__ = function.__qualname__
+    rebound.__dict__.update(function.__dict__)
+    return rebound
+
+
+def _rebind_member(member, namespace: dict):
+    if isinstance(member, types.FunctionType):
+        return _rebind(member, namespace)
+    if isinstance(member, (staticmethod, classmethod)):
+        return type(member)(_rebind_member(member.__func__, namespace))
+    if isinstance(member, property):
+        return property(*(_rebind_member(f, namespace) if f else None for f in (member.fget, member.fset, member.fdel)))
+    return member
+
+
+def with_dependencies(student: Callable | type, **references: Callable) -> Callable | type:
+    """The student's function (or class) with the global names in ``references`` replaced.
+
+    Example: ``with_dependencies(student_attention, softmax=bertlab.attention.softmax)`` runs the
+    student's attention with the reference softmax, wherever the student's code (or a helper the
+    student defined next to it) calls ``softmax``. The references run under :func:`allowed`.
+    The student's own globals are not modified. An object that lives elsewhere (the grader's
+    handle on a function in the student's process) does the rebinding itself, through its
+    ``__with_dependencies__(**references)`` method.
+    """
+    rebind_elsewhere = getattr(type(student), "__with_dependencies__", None)
+    if rebind_elsewhere is not None:
+        return rebind_elsewhere(student, **references)
+    if isinstance(student, type):
+        functions = [m for m in vars(student).values() if isinstance(m, types.FunctionType)]
+        if not functions:
+            return student
+        original_globals = functions[0].__globals__
+    elif isinstance(student, types.FunctionType):
+        original_globals = student.__globals__
+    else:
+        return student
+    namespace = dict(original_globals)
+    for name, value in original_globals.items():  # helpers defined beside the student's function
+        if isinstance(value, types.FunctionType) and value.__globals__ is original_globals:
+            namespace[name] = _rebind(value, namespace)
+    namespace.update({name: allowed(reference) for name, reference in references.items()})
+    if isinstance(student, type):
+        members = {key: _rebind_member(value, namespace) for key, value in vars(student).items()
+                   if key not in ("__dict__", "__weakref__")}
+        return type(student)(student.__name__, student.__bases__, members)
+    return _rebind(student, namespace)
+
+
+# --------------------------------------------------------------------------------------------------
+# A whole check
+# --------------------------------------------------------------------------------------------------
+
+
+def _parameter_names(function: Callable) -> list[str]:
+    try:
+        return list(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def run_student(
+    student_fn: Callable,
+    case: Case,
+    *,
+    check: str,
+    forbidden: Iterable = (),
+    parameter_names: Sequence[str] = (),
+    mistakes: Sequence[Mistake] = (),
+    context: str = "",
+):
+    """Call ``student_fn`` on a copy of the case's arguments, under the forbidden-call guard.
+
+    Returns the output. Raises :class:`CheckFailed` when the function raises (except
+    ``NotImplementedError``, which passes through so a blank exercise reads as one), calls a
+    forbidden function, or changes its inputs in place.
+    """
+    args, kwargs = case.fresh_arguments()
+    context = context or case.description
+    try:
+        with forbidden_calls(forbidden), torch.no_grad():
+            output = student_fn(*args, **kwargs)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception as error:
+        difference = f"your function raised {type(error).__name__}: {error}"
+        hint = diagnose(error, case, mistakes)
+        raise CheckFailed(
+            _failure_message(check, context, difference, hint, _format_inputs(case, parameter_names))
+        ) from error
+    original_args, original_kwargs = case.args, case.kwargs
+    names = list(parameter_names) + [f"argument {i}" for i in range(len(parameter_names), len(args))]
+    for name, before, after in [*zip(names, original_args, args), *((k, original_kwargs[k], kwargs[k]) for k in kwargs)]:
+        if not _same(before, after):
+            raise CheckFailed(
+                f"{check} changed its input `{name}` in place, on {context}; "
+                "compute new tensors instead of modifying the arguments."
+            )
+    return output
+
+
+def check_against_reference(
+    student_fn: Callable,
+    reference_fn: Callable,
+    cases: Sequence[Case],
+    *,
+    check: str,
+    tolerance: Tolerance | Mapping = DEFAULT_TOLERANCES,
+    mistakes: Sequence[Mistake] = (),
+    forbidden: Iterable = (),
+    dependencies: Mapping[str, Callable] | None = None,
+    output_names: str | Sequence[str] = "output",
+) -> str:
+    """Run ``student_fn`` and ``reference_fn`` on every case and compare; return a summary.
+
+    Args:
+        student_fn: the student's function.
+        reference_fn: the ``bertlab`` function it must agree with.
+        cases: the inputs, usually drawn from :func:`generator_for` (check's name).
+        check: the exercise's name, used in messages.
+        tolerance: a :class:`Tolerance`, or a dict from dtype to Tolerance.
+        mistakes: known-wrong implementations and their hints, tried in order on a failure.
+        forbidden: functions the student's code may not call (see :func:`forbidden_calls`).
+        dependencies: global names of earlier exercises the student's function uses, mapped to
+            their reference implementations (see :func:`with_dependencies`).
+        output_names: the name of the output, or one name per element of a returned tuple.
+
+    Raises:
+        CheckFailed: on the first case where the student's output differs from the reference's.
+    """
+    if dependencies:
+        student_fn = with_dependencies(student_fn, **dependencies)
+    forbidden = list(forbidden)
+    parameter_names = _parameter_names(reference_fn)
+    for number, case in enumerate(cases, start=1):
+        context = f"test case {number} of {len(cases)} ({case.description})"
+        actual = run_student(
+            student_fn, case, check=check, forbidden=forbidden, parameter_names=parameter_names,
+            mistakes=mistakes, context=context,
+        )
+        args, kwargs = case.fresh_arguments()
+        with torch.no_grad():
+            expected = reference_fn(*args, **kwargs)
+        difference = describe_difference(actual, expected, tolerance, output_names)
+        if difference is not None:
+            hint = diagnose(actual, case, mistakes, tolerance)
+            raise CheckFailed(
+                _failure_message(check, context, difference, hint, _format_inputs(case, parameter_names))
+            )
+    return f"{check}: all {len(cases)} cases agree with the reference"

@@ -1,0 +1,303 @@
+"""Release the chapters: regenerate ``chapters/`` from ``solutions/`` with nbgrader, and verify them.
+
+- :func:`generate` runs nbgrader's generate_assignment (Python API) for each chapter, with the
+  configuration in ``nbgrader_config.py`` and a throwaway gradebook, then normalizes the student
+  notebooks so that generating twice gives identical bytes: no outputs, no execution counts, only
+  the metadata the notebook needs, the repository URL of ``_config.yml`` in the install cell.
+- :func:`stale_chapters` says which chapters differ from what generation produces.
+- :func:`verify` executes notebooks: every solution notebook must run with all its tests passing,
+  and every released chapter, graded with its hidden tests restored as nbgrader does, must fail in
+  each graded test cell with ``NotImplementedError`` and nowhere else.
+
+``autograder release`` (see :mod:`autograder.cli`) calls them.
+"""
+
+import filecmp
+import os
+import shutil
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = "solutions"
+CHAPTERS = "chapters"
+INSTALL_TAG = "install"
+URL_PLACEHOLDER = "{repository_url}"
+#: Cell metadata kept in a released notebook; everything else (execution times, scroll state) goes.
+KEPT_CELL_METADATA = ("nbgrader", "tags", "editable", "deletable")
+
+
+class ReleaseError(RuntimeError):
+    """A chapter cannot be generated or verified; the message names the chapter, notebook and cell."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Generation
+# --------------------------------------------------------------------------------------------------
+
+
+def chapter_names(root: Path = ROOT) -> list[str]:
+    """The chapters that have a solution notebook: folders of ``solutions/`` holding an .ipynb."""
+    source = Path(root) / SOLUTIONS
+    return sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.ipynb"))) if source.is_dir() else []
+
+
+def _resolve_names(names, root: Path) -> list[str]:
+    available = chapter_names(root)
+    if not names:
+        return available
+    unknown = [name for name in names if name not in available]
+    if unknown:
+        raise ReleaseError(
+            f"no solution notebook for {', '.join(unknown)} in {Path(root) / SOLUTIONS}; "
+            f"chapters with one: {', '.join(available) or 'none'}"
+        )
+    return list(names)
+
+
+def repository_url(root: Path = ROOT) -> str:
+    """The course repository's URL: ``repository.url`` in ``_config.yml``, its only home."""
+    config_path = Path(root) / "_config.yml"
+    url = (yaml.safe_load(config_path.read_text()) or {}).get("repository", {}).get("url")
+    if not url:
+        raise ReleaseError(f"{config_path} has no repository.url (the install cell of every chapter needs it)")
+    return url
+
+
+def nbgrader_config(root: Path, release_directory: Path, gradebook: Path):
+    """The configuration of ``nbgrader_config.py``, writing into ``release_directory``."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    config.CourseDirectory.root = str(root)
+    config.CourseDirectory.release_directory = str(release_directory)
+    config.CourseDirectory.db_url = f"sqlite:///{gradebook}"
+    return config
+
+
+def create_gradebook(path: Path) -> None:
+    """An empty nbgrader gradebook at ``path``, stamped with nbgrader's schema version.
+
+    nbgrader stamps a new gradebook by running the ``alembic`` command in a subprocess, which takes
+    many seconds; this asks alembic's Python API for the same version instead.
+    """
+    import nbgrader
+    import nbgrader.api
+    from alembic.script import ScriptDirectory
+    from sqlalchemy import create_engine, text
+
+    version = ScriptDirectory(str(Path(nbgrader.__file__).parent / "alembic")).get_current_head()
+    engine = create_engine(f"sqlite:///{path}")
+    nbgrader.api.Base.metadata.create_all(bind=engine)
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+        connection.execute(text("INSERT INTO alembic_version (version_num) VALUES (:version)"), {"version": version})
+    engine.dispose()
+
+
+def normalize(notebook: nbformat.NotebookNode, url: str) -> nbformat.NotebookNode:
+    """Strip what changes from run to run, and write the repository URL into the install cell."""
+    notebook.metadata = nbformat.from_dict({
+        key: notebook.metadata[key] for key in ("kernelspec", "language_info") if key in notebook.metadata
+    })
+    if "language_info" in notebook.metadata:
+        notebook.metadata.language_info = {"name": notebook.metadata.language_info.get("name", "python")}
+    for cell in notebook.cells:
+        cell.metadata = nbformat.from_dict({k: cell.metadata[k] for k in KEPT_CELL_METADATA if k in cell.metadata})
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+            if INSTALL_TAG in cell.metadata.get("tags", []):
+                cell.source = cell.source.replace(URL_PLACEHOLDER, url)
+    return notebook
+
+
+def write_notebook(notebook: nbformat.NotebookNode, path: Path) -> None:
+    """Write in nbformat's canonical layout (sorted keys, indent 1) with a final newline."""
+    path.write_text(nbformat.writes(notebook) + "\n", encoding="utf-8")
+
+
+def generate(names=None, *, root: Path = ROOT, output: Path | None = None) -> list[Path]:
+    """Generate the student version of each chapter in ``names`` (default: all) into ``output``.
+
+    ``output`` defaults to ``root/chapters``. Each chapter folder is replaced as a whole, and on a
+    full generation into ``chapters/`` folders without a solution are removed. Returns the
+    notebooks written.
+    """
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    root = Path(root).resolve()
+    names = _resolve_names(names, root)
+    output = Path(output) if output is not None else root / CHAPTERS
+    url = repository_url(root)
+    written = []
+    with tempfile.TemporaryDirectory(prefix="autograder-release-") as scratch:
+        scratch = Path(scratch)
+        create_gradebook(scratch / "gradebook.db")
+        config = nbgrader_config(root, scratch / "release", scratch / "gradebook.db")
+        api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+        for name in names:
+            result = api.generate_assignment(name, force=True, create=True)
+            if not result["success"]:
+                raise ReleaseError(f"nbgrader could not generate {name}:\n{result.get('error') or ''}\n{result.get('log') or ''}")
+            generated = scratch / "release" / name
+            for path in sorted(generated.rglob("*.ipynb")):
+                write_notebook(normalize(nbformat.read(path, as_version=4), url), path)
+            destination = output / name
+            if destination.exists():
+                shutil.rmtree(destination)
+            shutil.copytree(generated, destination)
+            written += sorted(destination.rglob("*.ipynb"))
+    if output == root / CHAPTERS and names == chapter_names(root):
+        for orphan in sorted(p for p in output.iterdir() if p.is_dir() and p.name not in names):
+            shutil.rmtree(orphan)
+    return written
+
+
+def _tree_differences(expected: Path, actual: Path, prefix: str) -> list[str]:
+    comparison = filecmp.dircmp(expected, actual, ignore=["__pycache__", ".ipynb_checkpoints"])
+    differences = [f"{prefix}{name} is missing" for name in comparison.left_only]
+    differences += [f"{prefix}{name} should not be there" for name in comparison.right_only]
+    for name in comparison.common_files:
+        if (expected / name).read_bytes() != (actual / name).read_bytes():
+            differences.append(f"{prefix}{name} differs from what generation produces")
+    for name in comparison.common_dirs:
+        differences += _tree_differences(expected / name, actual / name, f"{prefix}{name}/")
+    return differences
+
+
+def stale_chapters(root: Path = ROOT) -> list[str]:
+    """What differs between ``chapters/`` and a fresh generation; empty when they agree."""
+    root = Path(root).resolve()
+    with tempfile.TemporaryDirectory(prefix="autograder-expected-") as expected:
+        generate(root=root, output=Path(expected))
+        chapters = root / CHAPTERS
+        if not chapters.is_dir():
+            return [f"{CHAPTERS}/ is missing"]
+        return _tree_differences(Path(expected), chapters, f"{CHAPTERS}/")
+
+
+# --------------------------------------------------------------------------------------------------
+# Verification
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CellError:
+    """An error output of an executed code cell."""
+
+    cell: str  # the nbgrader grade_id, or the cell's id
+    ename: str
+    evalue: str
+
+    def __str__(self) -> str:
+        return f"{self.ename}: {self.evalue}" if self.evalue else self.ename
+
+
+def _cell_name(cell) -> str:
+    return cell.metadata.get("nbgrader", {}).get("grade_id") or cell.get("id", "?")
+
+
+def is_graded_test(cell) -> bool:
+    """A test cell that nbgrader grades (autograder tests)."""
+    info = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and info.get("grade", False) and not info.get("solution", False)
+
+
+def execute(notebook: nbformat.NotebookNode, directory: Path, timeout: int) -> list[CellError]:
+    """Run every cell in a fresh kernel (as nbgrader does when grading) and return the errors."""
+    from nbclient import NotebookClient
+
+    client = NotebookClient(
+        notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
+        resources={"metadata": {"path": str(directory)}},
+    )
+    client.execute(env={**os.environ, "NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg"})
+    return [
+        CellError(_cell_name(cell), output.get("ename", ""), output.get("evalue", ""))
+        for cell in notebook.cells if cell.cell_type == "code"
+        for output in cell.get("outputs", []) if output.output_type == "error"
+    ]
+
+
+def with_hidden_tests(chapter: nbformat.NotebookNode, solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The chapter with each graded test cell's source taken from the solution, as autograde does."""
+    tests = {_cell_name(cell): cell.source for cell in solution.cells if is_graded_test(cell)}
+    restored = nbformat.from_dict(chapter)
+    for cell in restored.cells:
+        if is_graded_test(cell):
+            cell.source = tests[_cell_name(cell)]
+    return restored
+
+
+def verify_solution(path: Path, timeout: int = 600) -> list[str]:
+    """Problems of a solution notebook: any cell that raises (all tests must pass)."""
+    notebook = nbformat.read(path, as_version=4)
+    tests = [_cell_name(cell) for cell in notebook.cells if is_graded_test(cell)]
+    problems = [] if tests else [f"{path}: no graded test cell"]
+    for error in execute(notebook, path.parent, timeout):
+        problems.append(f"{path}, cell {error.cell}: {error}")
+    return problems
+
+
+def verify_chapter(path: Path, solution_path: Path, timeout: int = 600) -> list[str]:
+    """Problems of a released chapter graded blank: every graded test cell must fail with
+    NotImplementedError (hidden tests restored), and no other cell may fail."""
+    chapter = nbformat.read(path, as_version=4)
+    solution = nbformat.read(solution_path, as_version=4)
+    restored = with_hidden_tests(chapter, solution)
+    tests = {_cell_name(cell) for cell in restored.cells if is_graded_test(cell)}
+    errors = {error.cell: error for error in execute(restored, path.parent, timeout)}
+    problems = []
+    for name in sorted(tests - errors.keys()):
+        problems.append(f"{path}, test cell {name}: passes on the blank exercise (a test that cannot fail)")
+    for name, error in errors.items():
+        if name not in tests:
+            problems.append(f"{path}, cell {name}: {error} (only test cells may fail)")
+        elif error.ename != "NotImplementedError":
+            problems.append(f"{path}, test cell {name}: fails with {error}, expected NotImplementedError")
+    return problems
+
+
+def _verify_one(task: tuple[str, str, str, int]) -> tuple[str, list[str], float]:
+    kind, path, solution_path, timeout = task
+    start = time.perf_counter()
+    if kind == "solution":
+        problems = verify_solution(Path(path), timeout)
+    else:
+        problems = verify_chapter(Path(path), Path(solution_path), timeout)
+    return f"{kind} {Path(path).relative_to(Path(path).parents[2])}", problems, time.perf_counter() - start
+
+
+def verify(names=None, *, root: Path = ROOT, jobs: int = 1, timeout: int = 600, report=print) -> list[str]:
+    """Execute the solutions and the released chapters of ``names`` (default: all); return problems.
+
+    Runs ``jobs`` notebooks at a time; ``timeout`` is per cell, in seconds. ``report`` receives one
+    line per notebook as it finishes.
+    """
+    root = Path(root).resolve()
+    tasks = []
+    for name in _resolve_names(names, root):
+        for solution in sorted((root / SOLUTIONS / name).glob("*.ipynb")):
+            chapter = root / CHAPTERS / name / solution.name
+            tasks.append(("solution", str(solution), str(solution), timeout))
+            if not chapter.exists():
+                raise ReleaseError(f"{chapter} does not exist: run `autograder release {name}` first")
+            tasks.append(("chapter", str(chapter), str(solution), timeout))
+    problems = []
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_verify_one, tasks))
+    else:
+        results = map(_verify_one, tasks)
+    for label, found, seconds in results:
+        report(f"{label}: {'ok' if not found else f'{len(found)} problem(s)'} ({seconds:.1f} s)")
+        problems += found
+    return problems

@@ -1,0 +1,575 @@
+"""Fine-tuning BERT for sentence classification, and a bag-of-words baseline (chapter 08).
+
+BERT (Devlin et al., 2019) fine-tunes *all* its weights on the task: a linear classifier reads the
+pooled [CLS] vector, p(y | x) = softmax(W h_[CLS] + b), and the whole network minimises the
+cross-entropy -log p(y | x) with AdamW, a linear warm-up and decay of the learning rate, gradient
+clipping, 2 to 4 epochs and a learning rate of 2e-5 to 5e-5. This module implements that recipe, and two
+common options on top of it: freezing the lower layers (:func:`freeze_layers`, to save time and memory)
+and layer-wise learning-rate decay (:func:`param_groups`, Howard and Ruder, 2018; Sun et al., 2019).
+
+The helpers work for any model with BERT's layout: a :class:`~bertlab.bert.BertModel` (``embeddings``,
+``encoder``, ``pooler``) either on its own or as the ``.bert`` backbone of a task model such as
+:class:`~bertlab.bert.BertForSequenceClassification` (``.bert`` and ``.classifier``).
+"""
+
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from bertlab.bert import BertModel
+from bertlab.pretraining import get_linear_schedule
+from bertlab.tokenization import BasicTokenizer
+from bertlab.utils import autocast, resolve_device, seed_everything
+
+Example = tuple[str, int]  # (text, label)
+Batch = dict[str, torch.Tensor]
+MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+# --------------------------------------------------------------------------------------------------
+# The parts of a BERT model
+
+
+def bert_backbone(model: nn.Module) -> BertModel:
+    """The :class:`BertModel` inside ``model``: the model itself, or its ``.bert`` attribute."""
+    if isinstance(model, BertModel):
+        return model
+    backbone = getattr(model, "bert", None)
+    if not isinstance(backbone, BertModel):
+        raise TypeError(
+            f"expected a BertModel or a model with a BertModel in `.bert`, got {type(model).__name__}"
+        )
+    return backbone
+
+
+def encoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The encoder layers of a BERT model (bottom first), as the ``nn.ModuleList`` that holds them."""
+    return bert_backbone(model).encoder.layers
+
+
+# --------------------------------------------------------------------------------------------------
+# Which weights train, and how fast
+
+
+def freeze_layers(model: nn.Module, num_trainable_layers: int) -> nn.Module:
+    """Freeze the embeddings and the lower encoder layers; return ``model``.
+
+    With L encoder layers, layers L - num_trainable_layers ... L - 1 (the top ones), the pooler, the
+    classifier and any other head stay trainable (``requires_grad=True``); the embeddings and layers
+    0 ... L - num_trainable_layers - 1 are frozen (``requires_grad=False``), so they get no gradient and
+    no optimizer state. ``num_trainable_layers=0`` trains the head only ("feature extraction");
+    ``num_trainable_layers=L`` trains every layer and freezes only the embeddings. The call sets the
+    flag of *every* parameter, so calling it again with another number changes the split.
+
+    The original BERT fine-tunes all weights, embeddings included (Devlin et al., 2019): that is the
+    method, and what :func:`finetune` does when this function is not called. Freezing is an option
+    that trades some accuracy for speed and memory, since the frozen layers need no backward pass.
+
+    Raises:
+        ValueError: if ``num_trainable_layers`` is not an integer in [0, L].
+    """
+    layers = encoder_layers(model)
+    num_layers = len(layers)
+    if isinstance(num_trainable_layers, bool) or not isinstance(num_trainable_layers, int):
+        raise ValueError(f"num_trainable_layers must be an int, got {num_trainable_layers!r}")
+    if not 0 <= num_trainable_layers <= num_layers:
+        raise ValueError(
+            f"num_trainable_layers must be between 0 and the number of encoder layers ({num_layers}), "
+            f"got {num_trainable_layers}"
+        )
+    model.requires_grad_(True)  # pooler, classifier and any other head
+    bert_backbone(model).embeddings.requires_grad_(False)
+    for layer in layers[: num_layers - num_trainable_layers]:
+        layer.requires_grad_(False)
+    return model
+
+
+def param_groups(
+    model: nn.Module,
+    encoder_lr: float,
+    head_lr: float,
+    weight_decay: float,
+    layer_decay: float = 1.0,
+) -> list[dict]:
+    """AdamW parameter groups with layer-wise learning rates.
+
+    With L encoder layers numbered 0 (bottom) ... L - 1 (top) and decay factor xi = ``layer_decay``:
+
+        lr(layer l)    = encoder_lr * xi^(L - 1 - l)
+        lr(embeddings) = encoder_lr * xi^L
+        lr(head)       = head_lr        (the pooler, the classifier and anything else outside the encoder)
+
+    so with xi < 1 the lower, more general layers move less (layer-wise learning-rate decay: Howard and
+    Ruder, 2018; Sun et al., 2019, who use xi = 0.95). xi = 1 gives every encoder weight ``encoder_lr``.
+    An encoder parameter outside the layers (a pre-norm encoder's final norm) gets ``encoder_lr``.
+
+    Matrices (embeddings and linear weights, ``p.dim() >= 2``) get ``weight_decay``; biases and
+    LayerNorm weights (``p.dim() < 2``) get none, as in BERT's optimizer (the rule of
+    :func:`bertlab.pretraining.weight_decay_groups`). Frozen parameters
+    (``requires_grad=False``) are left out. Every trainable parameter is in exactly one group; each group
+    has ``params``, ``lr``, ``weight_decay`` and a ``name`` such as ``"layer.3"`` or ``"head/no_decay"``.
+
+    Raises:
+        ValueError: for a negative learning rate or weight decay, or ``layer_decay <= 0``.
+    """
+    for name, value in (("encoder_lr", encoder_lr), ("head_lr", head_lr), ("weight_decay", weight_decay)):
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+    if layer_decay <= 0:
+        raise ValueError(f"layer_decay must be > 0, got {layer_decay}")
+
+    layers = encoder_layers(model)
+    num_layers = len(layers)
+    parts: list[tuple[str, nn.Module, float]] = [
+        ("embeddings", bert_backbone(model).embeddings, encoder_lr * layer_decay**num_layers)
+    ]
+    parts += [
+        (f"layer.{index}", layer, encoder_lr * layer_decay ** (num_layers - 1 - index))
+        for index, layer in enumerate(layers)
+    ]
+    parts.append(("encoder", bert_backbone(model).encoder, encoder_lr))  # a final norm, if any
+    parts.append(("head", model, head_lr))  # what is left: pooler, classifier, other heads
+
+    groups, taken = [], set()
+    for part_name, module, lr in parts:
+        params = [p for p in module.parameters() if p.requires_grad and id(p) not in taken]
+        taken.update(id(p) for p in params)
+        decayed = [p for p in params if p.dim() >= 2]
+        not_decayed = [p for p in params if p.dim() < 2]
+        if decayed:
+            groups.append({"name": part_name, "params": decayed, "lr": lr, "weight_decay": weight_decay})
+        if not_decayed:
+            groups.append({"name": f"{part_name}/no_decay", "params": not_decayed, "lr": lr, "weight_decay": 0.0})
+    return groups
+
+
+# --------------------------------------------------------------------------------------------------
+# Batches
+
+
+def texts_and_labels(examples: Sequence[Example], what: str = "examples") -> tuple[list[str], list[int]]:
+    """Split a list of (text, label) pairs into texts and labels, with a clear error for bad items."""
+    if len(examples) == 0:
+        raise ValueError(f"{what} is empty")
+    texts, labels = [], []
+    for index, example in enumerate(examples):
+        if (
+            not isinstance(example, (tuple, list))
+            or len(example) != 2
+            or not isinstance(example[0], str)
+            or isinstance(example[1], bool)
+            or not isinstance(example[1], int)
+        ):
+            raise ValueError(f"{what}[{index}] must be a (text, label) pair with an int label, got {example!r}")
+        texts.append(example[0])
+        labels.append(example[1])
+    return texts, labels
+
+
+class SentimentBatches:
+    """Tokenized texts (and labels), served in batches of tensors.
+
+    The texts are tokenized once, at construction, to at most ``max_length`` tokens; each batch is then
+    cut to the length of its longest sequence (dynamic padding). A batch is a dict with ``input_ids``,
+    ``token_type_ids``, ``attention_mask`` (B, N), ``labels`` (B,) when labels were given, and ``index``
+    (B,), the position of each example in ``texts``. With ``shuffle=True`` each pass draws a new order
+    from a generator seeded with ``seed``, so a run is reproducible.
+    """
+
+    def __init__(
+        self,
+        texts: Sequence[str],
+        tokenizer,
+        labels: Sequence[int] | None = None,
+        *,
+        batch_size: int = 32,
+        max_length: int = 128,
+        shuffle: bool = False,
+        seed: int = 0,
+    ):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if labels is not None and len(labels) != len(texts):
+            raise ValueError(f"got {len(texts)} texts but {len(labels)} labels")
+        encoded = tokenizer.batch_encode(
+            list(texts), max_length=max_length, padding=True, truncation=True, return_tensors="pt"
+        )
+        self.encoded = {name: encoded[name] for name in MODEL_INPUTS}  # each (num_texts, N)
+        self.labels = None if labels is None else torch.tensor(list(labels), dtype=torch.long)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.encoded["input_ids"]) / self.batch_size)
+
+    def __iter__(self) -> Iterator[Batch]:
+        num_texts = len(self.encoded["input_ids"])
+        order = torch.randperm(num_texts, generator=self.generator) if self.shuffle else torch.arange(num_texts)
+        for index in order.split(self.batch_size):
+            length = int(self.encoded["attention_mask"][index].sum(dim=1).max())
+            batch = {name: values[index, :length] for name, values in self.encoded.items()}
+            if self.labels is not None:
+                batch["labels"] = self.labels[index]
+            batch["index"] = index
+            yield batch
+
+
+def labelled_batches(
+    examples: Sequence[Example], tokenizer, *, batch_size: int = 64, what: str = "examples", **options
+) -> SentimentBatches:
+    """:class:`SentimentBatches` over (text, label) pairs; ``options`` go to its constructor."""
+    texts, labels = texts_and_labels(examples, what)
+    return SentimentBatches(texts, tokenizer, labels, batch_size=batch_size, **options)
+
+
+def model_inputs(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
+    """The model's keyword arguments (input ids, segments, mask) from ``batch``, moved to ``device``."""
+    return {name: batch[name].to(device) for name in MODEL_INPUTS}
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device that holds ``model``'s parameters."""
+    return next(model.parameters()).device
+
+
+# --------------------------------------------------------------------------------------------------
+# Inference and metrics
+
+
+@torch.inference_mode()
+def compute_logits(model: nn.Module, batches: Iterable[Batch], device: torch.device | None = None) -> torch.Tensor:
+    """The model's logits (num_texts, C) in eval mode, float32 on the CPU, in the order of the texts
+    (whether or not ``batches`` shuffles). The model's training mode is restored afterwards."""
+    device = model_device(model) if device is None else device
+    was_training = model.training
+    model.eval()
+    try:
+        indices, logits = [], []
+        for batch in batches:
+            with autocast(device):
+                logits.append(model(**model_inputs(batch, device)).logits.float().cpu())
+            indices.append(batch["index"])
+    finally:
+        model.train(was_training)
+    logits = torch.cat(logits)
+    return logits[torch.cat(indices).argsort()]  # back to the order of the texts
+
+
+def predict(
+    model: nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    batch_size: int = 64,
+    max_length: int = 128,
+    device: str | torch.device | None = None,
+) -> torch.Tensor:
+    """Predicted labels y = argmax_c p(c | x), a (len(texts),) long tensor on the CPU.
+
+    ``device`` None keeps the model where it is; otherwise the model is moved there.
+    """
+    device = _evaluation_device(model, device)
+    model.to(device)
+    batches = SentimentBatches(texts, tokenizer, batch_size=batch_size, max_length=max_length)
+    return compute_logits(model, batches, device).argmax(dim=-1)
+
+
+def confusion_matrix(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Counts M (num_classes, num_classes) with M[i, j] = #examples of true class i predicted as j."""
+    if predictions.shape != labels.shape or predictions.dim() != 1:
+        raise ValueError(
+            f"predictions {tuple(predictions.shape)} and labels {tuple(labels.shape)} must be 1-D of equal length"
+        )
+    pairs = labels.long() * num_classes + predictions.long()
+    return torch.bincount(pairs, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+
+
+def macro_f1(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int | None = None) -> float:
+    """Macro-averaged F1 score.
+
+    For each class c: F1_c = 2 TP_c / (2 TP_c + FP_c + FN_c), the harmonic mean of precision and recall;
+    macro-F1 is their plain mean over the classes that occur in ``labels`` or ``predictions`` (as
+    scikit-learn's ``f1_score(average="macro")``), so a rare class weighs as much as a frequent one.
+    """
+    if num_classes is None:
+        num_classes = int(max(predictions.max(), labels.max())) + 1
+    matrix = confusion_matrix(predictions, labels, num_classes).double()
+    true_positives = matrix.diagonal()
+    false_positives = matrix.sum(dim=0) - true_positives
+    false_negatives = matrix.sum(dim=1) - true_positives
+    present = (matrix.sum(dim=0) + matrix.sum(dim=1)) > 0
+    f1 = 2 * true_positives / (2 * true_positives + false_positives + false_negatives).clamp(min=1)
+    return float(f1[present].mean())
+
+
+def classification_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """``accuracy``, ``macro_f1`` and the mean cross-entropy ``loss`` of logits (B, C) against labels (B,)."""
+    predictions = logits.argmax(dim=-1)
+    return {
+        "accuracy": float((predictions == labels).double().mean()),
+        "macro_f1": macro_f1(predictions, labels, num_classes=logits.shape[-1]),
+        "loss": float(F.cross_entropy(logits.float(), labels)),
+    }
+
+
+def evaluate(
+    model: nn.Module,
+    tokenizer,
+    examples: Sequence[Example],
+    batch_size: int = 64,
+    max_length: int = 128,
+    device: str | torch.device | None = None,
+) -> dict[str, float]:
+    """Accuracy, macro-F1 and mean cross-entropy loss of ``model`` on (text, label) ``examples``.
+
+    ``device`` None keeps the model where it is; otherwise the model is moved there.
+    """
+    device = _evaluation_device(model, device)
+    model.to(device)
+    batches = labelled_batches(examples, tokenizer, batch_size=batch_size, max_length=max_length)
+    return classification_metrics(compute_logits(model, batches, device), batches.labels)
+
+
+def _evaluation_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
+    return model_device(model) if device is None else resolve_device(device)
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+
+
+def train_epoch(
+    model: nn.Module,
+    batches: SentimentBatches,
+    loss_fn: Callable[[nn.Module, Batch], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    device: torch.device,
+    *,
+    max_grad_norm: float = 1.0,
+    progress: bool = True,
+    description: str = "train",
+) -> float:
+    """One pass over ``batches``: loss_fn(model, batch), backward, clip, step; return the mean loss.
+
+    The forward pass runs under bf16 autocast on CUDA (float32 on the CPU); the gradient norm is
+    clipped to ``max_grad_norm`` and the learning rate follows ``scheduler`` (one step per batch).
+    """
+    model.train()
+    total_loss, num_examples = 0.0, 0
+    bar = tqdm(batches, desc=description, disable=not progress, leave=False)
+    for batch in bar:
+        with autocast(device):
+            loss = loss_fn(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        batch_size = len(batch["index"])
+        total_loss += loss.item() * batch_size
+        num_examples += batch_size
+        bar.set_postfix(loss=f"{loss.item():.4f}")
+    return total_loss / num_examples
+
+
+def make_optimizer(
+    model: nn.Module,
+    *,
+    num_steps: int,
+    encoder_lr: float,
+    head_lr: float,
+    weight_decay: float,
+    layer_decay: float,
+    warmup_ratio: float,
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over :func:`param_groups` and a linear warm-up (``warmup_ratio`` of the steps) and decay."""
+    if not 0 <= warmup_ratio <= 1:
+        raise ValueError(f"warmup_ratio must be in [0, 1], got {warmup_ratio}")
+    groups = param_groups(model, encoder_lr, head_lr, weight_decay, layer_decay)
+    if not groups:
+        raise ValueError("the model has no trainable parameters")
+    optimizer = torch.optim.AdamW(groups, lr=encoder_lr)
+    return optimizer, get_linear_schedule(optimizer, round(warmup_ratio * num_steps), num_steps)
+
+
+def finetune(
+    model: nn.Module,
+    tokenizer,
+    train: Sequence[Example],
+    dev: Sequence[Example] | None = None,
+    *,
+    epochs: int = 3,
+    batch_size: int = 32,
+    encoder_lr: float = 5e-5,
+    head_lr: float | None = None,
+    weight_decay: float = 0.01,
+    layer_decay: float = 1.0,
+    warmup_ratio: float = 0.1,
+    max_grad_norm: float = 1.0,
+    max_length: int = 128,
+    device: str | torch.device | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    output_dir: str | Path | None = None,
+) -> list[dict[str, float]]:
+    """Fine-tune a sequence classifier on (text, label) pairs, as BERT does; return the history.
+
+    Minimises the mean cross-entropy -log p(y | x) over ``train`` with AdamW (:func:`param_groups`:
+    ``encoder_lr`` for the encoder, ``head_lr`` for pooler and classifier, default ``encoder_lr``), a
+    linear warm-up over ``warmup_ratio`` of the steps then linear decay to zero, and gradient clipping.
+    Devlin et al. (2019) recommend 2 to 4 epochs, batch 16 or 32 and a learning rate of 2e-5 to 5e-5 for
+    a pretrained model; a model trained from scratch needs a larger rate (about 1e-3 for a tiny one).
+    All trainable weights are updated (call :func:`freeze_layers` first to freeze some).
+
+    The model is moved to ``device`` (None: CUDA when available) and trained under bf16 autocast on
+    CUDA. With ``output_dir`` the final model (``save_pretrained``) and ``history.json`` are written there.
+
+    Returns:
+        One dict per epoch: ``epoch``, ``train_loss`` and, with ``dev``, ``dev_accuracy``,
+        ``dev_macro_f1`` and ``dev_loss``.
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    device = resolve_device(device)
+    seed_everything(seed)
+    model.to(device)
+    batches = labelled_batches(
+        train, tokenizer, batch_size=batch_size, max_length=max_length, shuffle=True, seed=seed, what="train"
+    )
+    dev_batches = None if dev is None else labelled_batches(dev, tokenizer, max_length=max_length, what="dev")
+    optimizer, scheduler = make_optimizer(
+        model,
+        num_steps=epochs * len(batches),
+        encoder_lr=encoder_lr,
+        head_lr=encoder_lr if head_lr is None else head_lr,
+        weight_decay=weight_decay,
+        layer_decay=layer_decay,
+        warmup_ratio=warmup_ratio,
+    )
+
+    def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
+        return model(**model_inputs(batch, device), labels=batch["labels"].to(device)).loss
+
+    history = []
+    for epoch in range(1, epochs + 1):
+        train_loss = train_epoch(
+            model, batches, loss_fn, optimizer, scheduler, device,
+            max_grad_norm=max_grad_norm, progress=progress, description=f"epoch {epoch}/{epochs}",
+        )
+        record = {"epoch": epoch, "train_loss": train_loss}
+        if dev is not None:
+            metrics = classification_metrics(compute_logits(model, dev_batches, device), dev_batches.labels)
+            record.update({f"dev_{name}": value for name, value in metrics.items()})
+        history.append(record)
+        if progress:
+            tqdm.write(format_record(record))
+    if output_dir is not None:
+        save_run(model, history, output_dir)
+    return history
+
+
+def format_record(record: dict[str, float]) -> str:
+    """One line for an epoch's record, e.g. ``epoch 2, train_loss 0.4312, dev_accuracy 0.8125``."""
+    return ", ".join(
+        f"{name} {value:.4f}" if isinstance(value, float) else f"{name} {value}" for name, value in record.items()
+    )
+
+
+def save_run(model: nn.Module, history: list[dict[str, float]], output_dir: str | Path) -> Path:
+    """Write the model (``save_pretrained``) and ``history.json`` to ``output_dir``; return the folder."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output_dir)
+    (output_dir / "history.json").write_text(json.dumps(history, indent=2) + "\n")
+    return output_dir
+
+
+# --------------------------------------------------------------------------------------------------
+# Baseline: logistic regression on a bag of words
+
+
+class BagOfWordsClassifier(nn.Module):
+    """Logistic regression on a bag of words, the baseline BERT is compared with.
+
+    A text x becomes binary features phi(x)_w = 1 if word w of the vocabulary occurs in x (words from
+    BERT's :class:`~bertlab.tokenization.BasicTokenizer`: lower-cased, punctuation split off; unknown
+    words are dropped), and p(y | x) = softmax(W phi(x) + b). Word order is lost, so "not good" and
+    "good, not" look the same: the point of the comparison.
+    """
+
+    def __init__(self, vocabulary: Sequence[str], num_labels: int = 2):
+        super().__init__()
+        self.word_to_index = {word: index for index, word in enumerate(vocabulary)}
+        self.basic_tokenizer = BasicTokenizer(do_lower_case=True)
+        self.word_weights = nn.EmbeddingBag(len(self.word_to_index), num_labels, mode="sum")  # rows of W^T
+        self.bias = nn.Parameter(torch.zeros(num_labels))
+        nn.init.zeros_(self.word_weights.weight)
+
+    def featurize(self, texts: Sequence[str]) -> list[torch.Tensor]:
+        """The indices of the distinct known words of each text."""
+        features = []
+        for text in texts:
+            words = dict.fromkeys(self.basic_tokenizer.tokenize(text))  # distinct, in order
+            indices = [self.word_to_index[word] for word in words if word in self.word_to_index]
+            features.append(torch.tensor(indices, dtype=torch.long))
+        return features
+
+    def forward(self, features: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Logits W phi(x) + b, (B, C), for the word indices of B texts (see :meth:`featurize`)."""
+        offsets = torch.tensor([0] + [len(f) for f in features[:-1]]).cumsum(dim=0)
+        word_ids = torch.cat(list(features)).to(self.bias.device)
+        return self.word_weights(word_ids, offsets.to(self.bias.device)) + self.bias
+
+    @torch.no_grad()
+    def predict(self, texts: Sequence[str]) -> torch.Tensor:
+        """Predicted labels, a (len(texts),) long tensor."""
+        return self(self.featurize(texts)).argmax(dim=-1).cpu()
+
+    @torch.no_grad()
+    def evaluate(self, examples: Sequence[Example]) -> dict[str, float]:
+        """Accuracy, macro-F1 and mean cross-entropy loss on (text, label) ``examples``."""
+        texts, labels = texts_and_labels(examples)
+        return classification_metrics(self(self.featurize(texts)).cpu(), torch.tensor(labels))
+
+
+def train_bag_of_words(
+    train: Sequence[Example],
+    *,
+    num_labels: int | None = None,
+    min_count: int = 1,
+    epochs: int = 10,
+    batch_size: int = 64,
+    lr: float = 0.05,
+    weight_decay: float = 1e-4,
+    seed: int = 0,
+) -> BagOfWordsClassifier:
+    """Fit a :class:`BagOfWordsClassifier` on (text, label) pairs; return it (in eval mode).
+
+    The vocabulary is every word seen at least ``min_count`` times in ``train``; the weights minimise
+    the mean cross-entropy plus the L2 penalty ``weight_decay`` * ||W||^2 / 2 (Adam, minibatches).
+    """
+    texts, labels = texts_and_labels(train, "train")
+    generator = seed_everything(seed)
+    basic_tokenizer = BasicTokenizer(do_lower_case=True)
+    counts = Counter(word for text in texts for word in basic_tokenizer.tokenize(text))
+    vocabulary = sorted(word for word, count in counts.items() if count >= min_count)
+    model = BagOfWordsClassifier(vocabulary, num_labels or max(labels) + 1)
+    features = model.featurize(texts)
+    targets = torch.tensor(labels)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(epochs):
+        for index in torch.randperm(len(texts), generator=generator).split(batch_size):
+            logits = model([features[i] for i in index])
+            loss = F.cross_entropy(logits, targets[index]) + weight_decay / 2 * model.word_weights.weight.square().sum()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    return model.eval()

@@ -1,0 +1,530 @@
+"""Tests for bertlab.pretraining: masking, NSP pairs, datasets, optimisation, the training loop, resuming, DDP."""
+
+import dataclasses
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from transformers import BertTokenizer as HFBertTokenizer
+from transformers import DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
+
+from bertlab import pretraining
+from bertlab.bert import BertConfig, BertForPreTraining
+from bertlab.data import pretraining_corpus
+from bertlab.pretraining import (
+    IGNORE_INDEX,
+    IS_NEXT,
+    NOT_NEXT,
+    PretrainingDataset,
+    get_linear_schedule,
+    load_metrics,
+    make_nsp_examples,
+    mask_tokens,
+    pack_full_sentences,
+    plot_metrics,
+    pretrain,
+    pretrained_small_bert,
+    pretrained_small_bert_folder,
+    weight_decay_groups,
+)
+from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+VOCAB_SIZE = 1000
+
+
+# ---------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """A slice of the offline pretraining corpus (documents of sentences)."""
+    documents = [document for document in pretraining_corpus() if len(document) >= 5]
+    return documents[:16]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(corpus):
+    vocab = train_wordpiece_vocab([sentence for document in corpus for sentence in document], vocab_size=VOCAB_SIZE)
+    return BertTokenizer(vocab)
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(tokenizer, tmp_path_factory):
+    """Hugging Face's BertTokenizer on the same vocabulary (read from a local folder)."""
+    folder = tmp_path_factory.mktemp("hf_vocab")
+    tokenizer.save_vocabulary(folder)
+    return HFBertTokenizer.from_pretrained(folder)
+
+
+def tiny_config(vocab_size: int, dropout: float = 0.1) -> BertConfig:
+    return BertConfig.preset("tiny", vocab_size=vocab_size, hidden_size=64, num_attention_heads=2,
+                             intermediate_size=256, max_position_embeddings=64, hidden_dropout_prob=dropout,
+                             attention_probs_dropout_prob=dropout)
+
+
+def tiny_model(tokenizer, seed: int = 0) -> BertForPreTraining:
+    torch.manual_seed(seed)
+    return BertForPreTraining(tiny_config(tokenizer.vocab_size))
+
+
+def random_batch(rows: int, length: int, vocab_size: int, seed: int = 0):
+    """(rows, length) ids in [5, vocab_size) framed by [CLS] (2) ... [SEP] (3) and padded ([PAD] = 0) at
+    random lengths; returns (input_ids, special_tokens_mask)."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab_size, (rows, length), generator=generator)
+    lengths = torch.randint(length // 2, length + 1, (rows,), generator=generator)
+    positions = torch.arange(length)
+    input_ids[:, 0] = 2
+    input_ids[positions == (lengths[:, None] - 1)] = 3
+    input_ids[positions >= lengths[:, None]] = 0
+    return input_ids, torch.isin(input_ids, torch.tensor([0, 2, 3]))
+
+
+def masking_shares(input_ids, masked, labels, special, mask_token_id):
+    """Observed shares: chosen among eligible positions, and [MASK] / unchanged / other among chosen."""
+    chosen = labels != IGNORE_INDEX
+    return {"chosen": chosen.sum().item() / (~special).sum().item(),
+            "mask": (masked[chosen] == mask_token_id).float().mean().item(),
+            "unchanged": (masked[chosen] == input_ids[chosen]).float().mean().item(),
+            "other": ((masked[chosen] != mask_token_id) & (masked[chosen] != input_ids[chosen])).float().mean().item()}
+
+
+def expected_shares(vocab_size, p=0.15, mask=0.8, random_share=0.1):
+    # a random replacement is [MASK] or the original token itself with probability 1/V each
+    return {"chosen": p, "mask": mask + random_share / vocab_size,
+            "unchanged": 1 - mask - random_share + random_share / vocab_size,
+            "other": random_share * (1 - 2 / vocab_size)}
+
+
+def five_sigma(share: float, count: int) -> float:
+    return 5 * math.sqrt(share * (1 - share) / count)
+
+
+# ---------------------------------------------------------------------------------------------- masking
+
+
+def test_mask_tokens_has_berts_proportions_over_many_tokens():
+    vocab_size = 30522
+    input_ids, special = random_batch(2048, 256, vocab_size)
+    generator = torch.Generator().manual_seed(0)
+    masked, labels = mask_tokens(input_ids, mask_token_id=4, vocab_size=vocab_size, special_tokens_mask=special,
+                                 generator=generator)
+    observed = masking_shares(input_ids, masked, labels, special, mask_token_id=4)
+    eligible, chosen = (~special).sum().item(), (labels != IGNORE_INDEX).sum().item()
+    for name, share in expected_shares(vocab_size).items():
+        count = eligible if name == "chosen" else chosen
+        assert abs(observed[name] - share) < five_sigma(share, count), (name, observed[name], share)
+    # random replacements are uniform over the vocabulary: mean (V - 1) / 2, spanning it
+    replaced = masked[(labels != IGNORE_INDEX) & (masked != 4) & (masked != input_ids)].double()
+    assert abs(replaced.mean().item() - (vocab_size - 1) / 2) < 5 * vocab_size / math.sqrt(12 * len(replaced))
+    assert replaced.min() < 0.01 * vocab_size and replaced.max() > 0.99 * vocab_size
+
+
+def test_mask_tokens_matches_hugging_face_collator_statistically(hf_tokenizer):
+    vocab_size = len(hf_tokenizer)
+    input_ids, special = random_batch(1024, 256, vocab_size, seed=1)
+    ours = mask_tokens(input_ids, mask_token_id=hf_tokenizer.mask_token_id, vocab_size=vocab_size,
+                       special_tokens_mask=special, generator=torch.Generator().manual_seed(1))
+    collator = DataCollatorForLanguageModeling(hf_tokenizer, mlm_probability=0.15)
+    collator.generator = torch.Generator().manual_seed(2)
+    theirs = collator.torch_mask_tokens(input_ids.clone(), special_tokens_mask=special)
+    observed_ours = masking_shares(input_ids, *ours, special, hf_tokenizer.mask_token_id)
+    observed_theirs = masking_shares(input_ids, *theirs, special, hf_tokenizer.mask_token_id)
+    count = (~special).sum().item() * 0.15
+    for name, share in expected_shares(vocab_size).items():
+        tolerance = 2 * five_sigma(share, (~special).sum().item() if name == "chosen" else count)
+        assert abs(observed_ours[name] - observed_theirs[name]) < tolerance, (name, observed_ours, observed_theirs)
+    for masked, labels in (ours, theirs):  # the same contract: specials never chosen, labels = originals
+        assert (labels[special] == IGNORE_INDEX).all() and (masked[special] == input_ids[special]).all()
+        chosen = labels != IGNORE_INDEX
+        assert torch.equal(labels[chosen], input_ids[chosen])
+
+
+def test_mask_tokens_contract():
+    input_ids, special = random_batch(64, 32, 500, seed=3)
+    original = input_ids.clone()
+    masked, labels = mask_tokens(input_ids, mask_token_id=4, vocab_size=500, special_tokens_mask=special,
+                                 generator=torch.Generator().manual_seed(0))
+    assert torch.equal(input_ids, original)  # the input is not modified
+    chosen = labels != IGNORE_INDEX
+    assert torch.equal(labels[chosen], input_ids[chosen])
+    assert not (chosen & special).any()
+    assert not ((masked != input_ids) & ~chosen).any()  # only chosen positions change
+    # every eligible position chosen, all of them [MASK]ed; specials untouched
+    masked, labels = mask_tokens(input_ids, mask_token_id=4, vocab_size=500, special_tokens_mask=special,
+                                 mlm_probability=1.0, mask_replace_prob=1.0, random_replace_prob=0.0)
+    assert (masked[~special] == 4).all() and torch.equal(masked[special], input_ids[special])
+    assert torch.equal(labels[~special], input_ids[~special]) and (labels[special] == IGNORE_INDEX).all()
+    # all chosen but all kept: the input comes back, the labels still ask for every token
+    masked, labels = mask_tokens(input_ids, mask_token_id=4, vocab_size=500, mlm_probability=1.0,
+                                 mask_replace_prob=0.0, random_replace_prob=0.0)
+    assert torch.equal(masked, input_ids) and torch.equal(labels, input_ids)
+
+
+def test_mask_tokens_is_reproducible_with_a_generator():
+    input_ids, special = random_batch(8, 64, 500)
+
+    def draw(seed):
+        return mask_tokens(input_ids, mask_token_id=4, vocab_size=500, special_tokens_mask=special,
+                           generator=torch.Generator().manual_seed(seed))
+
+    assert all(torch.equal(a, b) for a, b in zip(draw(0), draw(0)))
+    assert not torch.equal(draw(0)[1], draw(1)[1])
+
+
+def test_mask_tokens_on_device(device):
+    input_ids, special = random_batch(4, 16, 100)
+    masked, labels = mask_tokens(input_ids.to(device), mask_token_id=4, vocab_size=100,
+                                 special_tokens_mask=special.to(device), mlm_probability=0.5)
+    assert masked.device.type == labels.device.type == device.type
+    assert not (labels.cpu()[special] != IGNORE_INDEX).any()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mlm_probability": 1.5}, "mlm_probability"),
+    ({"mlm_probability": -0.1}, "mlm_probability"),
+    ({"mask_replace_prob": 1.2}, "mask_replace_prob"),
+    ({"mask_replace_prob": 0.9, "random_replace_prob": 0.2}, "at most 1"),
+    ({"mask_token_id": 500}, "mask_token_id"),
+    ({"special_tokens_mask": torch.zeros(3, 3, dtype=torch.bool)}, "special_tokens_mask has shape"),
+])
+def test_mask_tokens_rejects_bad_arguments(kwargs, message):
+    arguments = {"mask_token_id": 4, "vocab_size": 500, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        mask_tokens(torch.randint(5, 500, (2, 8)), **arguments)
+    with pytest.raises(TypeError, match="integer tensor"):
+        mask_tokens(torch.rand(2, 8), mask_token_id=4, vocab_size=500)
+
+
+# ---------------------------------------------------------------------------------------------- NSP pairs
+
+
+def synthetic_documents(count=12, sentences=25):
+    return [[f"document {d} sentence {s}" for s in range(sentences)] for d in range(count)]
+
+
+def test_make_nsp_examples_pairs_true_next_and_other_document_sentences():
+    documents = synthetic_documents()
+    where = {sentence: (d, s) for d, document in enumerate(documents) for s, sentence in enumerate(document)}
+    examples = make_nsp_examples(documents, seed=0)
+    assert len(examples) == sum(len(document) - 1 for document in documents)
+    for sentence_a, sentence_b, label in examples:
+        (doc_a, index_a), (doc_b, index_b) = where[sentence_a], where[sentence_b]
+        if label == IS_NEXT:
+            assert (doc_b, index_b) == (doc_a, index_a + 1)
+        else:
+            assert label == NOT_NEXT and doc_b != doc_a
+    not_next = sum(label for _, _, label in examples) / len(examples)
+    assert abs(not_next - 0.5) < five_sigma(0.5, len(examples))
+    assert make_nsp_examples(documents, seed=0) == examples
+    assert make_nsp_examples(documents, seed=1) != examples
+
+
+@pytest.mark.parametrize("documents, error, message", [
+    ([["only", "one", "document"]], ValueError, "at least 2"),
+    ([["a", "b"], []], ValueError, "at least 2"),
+    ([["one sentence"], ["another"]], ValueError, "two consecutive"),
+    (["a sentence", "another"], TypeError, "list of sentences"),
+    ("some text", TypeError, "list of documents"),
+    ([["a", 3], ["b", "c"]], TypeError, r"documents\[0\]\[1\]"),
+])
+def test_make_nsp_examples_rejects_bad_documents(documents, error, message):
+    with pytest.raises(error, match=message):
+        make_nsp_examples(documents)
+
+
+# ---------------------------------------------------------------------------------------------- datasets
+
+
+def test_nsp_dataset_matches_hugging_face_pair_encoding(tokenizer, hf_tokenizer, corpus):
+    seq_len = 32
+    dataset = PretrainingDataset(tokenizer, corpus[:6], seq_len=seq_len, nsp=True, seed=0)
+    pairs = make_nsp_examples(corpus[:6], seed=0)
+    assert len(dataset) == len(pairs)
+    truncated = 0
+    for item, (sentence_a, sentence_b, label) in zip(dataset, pairs):
+        expected = hf_tokenizer(sentence_a, sentence_b, max_length=seq_len, truncation=True)
+        assert item["input_ids"].tolist() == expected["input_ids"]  # [CLS] A [SEP] B [SEP], truncated
+        assert item["token_type_ids"].tolist() == expected["token_type_ids"]
+        assert item["nsp_labels"].item() == label
+        truncated += len(item["input_ids"]) == seq_len
+    assert truncated > 0  # the truncation path was exercised
+
+
+def test_collate_pads_and_masks_batches(tokenizer, corpus):
+    dataset = PretrainingDataset(tokenizer, corpus[:4], seq_len=48, nsp=True, seed=0)
+    items = [dataset[i] for i in range(8)]
+    batch = dataset.collate(items, generator=torch.Generator().manual_seed(0))
+    lengths = [len(item["input_ids"]) for item in items]
+    assert batch["input_ids"].shape == batch["mlm_labels"].shape == (8, max(lengths))
+    assert batch["attention_mask"].dtype == torch.bool
+    assert batch["attention_mask"].sum(1).tolist() == lengths
+    assert torch.equal(batch["nsp_labels"], torch.stack([item["nsp_labels"] for item in items]))
+    chosen = batch["mlm_labels"] != IGNORE_INDEX
+    assert chosen.any() and not (chosen & ~batch["attention_mask"]).any()  # padding is never predicted
+    for row, item in enumerate(items):
+        n = len(item["input_ids"])
+        chosen_here, original = chosen[row, :n], item["input_ids"]
+        assert torch.equal(batch["mlm_labels"][row, :n][chosen_here], original[chosen_here])
+        assert torch.equal(batch["input_ids"][row, :n][~chosen_here], original[~chosen_here])
+        special = torch.isin(original, torch.tensor([tokenizer.cls_token_id, tokenizer.sep_token_id]))
+        assert not chosen_here[special].any()
+
+
+def test_static_masks_are_fixed_and_dynamic_masks_change(tokenizer, corpus):
+    static = PretrainingDataset(tokenizer, corpus[:4], seq_len=48, masking="static", static_mask_copies=2, seed=0)
+    dynamic = PretrainingDataset(tokenizer, corpus[:4], seq_len=48, masking="dynamic", seed=0)
+    count = len(dynamic)
+    assert len(static) == 2 * count
+    items = [static[i] for i in range(16)]
+    first = static.collate(items, generator=torch.Generator().manual_seed(0))
+    second = static.collate(items, generator=torch.Generator().manual_seed(1))
+    assert all(torch.equal(first[key], second[key]) for key in first)
+    # the two copies of an example hold the same tokens under different masks
+    assert torch.equal(static[0]["input_ids"], static[count]["input_ids"])
+    assert not torch.equal(static[0]["mlm_labels"], static[count]["mlm_labels"]) or \
+        not torch.equal(static[1]["mlm_labels"], static[count + 1]["mlm_labels"])
+    items = [dynamic[i] for i in range(16)]
+    first = dynamic.collate(items, generator=torch.Generator().manual_seed(0))
+    second = dynamic.collate(items, generator=torch.Generator().manual_seed(1))
+    assert not torch.equal(first["mlm_labels"], second["mlm_labels"])
+
+
+def test_full_sentence_segments_are_contiguous_and_greedy(tokenizer, corpus):
+    seq_len, documents = 64, corpus[:5]
+    budget, sep = seq_len - 2, tokenizer.sep_token_id
+    sentences = [(number, tokenizer.convert_tokens_to_ids(tokenizer.tokenize(sentence))[:budget])
+                 for number, document in enumerate(documents) for sentence in document]
+    segments = pack_full_sentences(tokenizer, documents, seq_len)
+    # walk the sentences in order: every segment is whole consecutive sentences, with one [SEP]
+    # between two documents, and the sentence after a segment would not have fitted in it (greedy)
+    position = 0
+    for segment in segments:
+        rebuilt, previous_document = [], None
+        while position < len(sentences):
+            document, ids = sentences[position]
+            separator = [sep] if rebuilt and document != previous_document else []
+            if len(rebuilt) + len(separator) + len(ids) > budget:
+                break
+            rebuilt += separator + ids
+            previous_document, position = document, position + 1
+        assert segment == rebuilt
+        assert 0 < len(segment) <= budget
+    assert position == len(sentences)  # the whole text, nothing more
+    assert len(segments) < len(sentences)  # sentences were packed together
+    dataset = PretrainingDataset(tokenizer, documents, seq_len=seq_len, nsp=False, seed=0)
+    batch = dataset.collate([dataset[i] for i in range(4)])
+    assert "nsp_labels" not in batch and not batch["token_type_ids"].any()
+    assert (batch["mlm_labels"][:, 0] == IGNORE_INDEX).all()
+    assert dataset[0]["input_ids"].tolist() == [tokenizer.cls_token_id, *segments[0], sep]
+
+
+def test_dataset_rejects_bad_arguments(tokenizer, corpus):
+    with pytest.raises(ValueError, match="masking"):
+        PretrainingDataset(tokenizer, corpus[:2], masking="sometimes")
+    with pytest.raises(ValueError, match="seq_len"):
+        PretrainingDataset(tokenizer, corpus[:2], seq_len=2)
+
+
+# ---------------------------------------------------------------------------------------------- optimisation
+
+
+def test_linear_schedule_matches_hugging_face():
+    def learning_rates(make_schedule):
+        optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.5)
+        schedule = make_schedule(optimizer)
+        rates = []
+        for _ in range(40):
+            rates.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            schedule.step()
+        return rates
+
+    ours = learning_rates(lambda optimizer: get_linear_schedule(optimizer, 7, 30))
+    theirs = learning_rates(lambda optimizer: get_linear_schedule_with_warmup(optimizer, 7, 30))
+    assert ours == pytest.approx(theirs, abs=1e-12)
+    assert max(ours) == pytest.approx(0.5) and ours[0] == 0.0 and ours[-1] == 0.0
+    with pytest.raises(ValueError, match="warmup_steps"):
+        get_linear_schedule(torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1), 40, 30)
+
+
+def test_weight_decay_groups_exclude_biases_and_layer_norms(tokenizer):
+    model = tiny_model(tokenizer)
+    decay, no_decay = weight_decay_groups(model, 0.01)
+    assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
+    expected_no_decay = {id(parameter) for name, parameter in model.named_parameters() if name.endswith("bias")}
+    for module in model.modules():
+        if isinstance(module, nn.LayerNorm) or "LayerNorm" in type(module).__name__:
+            expected_no_decay |= {id(parameter) for parameter in module.parameters(recurse=False)}
+    assert {id(parameter) for parameter in no_decay["params"]} == expected_no_decay
+    everything = decay["params"] + no_decay["params"]
+    assert len({id(parameter) for parameter in everything}) == len(everything) == len(list(model.parameters()))
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+@pytest.mark.slow
+def test_pretraining_lowers_the_mlm_loss_and_writes_its_outputs(tokenizer, corpus, tmp_path):
+    model = tiny_model(tokenizer)
+    steps = 80
+    history = pretrain(model, tokenizer, corpus, output_dir=tmp_path, max_steps=steps, batch_size=16, seq_len=64,
+                       lr=2e-3, warmup_steps=10, log_every=1, checkpoint_every=1000, progress=False)
+    initial, final = history[0]["mlm_loss"], sum(r["mlm_loss"] for r in history[-10:]) / 10
+    assert abs(initial - math.log(tokenizer.vocab_size)) < 0.3  # starts at chance, ln V
+    assert final < initial - 1.0, (initial, final)  # perplexity divided by e and more
+    assert sum(r["mlm_accuracy"] for r in history[-10:]) / 10 > 20 / tokenizer.vocab_size  # chance is 1 / V
+    assert [record["step"] for record in history] == list(range(1, steps + 1))
+    assert load_metrics(tmp_path / "metrics.jsonl") == history
+    fields = {"step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "lr", "tokens_per_second"}
+    assert fields <= set(history[0])
+    assert history[0]["loss"] == pytest.approx(history[0]["mlm_loss"] + history[0]["nsp_loss"])
+    assert (tmp_path / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "checkpoint.pt").is_file()
+    reloaded = BertForPreTraining.from_pretrained(tmp_path)
+    state = model.state_dict()
+    assert all(torch.equal(tensor, state[name]) for name, tensor in reloaded.state_dict().items())
+    assert BertTokenizer(tmp_path / "vocab.txt").tokenize(corpus[0][0]) == tokenizer.tokenize(corpus[0][0])
+
+
+@pytest.mark.parametrize("masking, nsp", [("dynamic", True), ("static", False)])
+def test_resuming_gives_exactly_the_uninterrupted_run(tokenizer, corpus, tmp_path, masking, nsp):
+    arguments = dict(max_steps=6, batch_size=4, seq_len=32, grad_accum_steps=2, masking=masking, nsp=nsp,
+                     log_every=1, checkpoint_every=3, progress=False, seed=3)
+    documents = corpus[:3]
+    straight = tiny_model(tokenizer)
+    straight_history = pretrain(straight, tokenizer, documents, output_dir=tmp_path / "straight", **arguments)
+
+    first_half = pretrain(tiny_model(tokenizer), tokenizer, documents, output_dir=tmp_path / "split",
+                          stop_at_step=3, **arguments)
+    assert [record["step"] for record in first_half] == [1, 2, 3]
+    restarted = tiny_model(tokenizer, seed=1)  # a new process: other initial weights, other random state
+    torch.manual_seed(123)
+    resumed_history = pretrain(restarted, tokenizer, documents, output_dir=tmp_path / "split", **arguments)
+
+    def losses(history):
+        return [(r["step"], r["loss"], r["mlm_loss"], r["nsp_loss"], r["mlm_accuracy"], r["lr"]) for r in history]
+
+    assert losses(resumed_history) == losses(straight_history)
+    assert losses(load_metrics(tmp_path / "split" / "metrics.jsonl")) == losses(straight_history)
+    straight_state = straight.state_dict()
+    assert all(torch.equal(tensor, straight_state[name]) for name, tensor in restarted.state_dict().items())
+
+
+def test_resuming_with_other_settings_is_refused(tokenizer, corpus, tmp_path):
+    arguments = dict(max_steps=2, batch_size=4, seq_len=32, log_every=1, progress=False)
+    pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, **arguments)
+    with pytest.raises(ValueError, match=r"other settings \(batch_size 4 -> 8\)"):
+        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, **{**arguments, "batch_size": 8})
+    history = pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, resume=False,
+                       **{**arguments, "batch_size": 8})
+    assert [record["step"] for record in history] == [1, 2]
+
+
+def test_pretrain_rejects_bad_arguments(tokenizer, corpus, tmp_path):
+    model = tiny_model(tokenizer)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, seq_len=128)
+    with pytest.raises(ValueError, match="stop_at_step"):
+        pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, stop_at_step=5)
+    with pytest.raises(ValueError, match="batch_size"):
+        pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, batch_size=0)
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        pretrain(model, tokenizer, corpus[:2], output_dir=tmp_path, max_steps=2, batch_size=4096, seq_len=32)
+    with pytest.raises(FileNotFoundError, match="metrics log"):
+        plot_metrics(tmp_path / "missing.jsonl", tmp_path / "plot.png")
+
+
+def test_pretrain_runs_on_device(tokenizer, corpus, tmp_path, device):
+    model = tiny_model(tokenizer)
+    history = pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=3, batch_size=8, seq_len=32,
+                       device=device, log_every=1, progress=False)
+    assert all(math.isfinite(record["loss"]) for record in history)
+    assert next(model.parameters()).device.type == device.type
+
+
+# ---------------------------------------------------------------------------------------------- torchrun
+
+
+DISTRIBUTED_SCRIPT = """
+import torch
+import torch.distributed as dist
+from bertlab.bert import BertConfig, BertForPreTraining
+from bertlab.data import pretraining_corpus
+from bertlab.pretraining import pretrain
+from bertlab.tokenization import BertTokenizer
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+tokenizer = BertTokenizer({vocab!r})
+documents = [document for document in pretraining_corpus() if len(document) >= 5][:4]
+for nsp, accumulation in [(True, 2), (False, 1)]:
+    torch.manual_seed(rank)  # different initial weights: DDP must broadcast rank 0's
+    model = BertForPreTraining(BertConfig(**{config!r}))
+    initial = {{name: tensor.clone() for name, tensor in model.state_dict().items()}}
+    history = pretrain(model, tokenizer, documents, output_dir={out!r} + f"/nsp{{nsp}}", max_steps=3, batch_size=4,
+                       seq_len=32, grad_accum_steps=accumulation, nsp=nsp, log_every=1, progress=False, device="cpu")
+    torch.save({{"initial": initial, "final": model.state_dict(), "history": history}},
+               {out!r} + f"/rank{{rank}}-nsp{{nsp}}.pt")
+dist.destroy_process_group()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_train_identical_replicas(tokenizer, tmp_path):
+    tokenizer.save_vocabulary(tmp_path)
+    script = tmp_path / "train.py"
+    config = dataclasses.asdict(tiny_config(tokenizer.vocab_size))
+    script.write_text(DISTRIBUTED_SCRIPT.format(config=config, vocab=str(tmp_path / "vocab.txt"), out=str(tmp_path)))
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    environment.pop("WORLD_SIZE", None)
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                             "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script)],
+                            env=environment, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for nsp in (True, False):
+        rank0, rank1 = (torch.load(tmp_path / f"rank{rank}-nsp{nsp}.pt", weights_only=True) for rank in (0, 1))
+        assert not all(torch.equal(rank0["initial"][name], rank1["initial"][name]) for name in rank0["initial"])
+        assert all(torch.equal(rank0["final"][name], rank1["final"][name]) for name in rank0["final"])
+        assert not all(torch.equal(rank0["final"][name], rank0["initial"][name]) for name in rank0["final"])
+        # the metrics are averaged over both processes; the speed is each one's own
+        for record0, record1 in zip(rank0["history"], rank1["history"], strict=True):
+            assert {**record0, "tokens_per_second": 0} == {**record1, "tokens_per_second": 0}
+        # only rank 0 writes: one line per logged step
+        assert [r["step"] for r in load_metrics(tmp_path / f"nsp{nsp}" / "metrics.jsonl")] == [1, 2, 3]
+        assert (rank0["history"][0]["nsp_loss"] is None) == (not nsp)
+
+
+# ---------------------------------------------------------------------------------------------- cached model
+
+
+def test_pretrained_small_bert_trains_once_then_loads_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("BERTLAB_CACHE", str(tmp_path))
+    arguments = dict(preset="tiny", max_steps=2, vocab_size=500, seq_len=32, batch_size=8, progress=False)
+    model, tokenizer = pretrained_small_bert(**arguments)
+    folders = list((tmp_path / "pretrained").iterdir())
+    assert folders == [pretrained_small_bert_folder(**arguments)]  # complete: no ".partial" left
+    assert (folders[0] / "vocab.txt").is_file() and (folders[0] / "config.json").is_file()
+    assert model.config.vocab_size == tokenizer.vocab_size <= 500
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the cached model should have been loaded")
+
+    monkeypatch.setattr(pretraining, "pretrain", no_training)
+    cached_model, cached_tokenizer = pretrained_small_bert(**arguments)
+    state = model.state_dict()
+    assert all(torch.equal(tensor, state[name].cpu()) for name, tensor in cached_model.state_dict().items())
+    assert cached_tokenizer.tokenize("Return the value of x.") == tokenizer.tokenize("Return the value of x.")
