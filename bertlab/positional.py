@@ -82,7 +82,7 @@ class LearnedPositionalEmbedding(nn.Module):
                     f"sequence of length {positions} exceeds the {self.num_positions} positions "
                     f"this embedding learned"
                 )
-            positions = torch.arange(positions, device=self.weight.device)
+            return self.weight[:positions]  # (N, d_model)
         if positions.is_floating_point() or positions.is_complex():
             raise ValueError(f"positions must be an integer tensor, got dtype {positions.dtype}")
         if positions.numel() > 0:

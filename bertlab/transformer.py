@@ -73,6 +73,8 @@ class EncoderLayer(nn.Module):
         eps: the norms' epsilon.
         attention_dropout: dropout on the attention weights; defaults to ``dropout``
             (BERT has separate hidden and attention dropout probabilities).
+        ffn_dropout: dropout between the two feed-forward matrices; defaults to ``dropout``
+            (as ``nn.TransformerEncoderLayer``; BERT has none there and passes 0.0).
     """
 
     def __init__(
@@ -86,11 +88,13 @@ class EncoderLayer(nn.Module):
         norm: str = "layernorm",
         eps: float = 1e-5,
         attention_dropout: float | None = None,
+        ffn_dropout: float | None = None,
     ):
         super().__init__()
         attention_dropout = dropout if attention_dropout is None else attention_dropout
+        ffn_dropout = dropout if ffn_dropout is None else ffn_dropout
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
-        self.ffn = FeedForward(d_model, d_ff, activation, dropout)
+        self.ffn = FeedForward(d_model, d_ff, activation, ffn_dropout)
         self.norm1 = build_norm(norm, d_model, eps)
         self.norm2 = build_norm(norm, d_model, eps)
         self.dropout1 = nn.Dropout(dropout)

@@ -59,6 +59,17 @@ def test_modules_match_torch_with_copied_weights(device):
     torch.testing.assert_close(ours(x), reference(x))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_modules_equal_the_written_out_functions(dtype):
+    """The modules use PyTorch's fused kernels for speed; they must compute the book's formulas."""
+    x = (torch.randn(3, 4, 10) * 3 + 1).to(dtype)
+    layer, rms = LayerNorm(10), RMSNorm(10)
+    for module in (layer, rms):
+        _random_affine(module)
+    torch.testing.assert_close(layer(x), layer_norm(x, layer.weight, layer.bias, layer.eps))
+    torch.testing.assert_close(rms(x), rms_norm(x, rms.weight, rms.eps))
+
+
 def test_module_defaults():
     layer, rms = LayerNorm(6), RMSNorm(6)
     assert layer.eps == 1e-5 and rms.eps == 1e-6

@@ -1,0 +1,726 @@
+"""BERT: the encoder, its pretraining heads and a sentence classifier (chapter 06).
+
+BERT (Devlin et al., 2019) is a stack of post-norm Transformer encoder layers (Vaswani et al., 2017)
+over the sum of three embeddings, read out by task heads:
+
+    h_0 = Dropout(LayerNorm(E_token[x_i] + E_segment[s_i] + E_position[i]))
+    h_l = EncoderLayer_l(h_{l-1}),  l = 1 .. L       (post-norm, exact GELU, padding keys masked)
+    pooled = tanh(W_p h_L[CLS] + b_p)                (the pooler, read by NSP and classifiers)
+
+Released BERT checkpoints learn their position embeddings; ``position_embedding_type="sinusoidal"``
+swaps in the fixed sinusoids of the original Transformer for comparison. The layers are the course's
+own (:class:`~bertlab.transformer.EncoderLayer` with :class:`~bertlab.attention.MultiHeadAttention`,
+which calls ``F.scaled_dot_product_attention`` unless attention weights are asked for).
+
+Weights are interchangeable with Hugging Face ``transformers``: :func:`load_hf_state_dict` and
+``from_pretrained`` read a BERT checkpoint folder (such as bert-base-uncased), ``save_pretrained``
+writes one that ``transformers`` reads back.
+
+Shapes: B batch, N sequence length, H hidden size (d_model), V vocabulary size.
+"""
+
+import dataclasses
+import json
+import re
+import warnings
+from functools import partial
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertlab.attention import padding_mask
+from bertlab.norm import LayerNorm
+from bertlab.positional import LearnedPositionalEmbedding, sinusoidal_positional_encoding
+from bertlab.transformer import ACTIVATIONS, EncoderLayer
+
+IGNORE_INDEX = -100  # label of the positions that the MLM loss skips, as in Hugging Face
+CONFIG_FILE = "config.json"
+SAFETENSORS_FILE = "model.safetensors"
+PYTORCH_FILE = "pytorch_model.bin"
+
+# --------------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------------
+
+# name: (layers L, hidden size H, attention heads A), from Turc et al. (2019) and Devlin et al. (2019)
+PRESETS = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
+# Hugging Face's names of the activations and position embeddings -> the course's
+HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "swish": "silu"}
+HF_POSITION_EMBEDDING_TYPES = {"absolute": "learned"}
+
+
+@dataclasses.dataclass
+class BertConfig:
+    """The hyperparameters of a BERT model, with the field names of BERT's (and Hugging Face's)
+    ``config.json``. The defaults are BERT-base (uncased); see :meth:`preset` for the other sizes.
+
+    ``hidden_act`` is one of :data:`bertlab.transformer.ACTIVATIONS` ("gelu" is the exact erf GELU
+    of BERT); ``position_embedding_type`` is "learned" (BERT) or "sinusoidal" (a fixed table).
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    position_embedding_type: str = "learned"
+    initializer_range: float = 0.02
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads}): each head gets hidden_size / num_attention_heads features"
+            )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown hidden_act {self.hidden_act!r}; expected one of {', '.join(map(repr, ACTIVATIONS))}"
+            )
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ValueError(
+                f"unknown position_embedding_type {self.position_embedding_type!r}; expected one of "
+                f"{', '.join(map(repr, POSITION_EMBEDDING_TYPES))}"
+            )
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id ({self.pad_token_id}) must be in [0, vocab_size={self.vocab_size})")
+        if not self.layer_norm_eps > 0 or not self.initializer_range > 0:
+            raise ValueError("layer_norm_eps and initializer_range must be > 0")
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "BertConfig":
+        """The configuration of a standard BERT size, intermediate size 4H, with fields overridden.
+
+        tiny, mini, small, medium are the compact BERTs of Turc et al. (2019) (L/H/A = 2/128/2,
+        4/256/4, 4/512/8, 8/512/8); base and large are Devlin et al.'s (12/768/12, 24/1024/16).
+        Example: ``BertConfig.preset("mini", vocab_size=8000)``.
+        """
+        if name not in PRESETS:
+            raise ValueError(f"unknown BERT preset {name!r}; expected one of {', '.join(map(repr, PRESETS))}")
+        names = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(overrides) - set(names))
+        if unknown:
+            raise ValueError(f"unknown BertConfig field(s) {unknown}; the fields are {names}")
+        layers, hidden, heads = PRESETS[name]
+        sizes = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                     intermediate_size=4 * hidden)
+        return cls(**{**sizes, **overrides})
+
+    def to_dict(self) -> dict:
+        """The fields as a dict in Hugging Face's ``config.json`` layout (``model_type`` "bert",
+        activations and learned positions under Hugging Face's names)."""
+        fields = dataclasses.asdict(self)
+        to_hf = {ours: theirs for theirs, ours in HF_POSITION_EMBEDDING_TYPES.items()}
+        fields["position_embedding_type"] = to_hf.get(self.position_embedding_type, self.position_embedding_type)
+        fields["hidden_act"] = "gelu_pytorch_tanh" if self.hidden_act == "gelu_tanh" else self.hidden_act
+        return {"model_type": "bert", **fields}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "BertConfig":
+        """Read a dict such as a Hugging Face BERT ``config.json``; keys that are not fields are ignored."""
+        names = {field.name for field in dataclasses.fields(cls)}
+        fields = {key: value for key, value in values.items() if key in names}
+        if "hidden_act" in fields:
+            fields["hidden_act"] = HF_ACTIVATIONS.get(fields["hidden_act"], fields["hidden_act"])
+        if "position_embedding_type" in fields:
+            kind = fields["position_embedding_type"]
+            fields["position_embedding_type"] = HF_POSITION_EMBEDDING_TYPES.get(kind, kind)
+        return cls(**fields)
+
+    def save(self, folder: str | Path) -> Path:
+        """Write ``folder/config.json``; return its path."""
+        path = Path(folder) / CONFIG_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "BertConfig":
+        """Read ``folder/config.json`` (ours or a Hugging Face BERT's)."""
+        path = Path(folder) / CONFIG_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"no {CONFIG_FILE} in {Path(folder)}")
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+def count_parameters(config: BertConfig, pooler: bool = True) -> int:
+    """The number of parameters of ``BertModel(config)``, in closed form.
+
+    With V vocab_size, P max_position_embeddings, T type_vocab_size, H hidden_size,
+    I intermediate_size and L num_hidden_layers:
+
+        embeddings  = (V + P + T) H + 2H           (P H only for learned positions; 2H: LayerNorm)
+        per layer   = 4 (H^2 + H)                  (query, key, value, output projections)
+                    + (H I + I) + (I H + H)        (feed-forward network)
+                    + 2 * 2H                       (two LayerNorms)
+        pooler      = H^2 + H
+
+        total = embeddings + L * per layer + pooler   (pooler only when ``pooler``)
+
+    BERT-base (V = 30,522, P = 512, T = 2, H = 768, I = 3072, L = 12) has 109,482,240.
+    """
+    V, P, T = config.vocab_size, config.max_position_embeddings, config.type_vocab_size
+    H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    positions = P if config.position_embedding_type == "learned" else 0
+    embeddings = (V + positions + T) * H + 2 * H
+    per_layer = 4 * (H * H + H) + (H * I + I) + (I * H + H) + 2 * 2 * H
+    return embeddings + L * per_layer + (H * H + H if pooler else 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# The encoder
+# --------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def init_bert_weights(module: nn.Module, std: float = 0.02) -> None:
+    """BERT's initialization of one module (use with ``model.apply``): linear and embedding weights
+    from N(0, std^2) (std = ``initializer_range``), biases 0, LayerNorm gain 1 and shift 0, and the
+    padding token's embedding row 0."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, (nn.Embedding, LearnedPositionalEmbedding)):
+        nn.init.normal_(module.weight, std=std)
+        if getattr(module, "padding_idx", None) is not None:
+            module.weight[module.padding_idx].zero_()
+    elif isinstance(module, LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+def _check_index_range(name: str, ids: torch.Tensor, size: int, size_name: str) -> None:
+    """Raise a ValueError unless every entry of the integer tensor ``ids`` is in [0, size)."""
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer tensor, got dtype {ids.dtype}")
+    if ids.numel() == 0:
+        return
+    lowest, highest = torch.stack(torch.aminmax(ids)).tolist()  # one device sync
+    if lowest < 0 or highest >= size:
+        raise ValueError(f"{name} must be in [0, {size_name}={size}), got values from {lowest} to {highest}")
+
+
+class BertEmbeddings(nn.Module):
+    """h_0 = Dropout(LayerNorm(E_token[x_i] + E_segment[s_i] + E_position[i])), (B, N) -> (B, N, H).
+
+    ``position_embeddings`` is a :class:`~bertlab.positional.LearnedPositionalEmbedding` (BERT), or,
+    for "sinusoidal", the fixed table of :func:`~bertlab.positional.sinusoidal_positional_encoding`
+    is kept in the buffer ``position_encoding`` (not a parameter, not saved).
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        H = config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, H, padding_idx=config.pad_token_id)
+        if config.position_embedding_type == "learned":
+            self.position_embeddings = LearnedPositionalEmbedding(config.max_position_embeddings, H)
+        else:
+            table = sinusoidal_positional_encoding(config.max_position_embeddings, H)  # (P, H)
+            self.register_buffer("position_encoding", table, persistent=False)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, H)
+        self.norm = LayerNorm(H, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids, token_type_ids (B, N) -> (B, N, H)."""
+        length = input_ids.shape[1]
+        if hasattr(self, "position_embeddings"):
+            positions = self.position_embeddings(length)  # (N, H)
+        else:
+            positions = self.position_encoding[:length]  # (N, H)
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids) + positions
+        return self.dropout(self.norm(x))
+
+
+class BertPooler(nn.Module):
+    """pooled = tanh(W_p h[CLS] + b_p): the final hidden state of the first token, (B, N, H) -> (B, H)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden_states[:, 0]))
+
+
+class BertEncoder(nn.Module):
+    """L post-norm encoder layers (the course's :class:`~bertlab.transformer.EncoderLayer`)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            EncoderLayer(
+                config.hidden_size,
+                config.num_attention_heads,
+                config.intermediate_size,
+                dropout=config.hidden_dropout_prob,
+                activation=config.hidden_act,
+                norm_first=False,
+                eps=config.layer_norm_eps,
+                attention_dropout=config.attention_probs_dropout_prob,
+                ffn_dropout=0.0,  # BERT has no dropout between the two feed-forward matrices
+            )
+            for _ in range(config.num_hidden_layers)
+        )
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, output_attentions: bool = False
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """x (B, N, H), mask (B, 1, 1, N) or None -> (B, N, H), and the layers' attention weights
+        (each (B, heads, N, N)) when ``output_attentions``, else an empty tuple."""
+        attentions = []
+        for layer in self.layers:
+            if output_attentions:
+                x, weights = layer(x, mask=mask, need_weights=True)
+                attentions.append(weights)
+            else:
+                x = layer(x, mask=mask)
+        return x, tuple(attentions)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading and saving Hugging Face checkpoints
+# --------------------------------------------------------------------------------------------------
+
+# (our parameter name, Hugging Face's), as regular expressions applied in order to a name
+_HF_NAME_RULES = [
+    (r"embeddings\.norm\.", "embeddings.LayerNorm."),
+    (r"encoder\.layers\.(\d+)\.self_attn\.q_proj\.", r"encoder.layer.\1.attention.self.query."),
+    (r"encoder\.layers\.(\d+)\.self_attn\.k_proj\.", r"encoder.layer.\1.attention.self.key."),
+    (r"encoder\.layers\.(\d+)\.self_attn\.v_proj\.", r"encoder.layer.\1.attention.self.value."),
+    (r"encoder\.layers\.(\d+)\.self_attn\.out_proj\.", r"encoder.layer.\1.attention.output.dense."),
+    (r"encoder\.layers\.(\d+)\.norm1\.", r"encoder.layer.\1.attention.output.LayerNorm."),
+    (r"encoder\.layers\.(\d+)\.ffn\.linear1\.", r"encoder.layer.\1.intermediate.dense."),
+    (r"encoder\.layers\.(\d+)\.ffn\.linear2\.", r"encoder.layer.\1.output.dense."),
+    (r"encoder\.layers\.(\d+)\.norm2\.", r"encoder.layer.\1.output.LayerNorm."),
+    (r"^mlm_head\.dense\.", "cls.predictions.transform.dense."),
+    (r"^mlm_head\.norm\.", "cls.predictions.transform.LayerNorm."),
+    (r"^mlm_head\.decoder\.bias$", "cls.predictions.bias"),
+    (r"^mlm_head\.decoder\.weight$", "cls.predictions.decoder.weight"),
+    (r"^nsp_head\.", "cls.seq_relationship."),
+]
+# Checkpoint entries that are not parameters: old checkpoints saved these constant buffers.
+_HF_BUFFERS = re.compile(r"(^|\.)embeddings\.(position_ids|token_type_ids)$")
+# Checkpoint entries that repeat a parameter: Hugging Face ties the decoder to the word embeddings
+# and the decoder bias to ``cls.predictions.bias``.
+_HF_TIED = {"cls.predictions.decoder.weight": None, "cls.predictions.decoder.bias": "cls.predictions.bias"}
+_BACKBONE_PREFIXES = ("embeddings.", "encoder.", "pooler.")
+
+
+def hf_parameter_name(name: str) -> str:
+    """Our parameter name -> Hugging Face's, e.g. ``encoder.layers.0.self_attn.q_proj.weight`` ->
+    ``encoder.layer.0.attention.self.query.weight`` (a ``bert.`` prefix is kept as is)."""
+    for pattern, replacement in _HF_NAME_RULES:
+        name = re.sub(pattern, replacement, name)
+    return name
+
+
+class LoadResult(NamedTuple):
+    """Hugging Face parameter names the model has but the checkpoint lacks, and the reverse."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+def _normalize_hf_key(key: str, with_bert_prefix: bool) -> str:
+    """Old TensorFlow-port names (LayerNorm.gamma/beta) -> weight/bias; add or strip ``bert.`` so the
+    key matches a model that has (task models) or has not (``BertModel``) the prefix."""
+    key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
+    key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
+    if with_bert_prefix and key.startswith(_BACKBONE_PREFIXES):
+        return "bert." + key
+    if not with_bert_prefix and key.startswith("bert."):
+        return key[len("bert."):]
+    return key
+
+
+def load_hf_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], strict: bool = True) -> LoadResult:
+    """Copy a Hugging Face BERT state dict into ``model`` (a :class:`BertModel`, :class:`BertForPreTraining`
+    or :class:`BertForSequenceClassification`), renaming the parameters.
+
+    Accepts the names of Hugging Face's ``BertModel``, ``BertForPreTraining``, ``BertForMaskedLM`` and
+    ``BertForSequenceClassification``, with or without the ``bert.`` prefix, and the old ``gamma`` /
+    ``beta`` LayerNorm names. The tied decoder weight (``cls.predictions.decoder.weight``) and constant
+    buffers (``position_ids``) are accepted and skipped.
+
+    Returns:
+        a :class:`LoadResult` of missing and unexpected keys, in Hugging Face's names.
+
+    Raises:
+        ValueError: when a tensor's shape does not fit (naming it), or, with ``strict``, when keys are
+            missing or unexpected (listing them); nothing is copied then.
+    """
+    with_prefix = not isinstance(model, BertModel)
+    own_state = model.state_dict()
+    tied = "mlm_head.decoder.weight"  # the word embeddings under a second name
+    ours_by_hf = {hf_parameter_name(name): name for name in own_state if name != tied}
+    incoming, unexpected = {}, []
+    for key, tensor in state_dict.items():
+        key = _normalize_hf_key(key, with_prefix)
+        if _HF_BUFFERS.search(key):
+            continue
+        if key in _HF_TIED and hasattr(model, "mlm_head"):
+            alias = _HF_TIED[key]
+            if alias is None or alias in state_dict:  # a second copy of a tensor loaded under its own name
+                continue
+            key = alias
+        if key in ours_by_hf:
+            incoming[key] = tensor
+        else:
+            unexpected.append(key)
+    missing = [key for key in ours_by_hf if key not in incoming]
+    for key, tensor in incoming.items():
+        expected = own_state[ours_by_hf[key]].shape
+        if tensor.shape != expected:
+            raise ValueError(
+                f"checkpoint tensor {key} has shape {tuple(tensor.shape)}, but the model expects "
+                f"{tuple(expected)}: does config.json match the weights?"
+            )
+    if strict and (missing or unexpected):
+        raise ValueError(
+            f"the state dict does not fit {type(model).__name__}: missing keys {missing}, "
+            f"unexpected keys {unexpected}"
+        )
+    model.load_state_dict({ours_by_hf[key]: tensor for key, tensor in incoming.items()}, strict=False)
+    return LoadResult(missing, unexpected)
+
+
+def _checkpoint_files(folder: Path) -> tuple[Path, Path]:
+    """config.json and the weights file (model.safetensors, else pytorch_model.bin) of a checkpoint folder."""
+    config_file = folder / CONFIG_FILE
+    weights = [folder / name for name in (SAFETENSORS_FILE, PYTORCH_FILE) if (folder / name).is_file()]
+    if not folder.is_dir() or not config_file.is_file() or not weights:
+        found = sorted(path.name for path in folder.iterdir()) if folder.is_dir() else "the folder does not exist"
+        raise FileNotFoundError(
+            f"{folder} is not a BERT checkpoint folder: expected {CONFIG_FILE} and {SAFETENSORS_FILE} "
+            f"or {PYTORCH_FILE}; found: {found}"
+        )
+    return config_file, weights[0]
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(path)
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+class BertPreTrainedModel(nn.Module):
+    """Shared by the BERT models: reading and writing Hugging Face checkpoint folders.
+
+    Subclasses set ``hf_architecture`` (the name of the matching ``transformers`` class) and
+    ``head_prefixes`` (Hugging Face names of the weights that a checkpoint of another task may lack:
+    they are then newly initialized, with a warning).
+    """
+
+    hf_architecture = ""
+    head_prefixes: tuple[str, ...] = ()
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        if not isinstance(config, BertConfig):
+            raise TypeError(f"config must be a BertConfig, got {type(config).__name__}")
+        self.config = config
+
+    @classmethod
+    def _init_kwargs_from_json(cls, values: dict) -> dict:
+        """Constructor arguments beyond the config that a Hugging Face config.json holds."""
+        return {}
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **kwargs) -> "BertPreTrainedModel":
+        """Build the model from a Hugging Face BERT checkpoint folder and load its weights.
+
+        The folder holds ``config.json`` and ``model.safetensors`` (or ``pytorch_model.bin``), as
+        written by ``save_pretrained`` here or in ``transformers``; ``vocab.txt`` is read by the
+        tokenizer. Weights of this model's head that the checkpoint lacks (say, the classifier of a
+        model pretrained without it) are initialized as BERT does, with a warning; checkpoint weights
+        this model does not use are skipped, with a warning. The model is returned in eval mode.
+        ``kwargs`` go to the constructor (e.g. ``num_labels``).
+
+        Raises:
+            FileNotFoundError: naming the folder and the expected files.
+            ValueError: when config.json is not a BERT's, encoder weights are missing or a shape does
+                not fit the config.
+        """
+        folder = Path(path)
+        config_file, weights_file = _checkpoint_files(folder)
+        values = json.loads(config_file.read_text())
+        if values.get("model_type", "bert") != "bert":
+            raise ValueError(f"{config_file} describes a {values['model_type']!r} model, not a BERT")
+        model = cls(BertConfig.from_dict(values), **{**cls._init_kwargs_from_json(values), **kwargs})
+        missing, unexpected = load_hf_state_dict(model, _read_weights(weights_file), strict=False)
+        not_heads = [key for key in missing if not key.startswith(cls.head_prefixes)]
+        if not_heads:
+            raise ValueError(f"{weights_file} lacks weights of the BERT encoder: {not_heads}")
+        if missing:
+            warnings.warn(f"{weights_file} has no {missing}: newly initialized, train them before use")
+        if unexpected:
+            warnings.warn(f"{weights_file}: skipped weights that {cls.__name__} does not use: {unexpected}")
+        return model.eval()
+
+    def _hf_config_dict(self) -> dict:
+        """config.json content: the config, plus what ``transformers`` needs to rebuild the class."""
+        return {"architectures": [self.hf_architecture], **self.config.to_dict()}
+
+    def save_pretrained(self, folder: str | Path) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` with Hugging Face's parameter names, so that
+        both ``from_pretrained`` here and ``transformers`` read the folder back; return the folder.
+
+        Hugging Face BERT has no sinusoidal positions: such a model's folder loads back only here.
+        """
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / CONFIG_FILE).write_text(json.dumps(self._hf_config_dict(), indent=2) + "\n")
+        tensors = {
+            hf_parameter_name(name): tensor.detach().cpu().contiguous()
+            for name, tensor in self.state_dict().items()
+            if name != "mlm_head.decoder.weight"  # tied to the word embeddings: stored once
+        }
+        save_file(tensors, folder / SAFETENSORS_FILE, metadata={"format": "pt"})
+        return folder
+
+
+class BertModel(BertPreTrainedModel):
+    """The BERT encoder: embeddings, L post-norm encoder layers and the tanh pooler over [CLS].
+
+    Submodules: ``embeddings`` (:class:`BertEmbeddings`), ``encoder`` (``encoder.layers``, a list
+    of :class:`~bertlab.transformer.EncoderLayer`) and ``pooler`` (None without ``add_pooling_layer``).
+    """
+
+    hf_architecture = "BertModel"
+    head_prefixes = ("pooler.",)
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.apply(partial(init_bert_weights, std=config.initializer_range))
+
+    def _check_inputs(self, input_ids, token_type_ids, attention_mask) -> None:
+        """Raise a ValueError naming the problem unless the inputs fit each other and the config."""
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] == 0:
+            shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+            raise ValueError(f"input_ids must be a (B, N) tensor of token ids with N >= 1, got {shape}")
+        length, limit = input_ids.shape[1], self.config.max_position_embeddings
+        if length > limit:
+            raise ValueError(f"input of {length} tokens is longer than max_position_embeddings={limit}")
+        for name, tensor in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
+            if tensor is not None and tensor.shape != input_ids.shape:
+                raise ValueError(
+                    f"{name} has shape {tuple(tensor.shape)}, but input_ids has shape {tuple(input_ids.shape)}"
+                )
+        _check_index_range("input_ids", input_ids, self.config.vocab_size, "vocab_size")
+        if token_type_ids is not None:
+            _check_index_range("token_type_ids", token_type_ids, self.config.type_vocab_size, "type_vocab_size")
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+    ) -> tuple:
+        """Encode a batch of token sequences.
+
+        Args:
+            input_ids: (B, N) token ids, N <= max_position_embeddings.
+            token_type_ids: (B, N) segment ids (0 for sentence A, 1 for B); None = all 0.
+            attention_mask: (B, N), 1 (or True) for tokens and 0 for padding, which no token
+                attends to; None = no padding.
+            output_attentions: also return every layer's attention weights, computed step by step
+                (the fused kernel is used otherwise).
+
+        Returns:
+            ``(sequence_output, pooled_output)``: (B, N, H) and (B, H) (None without a pooler), and,
+            when ``output_attentions``, a third element: a tuple of L tensors (B, heads, N, N).
+        """
+        self._check_inputs(input_ids, token_type_ids, attention_mask)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        mask = None if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, N)
+        hidden = self.embeddings(input_ids, token_type_ids)  # (B, N, H)
+        sequence_output, attentions = self.encoder(hidden, mask, output_attentions)
+        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None  # (B, H)
+        if output_attentions:
+            return sequence_output, pooled_output, attentions
+        return sequence_output, pooled_output
+
+
+# --------------------------------------------------------------------------------------------------
+# Heads: pretraining (MLM and NSP) and sequence classification
+# --------------------------------------------------------------------------------------------------
+
+
+class BertMLMHead(nn.Module):
+    """Masked-language-model head: logits = LayerNorm(act(h W + b)) E^T + b_out, (B, N, H) -> (B, N, V).
+
+    The decoder's weight is the word-embedding matrix E itself (tied, as in BERT; Press and Wolf,
+    2017), with its own output bias b_out (``decoder.bias``).
+    """
+
+    def __init__(self, config: BertConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = ACTIVATIONS[config.hidden_act]()
+        self.norm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.decoder.weight = word_embeddings.weight  # tied: one tensor, two names
+        init_bert_weights(self.dense, config.initializer_range)
+        nn.init.zeros_(self.decoder.bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(self.activation(self.dense(hidden_states))))
+
+
+@dataclasses.dataclass
+class BertPreTrainingOutput:
+    """Output of :class:`BertForPreTraining`: loss = mlm_loss (+ nsp_loss when NSP labels are given);
+    the losses are None without labels. mlm_logits (B, N, V), nsp_logits (B, 2)."""
+
+    loss: torch.Tensor | None
+    mlm_loss: torch.Tensor | None
+    nsp_loss: torch.Tensor | None
+    mlm_logits: torch.Tensor
+    nsp_logits: torch.Tensor
+
+
+@dataclasses.dataclass
+class SequenceClassifierOutput:
+    """Output of :class:`BertForSequenceClassification`: the cross-entropy ``loss`` (None without
+    labels) and the ``logits`` (B, num_labels)."""
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+
+
+class BertForPreTraining(BertPreTrainedModel):
+    """BERT with its two pretraining heads (Devlin et al., 2019).
+
+    MLM: ``mlm_head`` predicts the masked tokens from the sequence output (decoder tied to the word
+    embeddings). NSP: ``nsp_head`` (a linear layer on the pooled [CLS]) predicts whether sentence B
+    followed sentence A (label 0, IsNext) or not (1, NotNext). Training with MLM only (RoBERTa,
+    Liu et al., 2019) just leaves out ``nsp_labels``.
+    """
+
+    hf_architecture = "BertForPreTraining"
+    head_prefixes = ("bert.pooler.", "cls.")
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.mlm_head = BertMLMHead(config, self.bert.embeddings.word_embeddings)
+        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        init_bert_weights(self.nsp_head, config.initializer_range)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        mlm_labels: torch.Tensor | None = None,
+        nsp_labels: torch.Tensor | None = None,
+    ) -> BertPreTrainingOutput:
+        """Inputs as for :meth:`BertModel.forward`; ``mlm_labels`` (B, N) hold the original token at
+        the predicted positions and -100 elsewhere, ``nsp_labels`` (B,) hold 0 (IsNext) or 1 (NotNext).
+
+        mlm_loss = mean over labelled positions of -log p(label), nsp_loss = mean over the batch of
+        -log p(nsp label), loss = mlm_loss + nsp_loss, or the one of them whose labels are given.
+        """
+        sequence_output, pooled_output = self.bert(input_ids, token_type_ids, attention_mask)
+        mlm_logits = self.mlm_head(sequence_output)  # (B, N, V)
+        nsp_logits = self.nsp_head(pooled_output)  # (B, 2)
+        mlm_loss = nsp_loss = None
+        if mlm_labels is not None:
+            if mlm_labels.shape != input_ids.shape:
+                raise ValueError(
+                    f"mlm_labels has shape {tuple(mlm_labels.shape)}, but input_ids has shape {tuple(input_ids.shape)}"
+                )
+            mlm_loss = F.cross_entropy(mlm_logits.flatten(0, 1), mlm_labels.flatten(), ignore_index=IGNORE_INDEX)
+        if nsp_labels is not None:
+            if nsp_labels.shape != input_ids.shape[:1]:
+                raise ValueError(f"nsp_labels must have shape ({input_ids.shape[0]},), got {tuple(nsp_labels.shape)}")
+            nsp_loss = F.cross_entropy(nsp_logits, nsp_labels)
+        losses = [value for value in (mlm_loss, nsp_loss) if value is not None]
+        loss = sum(losses[1:], losses[0]) if losses else None
+        return BertPreTrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits)
+
+
+class BertForSequenceClassification(BertPreTrainedModel):
+    """BERT with a classifier on the pooled [CLS]: logits = W Dropout(pooled) + b, (B, num_labels).
+
+    As in BERT's fine-tuning, the dropout probability is ``hidden_dropout_prob`` and all weights
+    train. ``from_pretrained`` reads ``num_labels`` from Hugging Face's ``id2label`` when present.
+    """
+
+    hf_architecture = "BertForSequenceClassification"
+    head_prefixes = ("bert.pooler.", "classifier.")
+
+    def __init__(self, config: BertConfig, num_labels: int = 2):
+        super().__init__(config)
+        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 2:
+            raise ValueError(f"num_labels must be an integer >= 2, got {num_labels!r}")
+        self.num_labels = num_labels
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        init_bert_weights(self.classifier, config.initializer_range)
+
+    @classmethod
+    def _init_kwargs_from_json(cls, values: dict) -> dict:
+        if "id2label" in values:
+            return {"num_labels": len(values["id2label"])}
+        return {"num_labels": values["num_labels"]} if "num_labels" in values else {}
+
+    def _hf_config_dict(self) -> dict:
+        id2label = {str(index): f"LABEL_{index}" for index in range(self.num_labels)}
+        label2id = {label: int(index) for index, label in id2label.items()}
+        return {**super()._hf_config_dict(), "id2label": id2label, "label2id": label2id}
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> SequenceClassifierOutput:
+        """Inputs as for :meth:`BertModel.forward`; ``labels`` (B,) class indices in [0, num_labels).
+        The loss is the mean cross-entropy."""
+        _, pooled_output = self.bert(input_ids, token_type_ids, attention_mask)
+        logits = self.classifier(self.dropout(pooled_output))  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            if labels.shape != logits.shape[:1]:
+                raise ValueError(f"labels must have shape ({logits.shape[0]},), got {tuple(labels.shape)}")
+            loss = F.cross_entropy(logits, labels)
+        return SequenceClassifierOutput(loss, logits)
