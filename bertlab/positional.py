@@ -8,7 +8,8 @@ Relative positions act inside attention:
 - T5 adds a learned scalar per head and per bucket of key index - query index (Raffel et al., 2020);
 - ALiBi adds a fixed linear penalty -slope * distance per head (Press et al., 2022);
 - RoPE rotates queries and keys so that their dot product depends only on the offset
-  (RoFormer, Su et al., 2021; the rotate-half layout of GPT-NeoX and Llama, Touvron et al., 2023).
+  (RoFormer, Su et al., 2021; the rotate-half layout of GPT-NeoX, Black et al., 2022, and of
+  Hugging Face's Llama, whose weights are permuted to match; Meta's own Llama code rotates interleaved pairs).
 
 Shapes: H heads, N queries, M keys, D head size, P positions.
 """
@@ -262,7 +263,7 @@ def apply_rope(
 
     Feature pair i is rotated by the angle m * theta_i, theta_i = base^(-2i / D).
     - ``interleaved=True``: pairs are (2i, 2i + 1), as in RoFormer (Su et al.) and ``rope_matrix``.
-    - ``interleaved=False``: pairs are (i, i + D/2), the rotate-half layout of GPT-NeoX and Llama.
+    - ``interleaved=False``: pairs are (i, i + D/2), the rotate-half layout of GPT-NeoX and Hugging Face's Llama.
     The two are the same rotation on permuted features, so only weights trained with one layout
     work with it.
 
