@@ -58,9 +58,9 @@ def layer_norm(
     _check_feature_shape("bias", bias, x)
     dtype = _compute_dtype(x)
     x32 = x.to(dtype)
-    mean = x32.mean(dim=-1, keepdim=True)  # (..., 1)
-    variance = (x32 - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased
-    out = (x32 - mean) * torch.rsqrt(variance + eps)
+    centered = x32 - x32.mean(dim=-1, keepdim=True)  # (..., d)
+    variance = centered.pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased
+    out = centered * torch.rsqrt(variance + eps)
     if weight is not None:
         out = out * weight.to(dtype)
     if bias is not None:
