@@ -1,0 +1,633 @@
+"""Checks of chapter 02 (the Transformer block), called by the hidden tests of ``chapters/02_transformer``.
+
+The exercises are ``nn.Module`` classes: ``MultiHeadAttention``, ``FeedForward`` and ``EncoderLayer``.
+Each ``check_<name>(student_class)`` builds the reference module of ``bertlab`` with random weights
+drawn from a generator seeded by the exercise's name, builds the student's module with the same
+constructor arguments, loads the reference's ``state_dict()`` into it with ``load_state_dict``, calls
+both on the same inputs and compares the outputs. The student's module is only constructed, given
+weights with ``load_state_dict``, switched to evaluation mode with ``eval()`` where the case has
+dropout, called, and asked for its ``state_dict()``: nothing else of it is read or assigned.
+
+Earlier exercises are replaced by their references (the student's ``EncoderLayer`` runs with the
+reference ``MultiHeadAttention`` and ``FeedForward``; the student's ``MultiHeadAttention`` with the
+reference ``scaled_dot_product_attention`` of chapter 01), so one mistake is not punished twice.
+``forbid=False`` lifts the forbidden-call rule (the tests use it to run a check on the reference).
+"""
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+from torch import nn
+
+from autograder.checks.attention import ATTENTION_FORBIDDEN, _randn
+from autograder.checks.framework import (
+    DEFAULT_TOLERANCES,
+    Case,
+    CheckFailed,
+    Mistake,
+    Tolerance,
+    _failure_message,
+    describe_difference,
+    diagnose,
+    generator_for,
+    run_student,
+    with_dependencies,
+)
+from bertlab import attention as reference_attention
+from bertlab import norm as reference_norm
+from bertlab import transformer as reference
+
+NEG_INF = float("-inf")
+
+#: Module outputs go through several matrix products (and, in a layer, two norms): float32 is
+#: compared a little more loosely than the framework's default; float64 keeps the default.
+MODULE_TOLERANCES = {**DEFAULT_TOLERANCES, torch.float32: Tolerance(atol=2e-5, rtol=2e-4)}
+
+NONDETERMINISTIC_HINT = (
+    "your module gives a different output each time it is called in evaluation mode: dropout must be "
+    "off after `module.eval()`. Use `nn.Dropout` modules (they check `self.training`), or "
+    "`F.dropout(x, p, training=self.training)`; `F.dropout(x, p)` alone drops in every mode."
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Checking a module: the cases, building the student's module, comparing
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModuleCase:
+    """One test of a module: how to build it, and one call of its forward.
+
+    ``init_args`` and ``init_kwargs`` go to the constructor of both the student's and the reference's
+    class; ``forward`` holds the arguments of the call; ``dtype`` is the dtype of the weights and
+    inputs; ``evaluate`` switches both modules to evaluation mode (the cases with dropout).
+    """
+
+    description: str
+    init_args: tuple
+    forward: Case
+    init_kwargs: dict = field(default_factory=dict)
+    dtype: torch.dtype = torch.float32
+    evaluate: bool = False
+
+
+def _constructor_call(name: str, args: tuple, kwargs: Mapping) -> str:
+    """How the constructor is called, e.g. ``FeedForward(8, 16, dropout=0.5)``."""
+    arguments = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"{name}({', '.join(arguments)})"
+
+
+def random_state(module: nn.Module, generator: torch.Generator, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Random weights for ``module``: matrices ~ N(0, 1/fan_in), biases ~ N(0, 0.1^2), the gains of the
+    norms ~ N(1, 0.2^2) (so that a norm left out or put in the wrong place changes the output)."""
+    state = {}
+    for name, tensor in module.state_dict().items():
+        if tensor.dim() == 2:
+            values = _randn(generator, *tensor.shape, scale=tensor.shape[1] ** -0.5)
+        elif name.endswith("weight"):
+            values = 1.0 + _randn(generator, *tensor.shape, scale=0.2)
+        else:
+            values = _randn(generator, *tensor.shape, scale=0.1)
+        state[name] = values.to(dtype)
+    return state
+
+
+def _describe_parameters(state: Mapping[str, torch.Tensor], names) -> str:
+    """``names`` with their shapes; a submodule all of whose (more than 2) tensors are named is
+    written ``submodule.* (n tensors)``."""
+    groups = {}
+    for name in sorted(names):
+        groups.setdefault(name.split(".")[0], []).append(name)
+    parts = []
+    for prefix, members in groups.items():
+        whole = [name for name in state if name.startswith(prefix + ".")]
+        if len(members) > 2 and sorted(whole) == members:
+            parts.append(f"{prefix}.* ({len(members)} tensors)")
+        else:
+            parts.extend(f"{name} {tuple(state[name].shape)}" for name in members)
+    return ", ".join(parts) or "none"
+
+
+def _check_parameter_names(student_state, expected_state, *, check, context, constructor, naming_hint) -> None:
+    """Fail with the missing, unexpected and misshapen parameters of the student's module, if any."""
+    missing = expected_state.keys() - student_state.keys()
+    unexpected = student_state.keys() - expected_state.keys()
+    misshapen = [name for name in expected_state.keys() & student_state.keys()
+                 if student_state[name].shape != expected_state[name].shape]
+    if not (missing or unexpected or misshapen):
+        return
+    problems = []
+    if missing:
+        problems.append(f"missing {_describe_parameters(expected_state, missing)}")
+    if unexpected:
+        problems.append(f"unexpected {_describe_parameters(student_state, unexpected)}")
+    for name in sorted(misshapen):
+        problems.append(f"{name} has shape {tuple(student_state[name].shape)}, expected "
+                        f"{tuple(expected_state[name].shape)}")
+    difference = (
+        f"the parameters of your {constructor} do not match the reference's, so its weights cannot be "
+        f"loaded into your module: {'; '.join(problems)}. Expected: "
+        f"{_describe_parameters(expected_state, expected_state.keys())}."
+    )
+    raise CheckFailed(_failure_message(check, context, difference, naming_hint))
+
+
+def build_student_module(student_class, case: ModuleCase, state: Mapping[str, torch.Tensor], *, check: str,
+                         context: str, naming_hint: str) -> nn.Module:
+    """Construct the student's module, check its parameter names and shapes, load ``state`` into it
+    with ``load_state_dict`` and switch it to evaluation mode when the case asks for it.
+
+    ``NotImplementedError`` (a blank exercise) passes through; any other error becomes a
+    :class:`CheckFailed` that names the constructor call.
+    """
+    constructor = _constructor_call(check, case.init_args, case.init_kwargs)
+    try:
+        module = student_class(*case.init_args, **case.init_kwargs)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        raise CheckFailed(_failure_message(
+            check, context, f"{constructor} raised {type(error).__name__}: {error}", None)) from error
+    if not all(callable(getattr(module, method, None)) for method in ("state_dict", "load_state_dict", "eval")):
+        raise CheckFailed(_failure_message(
+            check, context, f"{constructor} returned a {type(module).__name__}, expected a torch.nn.Module "
+            f"(write `class {check}(nn.Module)` and call `super().__init__()` first).", None))
+    _check_parameter_names(module.state_dict(), state, check=check, context=context, constructor=constructor,
+                           naming_hint=naming_hint)
+    try:
+        # assign=True gives the module the weights' dtype (float64 cases); float32 weights are copied in.
+        module.load_state_dict({name: tensor.clone() for name, tensor in state.items()},
+                               assign=case.dtype != torch.float32)
+    except Exception as error:
+        raise CheckFailed(_failure_message(
+            check, context, f"loading the reference's weights into your {constructor} with load_state_dict "
+            f"raised {type(error).__name__}: {error}", naming_hint)) from error
+    if case.evaluate:
+        module.eval()
+    return module
+
+
+def check_module_against_reference(
+    student_class,
+    reference_class: type[nn.Module],
+    cases: Sequence[ModuleCase],
+    *,
+    check: str,
+    generator: torch.Generator,
+    mistakes: Callable[[nn.Module], Sequence[Mistake]],
+    naming_hint: str,
+    tolerance: Tolerance | Mapping = MODULE_TOLERANCES,
+    forbidden=(),
+    parameter_names: Sequence[str] = ("x",),
+) -> str:
+    """Build the student's and the reference's module with the same weights for every case, call
+    both, and compare; return a summary or raise :class:`CheckFailed`.
+
+    Args:
+        student_class: the student's class (with its dependencies already replaced).
+        reference_class: the ``bertlab`` class it must agree with.
+        cases: the modules to build and the calls to make.
+        check: the exercise's name, used in messages.
+        generator: draws the weights of each case.
+        mistakes: given the case's reference module (with its weights), the known-wrong forward
+            functions and their hints, tried in order on a failure.
+        naming_hint: shown when the student's parameters do not match the reference's.
+        tolerance: a :class:`Tolerance`, or a dict from dtype to Tolerance.
+        forbidden: functions the student's forward may not call.
+        parameter_names: the names of forward's arguments, for the messages.
+    """
+    forbidden = list(forbidden)
+    for number, case in enumerate(cases, start=1):
+        context = f"test case {number} of {len(cases)} ({case.description})"
+        reference_module = reference_class(*case.init_args, **case.init_kwargs)
+        state = random_state(reference_module, generator, case.dtype)
+        reference_module.load_state_dict(state, assign=True)
+        if case.evaluate:
+            reference_module.eval()
+        known_mistakes = mistakes(reference_module)
+        student_module = build_student_module(student_class, case, state, check=check, context=context,
+                                              naming_hint=naming_hint)
+        actual = run_student(student_module, case.forward, check=check, forbidden=forbidden,
+                             parameter_names=parameter_names, mistakes=known_mistakes, context=context)
+        args, kwargs = case.forward.fresh_arguments()
+        with torch.no_grad():
+            expected = reference_module(*args, **kwargs)
+        difference = describe_difference(actual, expected, tolerance)
+        if difference is None:
+            continue
+        hint = None
+        if case.evaluate:
+            again = run_student(student_module, case.forward, check=check, forbidden=forbidden,
+                                parameter_names=parameter_names, context=context)
+            if describe_difference(again, actual, Tolerance(0.0, 0.0)) is not None:
+                hint = NONDETERMINISTIC_HINT
+        hint = hint or diagnose(actual, case.forward, known_mistakes, tolerance)
+        raise CheckFailed(_failure_message(check, context, difference, hint))
+    return f"{check}: all {len(cases)} cases agree with the reference"
+
+
+def isolate_class(student_class, **references):
+    """The student's class with the global names in ``references`` replaced by the references.
+
+    Each class of the student's hierarchy defined where the student's class is (the notebook) is
+    rebuilt with :func:`~autograder.checks.framework.with_dependencies` as a subclass of the original:
+    its methods keep the original's ``__class__`` cell, so zero-argument ``super()`` (in every
+    ``nn.Module``'s ``__init__``) only works on an instance of a subclass, and a method inherited from
+    another class of the student's must see the references too. The student's classes and globals are
+    not modified.
+    """
+    if not isinstance(student_class, type):
+        return with_dependencies(student_class, **references)
+    rebuilt = {}
+
+    def rebuild(cls):
+        if cls.__module__ != student_class.__module__:
+            return cls  # a library class (nn.Module, bertlab's): used as it is
+        if cls not in rebuilt:
+            sibling = with_dependencies(cls, **references)
+            members = {key: value for key, value in vars(sibling).items() if key not in ("__dict__", "__weakref__")}
+            new_bases = [rebuild(base) for base in cls.__bases__]
+            bases = (cls, *(new for new, base in zip(new_bases, cls.__bases__) if new is not base))
+            rebuilt[cls] = type(cls)(cls.__name__, bases, members)
+        return rebuilt[cls]
+
+    return rebuild(student_class)
+
+
+# --------------------------------------------------------------------------------------------------
+# MultiHeadAttention
+# --------------------------------------------------------------------------------------------------
+
+MULTI_HEAD_ATTENTION_FORBIDDEN = (
+    *(f for f in ATTENTION_FORBIDDEN if f is not reference_attention.scaled_dot_product_attention),
+    torch._native_multi_head_attention,
+    "transformers.models.bert.modeling_bert.BertSelfAttention.forward",
+    "transformers.models.bert.modeling_bert.BertAttention.forward",
+)
+
+MULTI_HEAD_ATTENTION_NAMING = (
+    "name the four projections q_proj, k_proj, v_proj and out_proj, each an nn.Linear(d_model, d_model) "
+    "with a bias, and give the module no other parameters."
+)
+
+
+def multi_head_attention_cases() -> list[ModuleCase]:
+    g = generator_for("MultiHeadAttention")
+
+    def case(description, d_model, num_heads, x_shape, context_shape=None, mask=None, dtype=torch.float32):
+        kwargs = {}
+        if context_shape is not None:
+            kwargs["context"] = _randn(g, *context_shape, dtype=dtype)
+        if mask is not None:
+            kwargs["mask"] = mask
+        forward = Case(description, (_randn(g, *x_shape, dtype=dtype),), kwargs)
+        return ModuleCase(f"MultiHeadAttention({d_model}, {num_heads}), {description}", (d_model, num_heads),
+                          forward, dtype=dtype)
+
+    lengths = torch.tensor([6, 4, 2])
+    padding = reference_attention.padding_mask(torch.arange(6) < lengths[:, None])  # (3, 1, 1, 6)
+    context_padding = reference_attention.padding_mask(torch.arange(7) < torch.tensor([7, 5])[:, None])
+    per_head = torch.rand((2, 4, 5, 5), generator=g) < 0.6
+    per_head[..., 0] = True  # every query sees at least one key
+    no_key = torch.rand((4, 4), generator=g) < 0.7
+    no_key[:, 1] = True
+    no_key[2] = False  # query 2 may attend to no key
+    return [
+        case("self-attention on x (2, 5, 8), no mask", 8, 2, (2, 5, 8)),
+        case("self-attention on x (2, 4, 12), causal mask (4, 4)", 12, 3, (2, 4, 12),
+             mask=reference_attention.causal_mask(4)),
+        case("cross-attention: x (2, 3, 8) attends over context (2, 7, 8), no mask", 8, 2, (2, 3, 8), (2, 7, 8)),
+        case("self-attention on x (3, 6, 16), padding mask (3, 1, 1, 6) for lengths 6, 4, 2", 16, 4, (3, 6, 16),
+             mask=padding),
+        case("cross-attention: x (2, 3, 8) over context (2, 7, 8), padding mask (2, 1, 1, 7) for lengths 7, 5",
+             8, 2, (2, 3, 8), (2, 7, 8), mask=context_padding),
+        case("self-attention on x (2, 5, 16), a different random mask per head (2, 4, 5, 5)", 16, 4, (2, 5, 16),
+             mask=per_head),
+        case("a single head: x (2, 4, 6)", 6, 1, (2, 4, 6)),
+        case("heads of size 1: x (2, 3, 8)", 8, 8, (2, 3, 8)),
+        case("one position: x (1, 1, 8)", 8, 2, (1, 1, 8)),
+        case("mask (4, 4) in which query 2 may attend to no key: x (2, 4, 8)", 8, 2, (2, 4, 8), mask=no_key),
+        case("x (2, 5, 16), float64 weights and inputs", 16, 4, (2, 5, 16), dtype=torch.float64),
+    ]
+
+
+def _wrong_multi_head_attention(module, x, context=None, mask=None, *, split="transpose", merge="transpose",
+                                output_projection=True, scale="head", use_mask=True, use_context=True,
+                                nan_rows=False, return_weights=False):
+    """A wrong multi-head attention with the weights of ``module``: one mistake, chosen by the options."""
+    num_heads, d_model = module.num_heads, module.d_model
+    head_dim = d_model // num_heads
+    context = x if context is None or not use_context else context
+
+    def heads(t):  # (B, L, d_model) -> (B, H, L, D)
+        batch, length, _ = t.shape
+        if split == "view":  # no transpose: mixes positions and features
+            return t.reshape(batch, num_heads, length, head_dim)
+        if split == "interleaved":  # head h takes every H-th feature
+            return t.reshape(batch, length, head_dim, num_heads).permute(0, 3, 1, 2)
+        if split == "none":  # one head of size d_model
+            return t.unsqueeze(1)
+        return t.reshape(batch, length, num_heads, head_dim).transpose(1, 2)
+
+    q, k, v = heads(module.q_proj(x)), heads(module.k_proj(context)), heads(module.v_proj(context))
+    divisor = math.sqrt(d_model) if scale == "model" else 1.0 if scale == "none" else math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1) / divisor
+    if mask is not None and use_mask:
+        scores = scores.masked_fill(~mask, NEG_INF)
+    weights = torch.softmax(scores, dim=-1) if nan_rows else reference_attention.softmax(scores, dim=-1)
+    output = weights @ v  # (B, H, N, D)
+    batch, _, length, _ = output.shape
+    if merge == "no_transpose":
+        output = output.reshape(batch, length, d_model)
+    elif merge == "view":
+        output = output.transpose(1, 2).view(batch, length, d_model)  # raises: not contiguous
+    else:
+        output = output.transpose(1, 2).reshape(batch, length, d_model)
+    output = module.out_proj(output) if output_projection else output
+    return (output, weights) if return_weights else output
+
+
+def multi_head_attention_mistakes(module) -> list[Mistake]:
+    wrong = partial(_wrong_multi_head_attention, module)
+    return [
+        Mistake(partial(wrong, split="view"),
+                "split the heads with a reshape to (B, L, H, D) followed by transpose(1, 2) to (B, H, L, D); "
+                "a reshape (or view) straight to (B, H, L, D) mixes positions and features."),
+        Mistake(partial(wrong, merge="no_transpose"),
+                "to concatenate the heads, transpose (B, H, N, D) back to (B, N, H, D) before the reshape to "
+                "(B, N, d_model); a reshape straight from (B, H, N, D) mixes positions and heads."),
+        Mistake(partial(wrong, split="view", merge="no_transpose"),
+                "split the heads with reshape to (B, L, H, D) then transpose(1, 2), and concatenate them with "
+                "transpose(1, 2) then reshape to (B, N, d_model): reshaping without the transposes mixes "
+                "positions and features."),
+        Mistake(partial(wrong, merge="view"),
+                "after transpose(1, 2) the tensor is not contiguous, so `.view` fails: use `.reshape` (or "
+                "`.contiguous().view`)."),
+        Mistake(partial(wrong, split="interleaved"),
+                "head h takes the contiguous features h*D ... (h+1)*D - 1 of each projection: reshape "
+                "(B, L, d_model) to (B, L, H, D), not to (B, L, D, H)."),
+        Mistake(partial(wrong, output_projection=False),
+                "apply the output projection W^O (out_proj) to the concatenated heads."),
+        Mistake(partial(wrong, split="none"),
+                "split the projections into num_heads heads of size D = d_model // num_heads and attend in "
+                "each head separately; your module computes a single head of size d_model."),
+        Mistake(partial(wrong, scale="model"),
+                "scale the scores by 1/sqrt(d_k) with d_k = D = d_model // num_heads, the size of one head, "
+                "not by 1/sqrt(d_model). (scaled_dot_product_attention does it right when given the heads.)"),
+        Mistake(partial(wrong, scale="none"), "scale the scores by 1/sqrt(d_k), d_k = d_model // num_heads."),
+        Mistake(partial(wrong, use_context=False),
+                "in cross-attention the keys and values come from `context`: k = k_proj(context), "
+                "v = v_proj(context); only the queries come from x."),
+        Mistake(partial(wrong, nan_rows=True),
+                "a query with no key to attend to (its row of the mask is all False) must get zero weights and "
+                "a zero head output, not NaN: torch.softmax of a row of -inf is NaN. Call "
+                "scaled_dot_product_attention (chapter 01), which returns zeros there."),
+        Mistake(partial(wrong, use_mask=False),
+                "pass the mask on to the attention of the heads: scores where the mask is False get -inf."),
+        Mistake(partial(wrong, return_weights=True), "return only the output (B, N, d_model), not the weights too."),
+    ]
+
+
+def check_MultiHeadAttention(student_class, *, forbid: bool = True) -> str:  # noqa: N802 (the exercise's name)
+    """Compare ``MultiHeadAttention(d_model, num_heads)`` and its ``forward(x, context=None, mask=None)``
+    with :class:`bertlab.attention.MultiHeadAttention` holding the same weights.
+
+    The student's class runs with the reference ``scaled_dot_product_attention`` and ``softmax`` in
+    place of theirs. Cases: self- and cross-attention (N != M), causal, padding and per-head masks, a
+    query with no key to attend to, one head, heads of size 1, one position, float64.
+    Tolerance: float32 atol 2e-5, rtol 2e-4; float64 the framework's default.
+    Forbidden: ``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``,
+    ``F.multi_head_attention_forward`` and every other built-in attention, and the reference module.
+    """
+    isolated = isolate_class(student_class, softmax=reference_attention.softmax,
+                             scaled_dot_product_attention=reference_attention.scaled_dot_product_attention)
+    return check_module_against_reference(
+        isolated,
+        reference_attention.MultiHeadAttention,
+        multi_head_attention_cases(),
+        check="MultiHeadAttention",
+        generator=generator_for("MultiHeadAttention weights"),
+        mistakes=multi_head_attention_mistakes,
+        naming_hint=MULTI_HEAD_ATTENTION_NAMING,
+        forbidden=MULTI_HEAD_ATTENTION_FORBIDDEN if forbid else (),
+        parameter_names=("x", "context", "mask"),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# FeedForward
+# --------------------------------------------------------------------------------------------------
+
+FEED_FORWARD_FORBIDDEN = (
+    reference.FeedForward.forward,
+    nn.TransformerEncoderLayer._ff_block,
+    nn.TransformerDecoderLayer._ff_block,
+    "transformers.models.bert.modeling_bert.BertIntermediate.forward",
+)
+
+FEED_FORWARD_NAMING = (
+    "name the two layers linear1 = nn.Linear(d_model, d_ff) and linear2 = nn.Linear(d_ff, d_model), both "
+    "with a bias; the activation and the dropout have no parameters."
+)
+
+
+def feed_forward_cases() -> list[ModuleCase]:
+    g = generator_for("FeedForward")
+
+    def case(description, init_args, x_shape, init_kwargs=None, dtype=torch.float32, evaluate=False):
+        init_kwargs = init_kwargs or {}
+        call = _constructor_call("FeedForward", init_args, init_kwargs)
+        forward = Case(description, (_randn(g, *x_shape, dtype=dtype),))
+        return ModuleCase(f"{call}{', eval mode' if evaluate else ''}, {description}", init_args, forward,
+                          init_kwargs, dtype, evaluate)
+
+    return [
+        case("x (2, 5, 8)", (8, 32), (2, 5, 8)),
+        case("x (2, 4, 8)", (8, 16, "gelu"), (2, 4, 8)),
+        case("x (3, 16) without a batch dimension", (16, 64), (3, 16), {"activation": "gelu"}),
+        case("x (2, 4, 8)", (8, 16), (2, 4, 8), {"dropout": 0.5}, evaluate=True),
+        case("x (2, 3, 4, 8)", (8, 24, "gelu", 0.1), (2, 3, 4, 8), evaluate=True),
+        case("one position: x (1, 1, 4)", (4, 4), (1, 1, 4)),
+        case("x (2, 3, 8), float64", (8, 16, "gelu"), (2, 3, 8), dtype=torch.float64),
+    ]
+
+
+def _wrong_feed_forward(module, x, *, activation_at="middle", activation=None):
+    """A wrong feed-forward network with the weights of ``module``."""
+    act = module.activation if activation is None else activation
+    if activation_at == "input":
+        return module.linear2(module.linear1(act(x)))
+    hidden = module.linear1(x)
+    if activation_at in ("middle", "both"):
+        hidden = act(hidden)
+    output = module.linear2(hidden)
+    return act(output) if activation_at in ("output", "both") else output
+
+
+def feed_forward_mistakes(module) -> list[Mistake]:
+    wrong = partial(_wrong_feed_forward, module)
+    return [
+        Mistake(partial(wrong, activation_at="output"),
+                "apply the activation between the two linear layers (to x W_1 + b_1), not after the second one."),
+        Mistake(partial(wrong, activation_at="both"),
+                "apply the activation once, between the two linear layers; the output of the second linear "
+                "layer is not passed through it."),
+        Mistake(partial(wrong, activation_at="input"),
+                "apply the activation to the hidden layer, x W_1 + b_1, not to the input x."),
+        Mistake(partial(wrong, activation_at="none"), "apply the activation between the two linear layers."),
+        Mistake(partial(wrong, activation=nn.GELU(approximate="tanh")),
+                "activation='gelu' is the exact GELU, x * Phi(x) with the erf (nn.GELU() or F.gelu(x)), not "
+                "its tanh approximation."),
+        Mistake(partial(wrong, activation=nn.ReLU()),
+                "use the `activation` argument: 'gelu' selects the GELU, 'relu' the ReLU."),
+        Mistake(partial(wrong, activation=nn.GELU()),
+                "use the `activation` argument: 'relu' (the default) selects the ReLU, 'gelu' the GELU."),
+    ]
+
+
+def check_FeedForward(student_class, *, forbid: bool = True) -> str:  # noqa: N802 (the exercise's name)
+    """Compare ``FeedForward(d_model, d_ff, activation="relu", dropout=0.0)`` and its ``forward(x)``
+    with :class:`bertlab.transformer.FeedForward` holding the same weights.
+
+    Cases: ReLU and GELU; inputs with 1 to 3 leading dimensions; dropout 0.5 and 0.1 in evaluation
+    mode (must be off); one position; float64. Tolerance: float32 atol 2e-5, rtol 2e-4; float64 the
+    framework's default. Forbidden: the reference and the feed-forward blocks of
+    ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``.
+    """
+    return check_module_against_reference(
+        student_class,
+        reference.FeedForward,
+        feed_forward_cases(),
+        check="FeedForward",
+        generator=generator_for("FeedForward weights"),
+        mistakes=feed_forward_mistakes,
+        naming_hint=FEED_FORWARD_NAMING,
+        forbidden=FEED_FORWARD_FORBIDDEN if forbid else (),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# EncoderLayer
+# --------------------------------------------------------------------------------------------------
+
+ENCODER_LAYER_FORBIDDEN = (
+    reference.EncoderLayer.forward,
+    reference.Encoder.forward,
+    reference_norm.post_norm_residual,
+    reference_norm.pre_norm_residual,
+    nn.TransformerEncoderLayer.forward,
+    nn.TransformerEncoder.forward,
+    torch._transformer_encoder_layer_fwd,
+    "bertlab.bert.BertEncoder.forward",
+    "transformers.models.bert.modeling_bert.BertLayer.forward",
+)
+
+ENCODER_LAYER_NAMING = (
+    "name the sublayers self_attn = MultiHeadAttention(d_model, num_heads), ffn = FeedForward(d_model, "
+    "d_ff, dropout=dropout), and the two norms norm1 and norm2 = nn.LayerNorm(d_model) (dropout modules "
+    "have no parameters)."
+)
+
+
+def encoder_layer_cases() -> list[ModuleCase]:
+    g = generator_for("EncoderLayer")
+
+    def case(description, init_args, x_shape, mask=None, dtype=torch.float32, evaluate=False):
+        forward = Case(description, (_randn(g, *x_shape, dtype=dtype),), {} if mask is None else {"mask": mask})
+        call = _constructor_call("EncoderLayer", init_args, {})
+        return ModuleCase(f"{call}{', eval mode' if evaluate else ''}, {description}", init_args, forward,
+                          dtype=dtype, evaluate=evaluate)
+
+    padding = reference_attention.padding_mask(torch.arange(6) < torch.tensor([6, 3])[:, None])  # (2, 1, 1, 6)
+    return [
+        case("x (2, 5, 16), no mask", (16, 4, 32), (2, 5, 16)),
+        case("x (2, 5, 16), causal mask (5, 5)", (16, 4, 32), (2, 5, 16), reference_attention.causal_mask(5)),
+        case("x (2, 6, 8), padding mask (2, 1, 1, 6) for lengths 6 and 3", (8, 2, 16), (2, 6, 8), padding),
+        case("x (2, 6, 16), padding mask (2, 1, 1, 6)", (16, 4, 32, 0.3), (2, 6, 16), padding, evaluate=True),
+        case("one position: x (1, 1, 8)", (8, 2, 8), (1, 1, 8)),
+        case("x (2, 4, 16), float64", (16, 4, 32), (2, 4, 16), dtype=torch.float64),
+    ]
+
+
+def _wrong_encoder_layer(layer, x, mask=None, *, order="post", attention_residual=True, ffn_residual=True,
+                         use_mask=True, second_norm="norm2", ffn_input="attention", norms=True,
+                         mask_as_context=False):
+    """A wrong encoder layer with the weights of ``layer`` (evaluation mode: no dropout)."""
+    if mask_as_context:  # self_attn(x, mask): the mask goes in as the context, and the mask is None
+        hidden = layer.norm1(x + layer.self_attn(x, mask))
+        return layer.norm2(hidden + layer.ffn(hidden))
+    norm1 = layer.norm1 if norms else nn.Identity()
+    norm2 = {"norm2": layer.norm2, "norm1": layer.norm1}[second_norm] if norms else nn.Identity()
+    mask = mask if use_mask else None
+    if order == "pre":
+        x = x + layer.self_attn(norm1(x), mask=mask)
+        return x + layer.ffn(norm2(x))
+    if order == "residual_after_norm":
+        x = x + norm1(layer.self_attn(x, mask=mask))
+        return x + norm2(layer.ffn(x))
+    attended = layer.self_attn(x, mask=mask)
+    hidden = norm1(x + attended if attention_residual else attended)
+    fed = layer.ffn(hidden if ffn_input == "attention" else x)
+    return norm2(hidden + fed if ffn_residual else fed)
+
+
+def encoder_layer_mistakes(layer) -> list[Mistake]:
+    wrong = partial(_wrong_encoder_layer, layer)
+    return [
+        Mistake(partial(wrong, order="pre"),
+                "this layer is post-norm, as in the original Transformer: normalize after adding the residual, "
+                "x = norm1(x + self_attn(x)), then x = norm2(x + ffn(x)); your layer normalizes the sublayers' "
+                "inputs (pre-norm)."),
+        Mistake(partial(wrong, order="residual_after_norm"),
+                "add the residual before the norm: norm1(x + self_attn(x)), not x + norm1(self_attn(x))."),
+        Mistake(partial(wrong, attention_residual=False, ffn_residual=False),
+                "add the residual connections: each sublayer's input is added to its output before the "
+                "norm, norm1(x + self_attn(x)) and norm2(h + ffn(h))."),
+        Mistake(partial(wrong, attention_residual=False),
+                "add the residual around the attention: norm1(x + self_attn(x)), not norm1(self_attn(x))."),
+        Mistake(partial(wrong, ffn_residual=False),
+                "add the residual around the feed-forward network: norm2(h + ffn(h)), not norm2(ffn(h))."),
+        Mistake(partial(wrong, norms=False), "normalize after each residual sum: norm1(x + ...) and norm2(h + ...)."),
+        Mistake(partial(wrong, second_norm="norm1"),
+                "each sublayer has its own norm: norm1 after the attention, norm2 after the feed-forward network."),
+        Mistake(partial(wrong, ffn_input="input"),
+                "the feed-forward network reads the output of the attention block, h = norm1(x + self_attn(x)), "
+                "not the layer's input x."),
+        Mistake(partial(wrong, nan_rows=True),
+                "a query with no key to attend to (its row of the mask is all False) must get zero weights and "
+                "a zero head output, not NaN: torch.softmax of a row of -inf is NaN. Call "
+                "scaled_dot_product_attention (chapter 01), which returns zeros there."),
+        Mistake(partial(wrong, mask_as_context=True),
+                "call self_attn(x, mask=mask): the second positional argument of MultiHeadAttention.forward is "
+                "the context, so self_attn(x, mask) attends over the mask."),
+        Mistake(partial(wrong, use_mask=False), "pass the mask to the self-attention: self_attn(x, mask=mask)."),
+    ]
+
+
+def check_EncoderLayer(student_class, *, forbid: bool = True) -> str:  # noqa: N802 (the exercise's name)
+    """Compare ``EncoderLayer(d_model, num_heads, d_ff, dropout=0.0)`` and its ``forward(x, mask=None)``
+    with the post-norm :class:`bertlab.transformer.EncoderLayer` holding the same weights.
+
+    The student's class runs with the reference ``MultiHeadAttention`` and ``FeedForward`` in place of
+    theirs. Cases: no mask, causal and padding masks, dropout 0.3 in evaluation mode (must be off),
+    one position, float64; the norms have random gains and shifts. Tolerance: float32 atol 2e-5,
+    rtol 2e-4; float64 the framework's default. Forbidden: the reference layer and stack,
+    ``bertlab.norm``'s residual helpers and ``nn.TransformerEncoderLayer`` (and its fused kernel).
+    """
+    isolated = isolate_class(student_class, MultiHeadAttention=reference_attention.MultiHeadAttention,
+                             FeedForward=reference.FeedForward)
+    return check_module_against_reference(
+        isolated,
+        reference.EncoderLayer,
+        encoder_layer_cases(),
+        check="EncoderLayer",
+        generator=generator_for("EncoderLayer weights"),
+        mistakes=encoder_layer_mistakes,
+        naming_hint=ENCODER_LAYER_NAMING,
+        forbidden=ENCODER_LAYER_FORBIDDEN if forbid else (),
+        parameter_names=("x", "mask"),
+    )
