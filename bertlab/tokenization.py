@@ -18,7 +18,7 @@ in its pair truncation and decoding too; tests/test_tokenization.py checks this 
 import os
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -119,14 +119,38 @@ def _split_on_punctuation(word: str) -> list[str]:
     return pieces + [current] if current else pieces
 
 
-class WordPieceTokenizer:
-    """Greedy longest-match-first WordPiece (Wu et al., 2016), on text the BasicTokenizer produced.
+def wordpiece_tokenize(
+    word: str, vocab: Container[str], unk_token: str = "[UNK]", max_input_chars_per_word: int = 100
+) -> list[str]:
+    """Word pieces of one word, by greedy longest-match-first WordPiece (Wu et al., 2016).
 
-    A word w is cut left to right: at position i take the longest w[i:j] in the vocabulary, written
+    The word w is cut left to right: at position i take the longest w[i:j] in ``vocab``, written
     "##" + w[i:j] when i > 0 (a continuation), and go on from j. If some position has no match, or
     the word has more than ``max_input_chars_per_word`` characters, the whole word becomes
-    ``unk_token``: "unaffable" -> un ##aff ##able, "xyz\u2603" -> [UNK].
+    ``unk_token``. With un, ##aff and ##able in the vocabulary: "unaffable" -> un ##aff ##able.
+
+    Args:
+        word: one word, as the BasicTokenizer produces it (no whitespace).
+        vocab: anything that answers ``piece in vocab``: a set of tokens or a ``{token: id}`` dict.
     """
+    if len(word) > max_input_chars_per_word:
+        return [unk_token]
+    pieces, start = [], 0
+    while start < len(word):
+        for end in range(len(word), start, -1):  # longest candidate first
+            piece = word[start:end] if start == 0 else "##" + word[start:end]
+            if piece in vocab:
+                break
+        else:
+            return [unk_token]
+        pieces.append(piece)
+        start = end
+    return pieces
+
+
+class WordPieceTokenizer:
+    """Greedy longest-match-first WordPiece (Wu et al., 2016), on text the BasicTokenizer produced:
+    :func:`wordpiece_tokenize` applied to every word, "unaffable" -> un ##aff ##able, "xyz\u2603" -> [UNK]."""
 
     def __init__(self, vocab: Iterable[str], unk_token: str = "[UNK]", max_input_chars_per_word: int = 100):
         self.vocab = frozenset(vocab)  # a dict gives its tokens
@@ -139,19 +163,7 @@ class WordPieceTokenizer:
 
     def tokenize_word(self, word: str) -> list[str]:
         """Word pieces of one word: "playing" -> ["play", "##ing"]."""
-        if len(word) > self.max_input_chars_per_word:
-            return [self.unk_token]
-        pieces, start = [], 0
-        while start < len(word):
-            for end in range(len(word), start, -1):  # longest candidate first
-                piece = word[start:end] if start == 0 else "##" + word[start:end]
-                if piece in self.vocab:
-                    break
-            else:
-                return [self.unk_token]
-            pieces.append(piece)
-            start = end
-        return pieces
+        return wordpiece_tokenize(word, self.vocab, self.unk_token, self.max_input_chars_per_word)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -283,23 +295,12 @@ class BertTokenizer:
             ``{"input_ids", "token_type_ids", "attention_mask"}``, each a list of ints.
         """
         padding = _padding_strategy(padding, max_length)
-        first = self.convert_tokens_to_ids(self.tokenize(text))
-        second = None if text_pair is None else self.convert_tokens_to_ids(self.tokenize(text_pair))
-        num_special = 2 if second is None else 3
-        if max_length is not None and max_length < num_special:
-            framing = "[CLS] A [SEP]" if second is None else "[CLS] A [SEP] B [SEP]"
-            raise ValueError(f"max_length={max_length} is too small for the {num_special} special tokens of {framing}")
-        if _truncation_strategy(truncation):
-            if max_length is None:
-                raise ValueError("truncation needs a max_length")
-            first, second = truncate_longest_first(first, second, max_length - num_special)
-        input_ids = [self.cls_token_id, *first, self.sep_token_id]
-        token_type_ids = [0] * len(input_ids)
-        if second is not None:
-            input_ids += [*second, self.sep_token_id]
-            token_type_ids += [1] * (len(second) + 1)
-        encoding = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": [1] * len(input_ids)}
-        return self._pad(encoding, max_length) if padding == "max_length" else encoding
+        truncate = _truncation_strategy(truncation)
+        if truncate and max_length is None:
+            raise ValueError("truncation needs a max_length")
+        second = None if text_pair is None else self.tokenize(text_pair)
+        return encode(self.tokenize(text), second, self.vocab, max_length, truncation=truncate,
+                      padding=padding == "max_length")
 
     def batch_encode(
         self,
@@ -350,10 +351,7 @@ class BertTokenizer:
     __call__ = batch_encode
 
     def _pad(self, encoding: dict[str, list[int]], length: int) -> dict[str, list[int]]:
-        """Right-pad to ``length`` with [PAD] ids, token type 0 and attention 0 (never truncates)."""
-        extra = max(length - len(encoding["input_ids"]), 0)
-        fill = {"input_ids": self.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
-        return {name: values + [fill[name]] * extra for name, values in encoding.items()}
+        return _pad(encoding, length, self.pad_token_id)
 
     def decode(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = True) -> str:
         """Text of a sequence of ids: word pieces joined, as Hugging Face's WordPiece decoder.
@@ -383,6 +381,65 @@ class BertTokenizer:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(token + "\n" for token in self.ids_to_tokens), encoding="utf-8")
         return path
+
+
+def encode(
+    tokens_a: Sequence[str],
+    tokens_b: Sequence[str] | None,
+    vocab: dict[str, int],
+    max_length: int | None = None,
+    *,
+    truncation: bool = True,
+    padding: bool = True,
+) -> dict[str, list[int]]:
+    """Frame one text, or a pair, of word pieces for BERT: ids, segments and attention mask.
+
+        input_ids       [CLS] A ... [SEP]                or  [CLS] A ... [SEP] B ... [SEP]
+        token_type_ids    0   0 ...   0                        0   0 ...   0   1 ...   1
+        attention_mask    1   1 ...   1                        1   1 ...   1   1 ...   1
+
+    A token that is not in ``vocab`` gets the id of [UNK]. With ``max_length``, A and B are first
+    trimmed to fit in it together with the special tokens (``truncate_longest_first``, when
+    ``truncation``), then [PAD] is appended (token type 0, attention 0) up to ``max_length`` (when
+    ``padding``). Without ``max_length`` nothing is trimmed or padded.
+
+    Args:
+        tokens_a: the word pieces of the first text (segment A).
+        tokens_b: those of the second text (segment B), or None for a single text.
+        vocab: ``{token: id}``, holding the special tokens [PAD], [UNK], [CLS] and [SEP].
+
+    Returns:
+        ``{"input_ids", "token_type_ids", "attention_mask"}``, each a list of ints.
+
+    Raises:
+        ValueError: when ``max_length`` leaves no room for the special tokens, or ``vocab`` lacks one.
+    """
+    missing = [token for token in ("[PAD]", "[UNK]", "[CLS]", "[SEP]") if token not in vocab]
+    if missing:
+        raise ValueError(f"the vocabulary lacks the special token(s) {missing}")
+    unk, cls, sep = vocab["[UNK]"], vocab["[CLS]"], vocab["[SEP]"]
+    first = [vocab.get(token, unk) for token in tokens_a]
+    second = None if tokens_b is None else [vocab.get(token, unk) for token in tokens_b]
+    num_special = 2 if second is None else 3
+    if max_length is not None and max_length < num_special:
+        framing = "[CLS] A [SEP]" if second is None else "[CLS] A [SEP] B [SEP]"
+        raise ValueError(f"max_length={max_length} is too small for the {num_special} special tokens of {framing}")
+    if truncation and max_length is not None:
+        first, second = truncate_longest_first(first, second, max_length - num_special)
+    input_ids = [cls, *first, sep]
+    token_type_ids = [0] * len(input_ids)
+    if second is not None:
+        input_ids += [*second, sep]
+        token_type_ids += [1] * (len(second) + 1)
+    encoding = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": [1] * len(input_ids)}
+    return _pad(encoding, max_length, vocab["[PAD]"]) if padding and max_length is not None else encoding
+
+
+def _pad(encoding: dict[str, list[int]], length: int, pad_token_id: int) -> dict[str, list[int]]:
+    """Right-pad to ``length`` with [PAD] ids, token type 0 and attention 0 (never truncates)."""
+    extra = max(length - len(encoding["input_ids"]), 0)
+    fill = {"input_ids": pad_token_id, "token_type_ids": 0, "attention_mask": 0}
+    return {name: values + [fill[name]] * extra for name, values in encoding.items()}
 
 
 # The replacements the ``tokenizers`` WordPiece decoder applies to each token (with its leading space).
