@@ -1,0 +1,473 @@
+"""The ``bertlab`` command (also ``python -m bertlab``): pretrain, fine-tune and distil small BERTs.
+
+    bertlab pretrain --preset mini --steps 1000 --output runs/pretrain
+    bertlab finetune --model runs/pretrain --dataset mr --output runs/finetune
+    bertlab distill --teacher runs/finetune --dataset mr --output runs/distill
+    torchrun --nproc_per_node 2 -m bertlab pretrain ...       (DistributedDataParallel, rank 0 prints)
+
+Each subcommand runs the library function of the same name (``bertlab.pretraining.pretrain``,
+``bertlab.finetuning.finetune``, ``bertlab.distillation.distill``), which writes the config, weights,
+checkpoints, metrics and plots into ``--output``; the command adds the vocabulary and a
+``results.json`` of its own. The output folders chain: ``pretrain`` writes a model folder that
+``finetune --model`` reads (as it reads a Hugging Face BERT checkpoint folder), and ``finetune``
+writes the classifier that ``distill --teacher`` reads.
+
+Errors: a bad argument prints one line and exits with status 2; a runtime error (a missing dataset or
+checkpoint folder, a bad config) prints one line and exits with status 1. ``--debug`` shows the
+traceback instead.
+"""
+
+import argparse
+import importlib.metadata
+import json
+import math
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+from bertlab.bert import PRESETS, BertConfig, BertForPreTraining, BertForSequenceClassification
+from bertlab.data import SENTIMENT_DATASETS, load_sentiment, pretraining_corpus
+from bertlab.distillation import compare_models, distill, init_student_from_teacher
+from bertlab.finetuning import encoder_layers, evaluate, finetune, format_record, freeze_layers
+from bertlab.pretraining import MASKING_KINDS, pretrain
+from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
+from bertlab.utils import resolve_device, seed_everything
+
+RESULTS_FILE = "results.json"
+COMPARISON_FILE = "comparison.md"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # Hugging Face's; holds do_lower_case
+
+
+class CommandLineError(Exception):
+    """A problem found while the command runs (missing files, ...): one line on stderr, exit status 1."""
+
+
+class UsageError(Exception):
+    """Arguments that argparse accepts one by one but not together: one line on stderr, exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with errors in one line (no usage block): ``bertlab pretrain: error: ... (see --help)``."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# Argument types: each raises argparse.ArgumentTypeError, which argparse reports in one line.
+
+
+def positive_int(text: str) -> int:
+    value = _parse(int, text, "an integer")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _parse(int, text, "an integer")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _parse(float, text, "a number")
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _parse(float, text, "a number")
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    value = _parse(float, text, "a number")
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}")
+    return value
+
+
+def layer_ids(text: str) -> list[int]:
+    """"0,2" -> [0, 2]: the teacher layers a student keeps."""
+    try:
+        ids = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated layer numbers such as 0,2, got {text!r}") from None
+    if any(index < 0 for index in ids) or any(later <= earlier for earlier, later in zip(ids, ids[1:])):
+        raise argparse.ArgumentTypeError(f"must be increasing layer numbers >= 0 such as 0,2, got {text!r}")
+    return ids
+
+
+def _parse(kind: type, text: str, description: str):
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {description}, got {text!r}") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared steps
+
+
+def is_main_process() -> bool:
+    """False in the processes of rank 1, 2, ... that ``torchrun`` starts: only rank 0 prints."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def say(message: str = "") -> None:
+    if is_main_process():
+        print(message, flush=True)
+
+
+def load_dataset(name: str, args: argparse.Namespace):
+    """The train/dev/test splits (``SentimentSplits``) of the dataset ``name``, train cut to ``--max-train-examples``."""
+    try:
+        splits = load_sentiment(name, root=args.data_root, download=args.download, seed=args.split_seed)
+    except FileNotFoundError as error:
+        raise CommandLineError(f"{error} Or pass --data-root, --download, or --dataset synthetic.") from error
+    if args.max_train_examples is not None:
+        splits.train = splits.train[: args.max_train_examples]
+    say(f"dataset: {splits.source}; {len(splits.train)} train, {len(splits.dev)} dev, {len(splits.test)} test")
+    return splits
+
+
+def load_tokenizer(folder: Path) -> BertTokenizer:
+    """The tokenizer of a model folder: its ``vocab.txt``, cased or not as its ``tokenizer_config.json`` says."""
+    vocab = folder / "vocab.txt"
+    if not vocab.is_file():
+        raise CommandLineError(f"{folder} has no vocab.txt: a model folder needs the vocabulary it was trained with")
+    do_lower_case = True
+    if (folder / TOKENIZER_CONFIG_FILE).is_file():
+        do_lower_case = json.loads((folder / TOKENIZER_CONFIG_FILE).read_text()).get("do_lower_case", True)
+    return BertTokenizer(vocab, do_lower_case=do_lower_case)
+
+
+def load_classifier(folder: Path, *, must_be_fine_tuned: bool) -> tuple[BertForSequenceClassification, BertTokenizer]:
+    """A ``BertForSequenceClassification`` and its tokenizer from a checkpoint folder.
+
+    The warnings of ``from_pretrained`` (a classifier newly initialised, heads skipped) are printed as
+    one-line notes; with ``must_be_fine_tuned`` they are an error instead: a teacher must be a trained
+    classifier.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = BertForSequenceClassification.from_pretrained(folder)
+    tokenizer = load_tokenizer(folder)
+    for warning in caught:
+        if must_be_fine_tuned:
+            raise CommandLineError(f"{folder} is not a fine-tuned classifier (run bertlab finetune first): "
+                                   f"{warning.message}")
+        say(f"note: {warning.message}")
+    return model, tokenizer
+
+
+def learn_tokenizer(texts: list[str], vocab_size: int) -> BertTokenizer:
+    say(f"learning a WordPiece vocabulary of at most {vocab_size} tokens from {len(texts)} texts")
+    return BertTokenizer(train_wordpiece_vocab(texts, vocab_size))
+
+
+def check_file(option: str, path: Path | None) -> None:
+    if path is not None and not path.is_file():
+        raise UsageError(f"{option} {path}: no such file")
+
+
+def write_results(folder: Path, results: dict) -> Path:
+    path = Path(folder) / RESULTS_FILE
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")  # paths as strings
+    return path
+
+
+def settings(args: argparse.Namespace) -> dict:
+    """The command's arguments, for ``results.json``."""
+    return {name: value for name, value in vars(args).items() if name != "handler"}
+
+
+# --------------------------------------------------------------------------------------------------
+# bertlab pretrain
+
+
+def run_pretrain(args: argparse.Namespace) -> int:
+    if args.dataset_text is not None and not args.no_nsp:
+        raise UsageError("--dataset-text needs --no-nsp: a snippet is a single sentence, which has no next sentence")
+    check_file("--vocab", args.vocab)
+    resolve_device(args.device)  # a bad --device fails before the data is prepared
+    documents = pretraining_corpus(args.text)
+    if args.dataset_text is not None:
+        documents += [[text] for text, _ in load_dataset(args.dataset_text, args).train]  # a snippet per document
+    sentences = [sentence for document in documents for sentence in document]
+    say(f"corpus: {len(documents)} documents, {len(sentences)} sentences")
+    tokenizer = BertTokenizer(args.vocab) if args.vocab else learn_tokenizer(sentences, args.vocab_size)
+    seed_everything(args.seed)
+    model = BertForPreTraining(BertConfig.preset(args.preset, vocab_size=tokenizer.vocab_size))
+    say(f"model: BERT-{args.preset}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+        f"vocabulary of {tokenizer.vocab_size} tokens")
+    history = pretrain(
+        model, tokenizer, documents, output_dir=args.output, max_steps=args.steps, batch_size=args.batch_size,
+        seq_len=args.seq_len, lr=args.lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
+        grad_accum_steps=args.grad_accum_steps, masking=args.masking, nsp=not args.no_nsp,
+        mlm_probability=args.mlm_probability, static_mask_copies=args.static_mask_copies, device=args.device,
+        seed=args.seed, log_every=args.log_every, checkpoint_every=args.checkpoint_every,
+        resume=not args.no_resume, progress=not args.no_progress,
+    )
+    if history:
+        first, last = history[0], history[-1]
+        say(f"MLM loss {first['mlm_loss']:.3f} (steps 1-{first['step']}) -> {last['mlm_loss']:.3f} "
+            f"(step {last['step']}); ln(vocab size) = {math.log(tokenizer.vocab_size):.3f} is chance level; "
+            f"MLM accuracy {last['mlm_accuracy']:.3f}")
+        say(f"wrote the model, vocab.txt, metrics.jsonl and loss_curve.png to {args.output}")
+    return 0
+
+
+def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
+    parser = subcommands.add_parser(
+        "pretrain", parents=[common], help="pretrain a BERT with masked language modelling (and NSP)",
+        description="Pretrain a BERT from scratch with masked language modelling and next sentence prediction "
+        "(Devlin et al., 2019), or MLM alone on full-sentence segments (--no-nsp, as RoBERTa), on the offline "
+        "corpus (the English prose of Python's pydoc topics) plus any text you add. The output folder receives "
+        "config.json, model.safetensors, vocab.txt, pretraining_args.json, metrics.jsonl, loss_curve.png and "
+        "checkpoint.pt; running the same command again resumes from the checkpoint. On several processes: "
+        "torchrun --nproc_per_node N -m bertlab pretrain ...",
+    )
+    parser.add_argument("--preset", choices=list(PRESETS), default="mini", help="model size (default: mini)")
+    parser.add_argument("--output", type=Path, default=Path("runs/pretrain"), metavar="DIR",
+                        help="output folder (default: runs/pretrain)")
+    parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps (default: 1000)")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per step and process (default: 32)")
+    parser.add_argument("--lr", type=positive_float, default=1e-3, help="peak learning rate (default: 1e-3)")
+    parser.add_argument("--seq-len", type=positive_int, default=128, help="tokens per example (default: 128)")
+    parser.add_argument("--masking", choices=MASKING_KINDS, default="dynamic",
+                        help="dynamic: new masks at every pass (RoBERTa); static: drawn once (BERT) (default: dynamic)")
+    parser.add_argument("--static-mask-copies", type=positive_int, default=1, metavar="N",
+                        help="with static masking, differently masked copies of the data (default: 1)")
+    parser.add_argument("--no-nsp", action="store_true",
+                        help="MLM only, on segments of contiguous sentences (RoBERTa), without next sentence prediction")
+    parser.add_argument("--mlm-probability", type=fraction, default=0.15, help="share of tokens to predict (default: 0.15)")
+    parser.add_argument("--warmup-steps", type=non_negative_int, default=None, help="default: 10%% of --steps")
+    parser.add_argument("--weight-decay", type=non_negative_float, default=0.01, help="AdamW weight decay (default: 0.01)")
+    parser.add_argument("--grad-accum-steps", type=positive_int, default=1, metavar="N",
+                        help="micro-batches per optimizer step (default: 1)")
+    parser.add_argument("--vocab-size", type=positive_int, default=4096,
+                        help="size of the WordPiece vocabulary learned from the corpus (default: 4096)")
+    parser.add_argument("--vocab", type=Path, metavar="FILE", help="use this vocab.txt instead of learning one")
+    parser.add_argument("--text", type=Path, nargs="+", metavar="PATH",
+                        help="more text: UTF-8 files, or folders of .txt files (blank lines separate documents)")
+    parser.add_argument("--dataset-text", choices=SENTIMENT_DATASETS, metavar="NAME",
+                        help="also pretrain on the unlabelled training texts of a sentiment dataset "
+                        f"({', '.join(SENTIMENT_DATASETS)}; needs --no-nsp: snippets are single sentences)")
+    add_dataset_location_arguments(parser)
+    parser.add_argument("--log-every", type=positive_int, default=10, metavar="STEPS", help="default: 10")
+    parser.add_argument("--checkpoint-every", type=positive_int, default=200, metavar="STEPS", help="default: 200")
+    parser.add_argument("--no-resume", action="store_true", help="start over even if --output holds a checkpoint")
+    parser.set_defaults(handler=run_pretrain)
+
+
+# --------------------------------------------------------------------------------------------------
+# bertlab finetune
+
+
+def run_finetune(args: argparse.Namespace) -> int:
+    if args.model is not None and (args.preset is not None or args.vocab is not None):
+        raise UsageError("--preset and --vocab describe a randomly initialised model; --model's folder sets both")
+    check_file("--vocab", args.vocab)
+    device = resolve_device(args.device)
+    splits = load_dataset(args.dataset, args)
+    if args.model is not None:
+        model, tokenizer = load_classifier(args.model, must_be_fine_tuned=False)
+        say(f"model: {args.model} ({model.config.num_hidden_layers} layers, hidden size {model.config.hidden_size})")
+    else:
+        tokenizer = (BertTokenizer(args.vocab) if args.vocab
+                     else learn_tokenizer([text for text, _ in splits.train], args.vocab_size))
+        seed_everything(args.seed)
+        preset = args.preset or "mini"
+        model = BertForSequenceClassification(BertConfig.preset(preset, vocab_size=tokenizer.vocab_size))
+        say(f"model: BERT-{preset}, randomly initialised")
+    if args.freeze is not None:
+        num_layers = len(encoder_layers(model))
+        if args.freeze > num_layers:
+            raise CommandLineError(f"--freeze {args.freeze}: the model has only {num_layers} encoder layers")
+        freeze_layers(model, num_layers - args.freeze)
+    lr = args.lr if args.lr is not None else (5e-5 if args.model is not None else 1e-4)
+    history = finetune(
+        model, tokenizer, splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size, encoder_lr=lr,
+        head_lr=args.head_lr, weight_decay=args.weight_decay, layer_decay=args.layer_decay,
+        warmup_ratio=args.warmup_ratio, max_length=args.seq_len, device=device, seed=args.seed,
+        progress=not args.no_progress, output_dir=args.output,
+    )
+    tokenizer.save_vocabulary(args.output)
+    test = evaluate(model, tokenizer, splits.test, max_length=args.seq_len)
+    say(format_record({f"test_{name}": value for name, value in test.items()}))
+    write_results(args.output, {"command": "finetune", "settings": settings(args), "lr": lr, "dataset": splits.name,
+                                "source": splits.source, "history": history, "test": test})
+    say(f"wrote the classifier, vocab.txt, history.json and {RESULTS_FILE} to {args.output}")
+    return 0
+
+
+def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
+    parser = subcommands.add_parser(
+        "finetune", parents=[common], help="fine-tune a BERT for sentiment classification",
+        description="Fine-tune all the weights of a BERT sentence classifier (Devlin et al., 2019) on a sentiment "
+        "dataset, from a pretrained model folder (bertlab pretrain's output or a Hugging Face BERT checkpoint "
+        "folder with config.json, model.safetensors or pytorch_model.bin, and vocab.txt) or from random weights. "
+        "The output folder receives config.json, model.safetensors, vocab.txt, history.json (dev metrics per "
+        f"epoch) and {RESULTS_FILE} (with the test metrics).",
+    )
+    parser.add_argument("--model", type=Path, metavar="DIR",
+                        help="pretrained model folder (default: none, a randomly initialised --preset model)")
+    parser.add_argument("--preset", choices=list(PRESETS), default=None,
+                        help="size of a randomly initialised model, without --model (default: mini)")
+    parser.add_argument("--vocab", type=Path, metavar="FILE",
+                        help="without --model: a vocab.txt (default: learn one from the training texts)")
+    parser.add_argument("--vocab-size", type=positive_int, default=4096,
+                        help="without --model or --vocab: size of the vocabulary to learn (default: 4096)")
+    parser.add_argument("--output", type=Path, default=Path("runs/finetune"), metavar="DIR",
+                        help="output folder (default: runs/finetune)")
+    add_dataset_arguments(parser)
+    parser.add_argument("--epochs", type=positive_int, default=3, help="default: 3")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="default: 32")
+    parser.add_argument("--lr", type=positive_float, default=None,
+                        help="peak learning rate of the encoder (default: 5e-5 with --model, 1e-4 from random weights)")
+    parser.add_argument("--head-lr", type=positive_float, default=None,
+                        help="learning rate of the pooler and classifier (default: --lr)")
+    parser.add_argument("--layer-decay", type=positive_float, default=1.0,
+                        help="layer-wise learning-rate decay factor, 1 for none (default: 1)")
+    parser.add_argument("--weight-decay", type=non_negative_float, default=0.01, help="default: 0.01")
+    parser.add_argument("--warmup-ratio", type=fraction, default=0.1, help="share of steps of warm-up (default: 0.1)")
+    parser.add_argument("--seq-len", type=positive_int, default=128, help="maximum tokens per text (default: 128)")
+    parser.add_argument("--freeze", type=non_negative_int, metavar="N",
+                        help="freeze the embeddings and the N lowest encoder layers (default: train all weights, "
+                        "as BERT does)")
+    parser.set_defaults(handler=run_finetune)
+
+
+# --------------------------------------------------------------------------------------------------
+# bertlab distill
+
+
+def run_distill(args: argparse.Namespace) -> int:
+    device = resolve_device(args.device)
+    splits = load_dataset(args.dataset, args)
+    teacher, tokenizer = load_classifier(args.teacher, must_be_fine_tuned=True)
+    student = init_student_from_teacher(teacher, args.layers)
+    say(f"student: {student.config.num_hidden_layers} of the teacher's {teacher.config.num_hidden_layers} layers "
+        f"({'layers ' + ','.join(map(str, args.layers)) if args.layers else 'every other one, from layer 0'})")
+    history = distill(
+        teacher, student, tokenizer, splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size,
+        lr=args.lr, alpha=args.alpha, temperature=args.temperature, weight_decay=args.weight_decay,
+        warmup_ratio=args.warmup_ratio, max_length=args.seq_len, device=device, seed=args.seed,
+        progress=not args.no_progress, output_dir=args.output,
+    )
+    tokenizer.save_vocabulary(args.output)
+    comparison = compare_models(teacher, student, tokenizer, splits.test, batch_size=args.batch_size,
+                                max_length=args.seq_len, repeats=args.repeats)
+    table = comparison.to_markdown()
+    (args.output / COMPARISON_FILE).write_text(f"Test set of {splits.name} ({splits.source}).\n\n{table}\n")
+    say(table)
+    rows = [vars(row) for row in comparison.rows]
+    write_results(args.output, {"command": "distill", "settings": settings(args),
+                                "student_layers": student.config.num_hidden_layers, "dataset": splits.name, "source": splits.source, "history": history,
+                                "comparison": rows})
+    say(f"wrote the student, vocab.txt, history.json, {COMPARISON_FILE} and {RESULTS_FILE} to {args.output}")
+    return 0
+
+
+def add_distill_command(subcommands, common: argparse.ArgumentParser) -> None:
+    parser = subcommands.add_parser(
+        "distill", parents=[common], help="distil a fine-tuned BERT into a shallower student",
+        description="Distil a fine-tuned BERT classifier (bertlab finetune's output) into a student that starts "
+        "from some of its layers (default: every other one, as DistilBERT), with Hinton et al.'s loss "
+        "alpha * CE + (1 - alpha) * T^2 * KL, then compare teacher and student on the test set (parameters, "
+        f"inference time, accuracy). The output folder receives the student, vocab.txt, history.json, "
+        f"{COMPARISON_FILE} and {RESULTS_FILE}.",
+    )
+    parser.add_argument("--teacher", type=Path, required=True, metavar="DIR", help="fine-tuned classifier folder")
+    parser.add_argument("--layers", type=layer_ids, metavar="IDS",
+                        help="teacher layers the student keeps, e.g. 0,2 (default: every other layer)")
+    parser.add_argument("--alpha", type=fraction, default=0.5, help="weight of the label loss (default: 0.5)")
+    parser.add_argument("--temperature", type=positive_float, default=2.0, help="softmax temperature T (default: 2)")
+    parser.add_argument("--output", type=Path, default=Path("runs/distill"), metavar="DIR",
+                        help="output folder (default: runs/distill)")
+    add_dataset_arguments(parser)
+    parser.add_argument("--epochs", type=positive_int, default=3, help="default: 3")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="default: 32")
+    parser.add_argument("--lr", type=positive_float, default=1e-4, help="peak learning rate (default: 1e-4)")
+    parser.add_argument("--weight-decay", type=non_negative_float, default=0.01, help="default: 0.01")
+    parser.add_argument("--warmup-ratio", type=fraction, default=0.1, help="share of steps of warm-up (default: 0.1)")
+    parser.add_argument("--seq-len", type=positive_int, default=128, help="maximum tokens per text (default: 128)")
+    parser.add_argument("--repeats", type=positive_int, default=5,
+                        help="timed inference passes per model in the comparison (default: 5)")
+    parser.set_defaults(handler=run_distill)
+
+
+# --------------------------------------------------------------------------------------------------
+# The parser and the entry point
+
+
+def add_dataset_location_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-root", type=Path, metavar="DIR",
+                        help="folder holding the datasets (default: $BERTLAB_DATA, else ~/.cache/bertlab)")
+    parser.add_argument("--download", action="store_true",
+                        help="download a missing dataset from its authors' URL (checksum verified)")
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of the train/dev/test split (default: 0)")
+    parser.add_argument("--max-train-examples", type=positive_int, metavar="N",
+                        help="use only the first N training examples (default: all)")
+
+
+def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", choices=SENTIMENT_DATASETS, default="mr",
+                        help="mr (sentence polarity v1.0), sst2, imdb or synthetic (generated sentences, no data "
+                        "needed) (default: mr)")
+    add_dataset_location_arguments(parser)
+
+
+def build_parser() -> ArgumentParser:
+    common = ArgumentParser(add_help=False)
+    common.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="auto: CUDA when available (default: auto)")
+    common.add_argument("--threads", type=positive_int, metavar="N",
+                        help="CPU threads of torch (default: torch's choice; 1 is faster on a busy machine)")
+    common.add_argument("--seed", type=int, default=0, help="seed of the weights, data order and masks (default: 0)")
+    common.add_argument("--no-progress", action="store_true", help="no progress bars")
+    common.add_argument("--debug", action="store_true", help="show the traceback of an error")
+
+    parser = ArgumentParser(prog="bertlab", description="Pretrain, fine-tune and distil small BERTs (bertlab "
+                            "reference package). Run 'bertlab COMMAND --help' for a command's options.")
+    parser.add_argument("--version", action="version", version=f"bertlab {importlib.metadata.version('bertlab')}")
+    subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_pretrain_command(subcommands, common)
+    add_finetune_command(subcommands, common)
+    add_distill_command(subcommands, common)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``bertlab`` with the arguments ``argv`` (default: the command line); return the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit:  # --help, --version and argument errors (already printed)
+        return exit.code if isinstance(exit.code, int) else 2
+    prog = f"bertlab {args.command}"
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        return args.handler(args)
+    except UsageError as error:
+        print(f"{prog}: error: {error} (see {prog} --help)", file=sys.stderr)
+        return 2
+    except (CommandLineError, ValueError, OSError) as error:  # FileNotFoundError is an OSError
+        if args.debug:
+            raise
+        print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
