@@ -13,10 +13,12 @@ models back to back, so a change in the machine's load affects both). On CUDA bo
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -67,7 +69,13 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def load_average() -> list[float] | None:
+    """The machine's 1, 5 and 15 minute load averages (None where the OS has none), to judge the noise."""
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+
+
 def measure(args) -> dict:
+    load_at_start = load_average()
     device = resolve_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -95,6 +103,10 @@ def measure(args) -> dict:
     # each repeat times both models back to back, under the same machine load: compare them pairwise
     paired_ratios = [mine / other for mine, other in zip(samples[ours], samples[theirs])]
     return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["python", *sys.argv]),
+        "load_average_at_start": load_at_start,
+        "load_average_at_end": load_average(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({platform.machine()})",
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
@@ -133,6 +145,9 @@ def markdown_table(result: dict) -> str:
     ratios = ", ".join(f"{ratio:.2f}" for ratio in result["paired_ratios_ours_over_theirs"])
     lines += ["", f"bertlab / transformers: {result['ratio_ours_over_theirs']:.2f}x "
                   f"(median of the per-repeat ratios {ratios})"]
+    if result["load_average_at_start"] is not None:
+        lines += ["", "Load average (1 min) at start and end: "
+                      f"{result['load_average_at_start'][0]:.1f}, {result['load_average_at_end'][0]:.1f}"]
     return "\n".join(lines)
 
 

@@ -1,31 +1,41 @@
 """Grading throughput: a simulated class graded with --jobs 1 and --jobs 2, side by side.
 
-    python benchmarks/grading.py [--students 50] [--timeout 30] [--seed 0] [--out benchmarks/results/grading.json]
+    python benchmarks/grading.py [--students 50] [--chapters 01_attention ...] [--timeout 30]
+                                 [--memory 4096] [--seed 0] [--out benchmarks/results/grading.json]
 
-For every chapter in ``solutions/`` the class has ``--students`` submissions built from the
-released notebook: 40% fully solved, 30% partly solved (a random half of the exercises), 20% blank,
-and 10% hostile, in turn: a forger that replaces every check with one that passes, a top-level
-infinite loop, a memory hog, and a cell that kills the kernel. The same class is then
+For every released chapter (``chapters/NN/NN.ipynb`` with its solution) the class has ``--students``
+submissions built from the released notebook. Over all (student, chapter) pairs the kinds are dealt
+in the proportions 40% solved, 30% partly wrong (a random half of the exercises solved, the other
+half solved but returning a wrong value: float tensors times 1.01, integers plus one), 20% blank and
+10% hostile, in turn: a forger that replaces every check with one that passes, a top-level
+infinite loop, a memory hog and a cell that kills the kernel; a seeded shuffle decides who gets
+what, so even a small class has every kind. The same class is then
 
 1. executed plainly: each notebook, hidden tests restored, in a fresh kernel with nbclient, one at
-   a time (what nbgrader's autograde does at its core, without sandbox, gradebook or feedback);
-2. graded with ``--jobs 1``, then with ``--jobs 2`` into fresh output folders.
+   a time (what nbgrader's autograde does at its core, without sandbox, trusted re-run of the
+   tests, gradebook or feedback), with the threads, memory limit and empty model cache that a
+   ``--jobs 1`` sandbox has;
+2. graded with ``--jobs 1``, then with ``--jobs 2``, into fresh output folders.
 
 It prints a markdown table: wall time, notebooks per minute, the speed-up of two workers over one,
-the overhead over plain execution, and where a job's time goes (nbgrader's sandboxed run, the
-trusted re-run of the tests, the feedback). Timings depend on the machine and its load, which the
-table reports; compare rows of one run only.
+the time over plain execution, and where a job's time goes (nbgrader's sandboxed run, the trusted
+re-run of the tests, the feedback). The full class (50 students x 9 chapters, three passes) takes
+hours on 2 cores: ``--students`` sets the size; a run prints its own duration, so a small run
+(``--students 2``) tells how large a class fits a time budget. Timings depend on the machine and its
+load, which the table reports; compare rows of one run only.
 """
 
 import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
@@ -49,56 +59,98 @@ HOSTILE = {
     "hog": "block = bytearray(6 * 1024 ** 3)",
     "killer": "import os\nos._exit(0)",
 }
+# Per 20 submissions: 8 solved, 6 partly wrong, 4 blank, 2 hostile.
+SHARES = {"solved": 8, "partly": 6, "blank": 4, "hostile": 2}
+WRONG = """_right_{name} = {name}
+
+
+def {name}(*args, **kwargs):  # a wrong answer: the right one, slightly off
+    result = _right_{name}(*args, **kwargs)
+    if isinstance(result, __import__("torch").Tensor) and result.is_floating_point():
+        return result * 1.01
+    return result + 1 if type(result) is int else result"""
 
 
 def _grade_id(cell) -> str | None:
     return cell.metadata.get("nbgrader", {}).get("grade_id")
 
 
-def make_class(folder: Path, students: int, seed: int) -> dict[str, int]:
+def released_chapters(names: list[str] | None = None) -> list[str]:
+    """The chapters with a solution and a released notebook (``names`` if given)."""
+    available = [name for name in release.chapter_names(ROOT) if (ROOT / "chapters" / name / f"{name}.ipynb").exists()]
+    return [name for name in available if not names or name in names]
+
+
+def deal_kinds(count: int, rng: random.Random) -> list[str]:
+    """``count`` kinds in the proportions of SHARES (hostile ones in turn), shuffled."""
+    pattern = [kind for kind, share in SHARES.items() for _ in range(share)]
+    kinds = [pattern[index * len(pattern) // count] if count < len(pattern) else pattern[index % len(pattern)]
+             for index in range(count)]
+    hostile = iter(list(HOSTILE) * count)
+    kinds = [next(hostile) if kind == "hostile" else kind for kind in kinds]
+    rng.shuffle(kinds)
+    return kinds
+
+
+def submission(released, answers: dict[str, str], kind: str, rng: random.Random):
+    """A student's notebook of ``kind`` built from the released one and the solutions' cells."""
+    notebook = nbformat.from_dict(json.loads(nbformat.writes(released)))
+    names = sorted(answers)
+    wrong = set(rng.sample(names, len(names) // 2)) if kind == "partly" else set()
+    solved = set() if kind == "blank" else set(names)
+    cells = []
+    for cell in notebook.cells:
+        name = _grade_id(cell)
+        if name in solved:
+            cell.source = answers[name]
+        cells.append(cell)
+        if name in wrong and answers[name].lstrip().startswith("def "):
+            cells.append(new_code_cell(WRONG.format(name=name)))
+    if kind in HOSTILE:  # after the setup cell (imports)
+        cells.insert(min(3, len(cells)), new_code_cell(HOSTILE[kind]))
+    notebook.cells = cells
+    return notebook
+
+
+def make_class(folder: Path, students: int, chapters: list[str], seed: int) -> dict[str, int]:
     """Write ``students`` submissions per chapter under ``folder``; return how many of each kind."""
     rng = random.Random(seed)
-    kinds = {}
-    for chapter in release.chapter_names(ROOT):
-        if not (ROOT / "chapters" / chapter / f"{chapter}.ipynb").exists():
-            continue  # not released yet
+    kinds = iter(deal_kinds(students * len(chapters), rng))
+    counts: dict[str, int] = {}
+    for chapter in chapters:
         solution = nbformat.read(ROOT / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
         released = nbformat.read(ROOT / "chapters" / chapter / f"{chapter}.ipynb", as_version=4)
         answers = {_grade_id(cell): cell.source for cell in solution.cells
                    if cell.metadata.get("nbgrader", {}).get("solution")}
         for number in range(students):
-            share = number / students
-            kind = "solved" if share < 0.4 else "partly" if share < 0.7 else "blank" if share < 0.9 else \
-                list(HOSTILE)[number % len(HOSTILE)]
-            notebook = nbformat.from_dict(json.loads(nbformat.writes(released)))
-            solved = set(answers) if kind in ("solved", *HOSTILE) else \
-                set(rng.sample(sorted(answers), len(answers) // 2)) if kind == "partly" else set()
-            for cell in notebook.cells:
-                if _grade_id(cell) in solved:
-                    cell.source = answers[_grade_id(cell)]
-            if kind in HOSTILE:  # after the first code cell (the imports)
-                notebook.cells.insert(2, new_code_cell(HOSTILE[kind]))
+            kind = next(kinds)
             path = folder / f"student{number:03d}" / chapter / f"{chapter}.ipynb"
             path.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(notebook, path)
-            kinds[kind] = kinds.get(kind, 0) + 1
-    return kinds
+            nbformat.write(submission(released, answers, kind, rng), path)
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
 
 
-def _execute_plainly(task: tuple[str, str, int]) -> float:
-    path, solution_path, timeout = task
+def _execute_plainly(task: tuple[str, str, int, int, int]) -> float:
+    """Execute one notebook with nbclient, hidden tests restored, with a fresh model cache and the
+    grading's memory limit (a hog must not take the machine)."""
+    path, solution_path, timeout, threads, memory_mb = task
+    resource.setrlimit(resource.RLIMIT_AS, (memory_mb * 1024 ** 2,) * 2)  # the kernel inherits it
     start = time.perf_counter()
     notebook = release.with_hidden_tests(nbformat.read(path, as_version=4), nbformat.read(solution_path, as_version=4))
-    try:
-        release.execute(notebook, Path(path).parent, timeout)
-    except Exception:  # a killed kernel: the time until then is what plain execution costs
-        pass
+    with tempfile.TemporaryDirectory(prefix="plain-") as cache:
+        os.environ.update(BERTLAB_CACHE=cache, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        try:
+            release.execute(notebook, Path(path).parent, timeout)
+        except Exception:  # a killed kernel: the time until then is what plain execution costs
+            pass
     return time.perf_counter() - start
 
 
-def execute_plainly(folder: Path, timeout: int) -> float:
+def execute_plainly(folder: Path, timeout: int, memory_mb: int) -> float:
     """Seconds to execute every notebook of the class, one at a time, without any grading machinery."""
-    tasks = [(str(path), str(ROOT / "solutions" / path.parent.name / path.name), timeout)
+    threads = os.cpu_count() or 1  # as a --jobs 1 grading run gives its one sandbox
+    tasks = [(str(path), str(ROOT / "solutions" / path.parent.name / path.name), timeout, threads, memory_mb)
              for path in sorted(folder.glob("*/*/*.ipynb"))]
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=1) as pool:  # a separate process, as a grading worker is
@@ -112,46 +164,68 @@ def phases(out: Path) -> dict[str, float]:
     return {phase: statistics.mean(s.get(phase, 0.0) for s in seconds) for phase in ("kernel", "trusted", "feedback", "total")}
 
 
+def statuses(out: Path) -> dict[str, int]:
+    """How many test cells got each status in a grading run."""
+    counts: dict[str, int] = {}
+    for record in json.loads((out / "results.json").read_text()):
+        counts[record["status"]] = counts.get(record["status"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def table(notebooks: int, plain: float, rows: list[dict]) -> str:
+    lines = ["| run | wall time (s) | notebooks / min | speed-up vs --jobs 1 | x plain execution | "
+             "per job: nbgrader in sandbox (s) | trusted tests (s) | feedback (s) | failures |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+             f"| plain nbclient, 1 at a time | {plain:.0f} | {60 * notebooks / plain:.1f} | | 1.00 | | | | |"]
+    for row in rows:
+        phase = row["phases"]
+        lines.append(f"| grade --jobs {row['jobs']} | {row['seconds']:.0f} | {60 * notebooks / row['seconds']:.1f} | "
+                     f"{rows[0]['seconds'] / row['seconds']:.2f} | {row['seconds'] / plain:.2f} | {phase['kernel']:.1f} | "
+                     f"{phase['trusted']:.1f} | {phase['feedback']:.1f} | {row['failures']} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--students", type=int, default=50)
-    parser.add_argument("--timeout", type=int, default=30, help="time limit per cell, in seconds")
+    parser.add_argument("--students", type=int, default=50, help="submissions per chapter (default 50)")
+    parser.add_argument("--chapters", nargs="*", metavar="CHAPTER", help="default: every released chapter")
+    parser.add_argument("--timeout", type=int, default=30, help="time limit per cell, in seconds (default 30)")
     parser.add_argument("--memory", type=int, default=4096, help="address space per sandboxed process, in MB")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="also write the raw numbers to this JSON file")
     args = parser.parse_args()
     limits = Limits(cell_timeout=args.timeout, notebook_timeout=20 * args.timeout, memory_mb=args.memory)
+    chapters = released_chapters(args.chapters)
+    began, load = datetime.now(timezone.utc), os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="grading-benchmark-") as scratch:
         scratch = Path(scratch)
-        kinds = make_class(scratch / "class", args.students, args.seed)
+        kinds = make_class(scratch / "class", args.students, chapters, args.seed)
         notebooks = sum(kinds.values())
-        load = os.getloadavg()[0]
-        plain = execute_plainly(scratch / "class", args.timeout)
+        plain = execute_plainly(scratch / "class", args.timeout, args.memory)
         rows = []
         for jobs in (1, 2):
             start = time.perf_counter()
             report = grade(scratch / "class", scratch / f"out{jobs}", jobs=jobs, limits=limits, progress=False)
-            wall = time.perf_counter() - start
-            rows.append((jobs, wall, report, phases(scratch / f"out{jobs}")))
+            rows.append({"jobs": jobs, "seconds": time.perf_counter() - start, "failures": len(report.failures),
+                         "phases": phases(scratch / f"out{jobs}"), "statuses": statuses(scratch / f"out{jobs}")})
             shutil.rmtree(scratch / f"out{jobs}" / ".work" / "jobs", ignore_errors=True)
-    print(f"Class: {notebooks} notebooks ({', '.join(f'{n} {kind}' for kind, n in kinds.items())}); "
-          f"{os.cpu_count()} CPUs, load average {load:.1f} at the start; sandbox: {isolation_available()[1]}; "
-          f"limits: {args.timeout} s per cell, {args.memory} MB.\n")
-    print("| run | wall time (s) | notebooks / min | speed-up vs --jobs 1 | x plain execution | "
-          "per job: nbgrader in sandbox (s) | trusted tests (s) | feedback (s) | failures |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    print(f"| plain nbclient, 1 at a time | {plain:.0f} | {60 * notebooks / plain:.1f} | | 1.00 | | | | |")
-    for jobs, wall, report, phase in rows:
-        print(f"| grade --jobs {jobs} | {wall:.0f} | {60 * notebooks / wall:.1f} | {rows[0][1] / wall:.2f} | "
-              f"{wall / plain:.2f} | {phase['kernel']:.1f} | {phase['trusted']:.1f} | {phase['feedback']:.1f} | "
-              f"{len(report.failures)} |")
+    end_load = os.getloadavg()
+    minutes = (datetime.now(timezone.utc) - began).total_seconds() / 60
+    print(f"Class: {notebooks} notebooks, {args.students} students x {len(chapters)} chapters ({', '.join(chapters)}): "
+          f"{', '.join(f'{n} {kind}' for kind, n in sorted(kinds.items()))}. {os.cpu_count()} CPUs, load average "
+          f"(1, 5, 15 min) {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the start, {end_load[0]:.1f} {end_load[1]:.1f} "
+          f"{end_load[2]:.1f} at the end; sandbox: {isolation_available()[1]}; limits: {args.timeout} s per cell, "
+          f"{args.memory} MB. Started {began:%Y-%m-%d %H:%M} UTC, took {minutes:.1f} min.\n")
+    print(table(notebooks, plain, rows))
+    print("\nStatuses of the test cells:", "; ".join(f"--jobs {row['jobs']}: {row['statuses']}" for row in rows))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({
-            "notebooks": notebooks, "kinds": kinds, "cpus": os.cpu_count(), "load_average": load,
+            "started": began.isoformat(timespec="seconds"), "minutes": minutes, "notebooks": notebooks,
+            "students": args.students, "chapters": chapters, "kinds": kinds, "cpus": os.cpu_count(),
+            "load_average_start": load, "load_average_end": end_load,
             "limits": {"cell_timeout": args.timeout, "memory_mb": args.memory}, "plain_seconds": plain,
-            "runs": [{"jobs": jobs, "seconds": wall, "failures": len(report.failures), "phases": phase}
-                     for jobs, wall, report, phase in rows]}, indent=1) + "\n")
+            "runs": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -139,14 +139,20 @@ def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return attention_mask.bool()[..., None, None, :]
 
 
-def _check_attention_inputs(
+def check_attention_inputs(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     mask: torch.Tensor | None,
     attn_bias: torch.Tensor | None,
 ) -> None:
-    """Raise a ValueError naming the shapes unless q, k, v, mask and bias fit together."""
+    """Raise a ValueError naming the shapes unless the inputs of an attention fit together.
+
+    q (..., N, D) and k (..., M, D) share the head size D; v (..., M, Dv) has one value per key; their
+    leading dims broadcast together; ``mask`` (bool, or None) and ``attn_bias`` (or None) broadcast to
+    the (..., N, M) scores. Every attention of ``bertlab`` calls it first, so that a wrong shape is
+    reported by name rather than by a matrix product deep inside.
+    """
     _check_head_sizes(q, k)
     if v.dim() < 2 or v.shape[-2] != k.shape[-2]:
         raise ValueError(f"keys {tuple(k.shape)} and values {tuple(v.shape)} must have the same length M")
@@ -200,7 +206,7 @@ def scaled_dot_product_attention(
         output (..., N, Dv) and weights (..., N, M), the weights before dropout. A row whose keys
         are all masked has zero weights and a zero output.
     """
-    _check_attention_inputs(q, k, v, mask, attn_bias)
+    check_attention_inputs(q, k, v, mask, attn_bias)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., N, M)
     if attn_bias is not None:
@@ -228,7 +234,7 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x.repeat_interleave(n_rep, dim=-3)
 
 
-def _fused_attention(
+def fused_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -238,11 +244,16 @@ def _fused_attention(
 ) -> torch.Tensor:
     """The same output as :func:`scaled_dot_product_attention`, computed by PyTorch's fused kernel.
 
+    q (..., N, D), k (..., M, D), v (..., M, Dv); ``mask`` (bool, True = may attend) and ``attn_bias``
+    broadcast to (..., N, M), either may be None; ``dropout_p`` drops attention weights (0.0 at
+    evaluation). Returns the output (..., N, Dv) only, as the fused kernel does not return the
+    weights: :class:`MultiHeadAttention` uses it when no weights are asked for.
+
     ``F.scaled_dot_product_attention`` takes one mask, so a bool mask and a bias are merged into a
     float mask (bias where allowed, -inf elsewhere). Rows with no allowed key are opened to all keys
     and their output is zeroed afterwards: some CUDA kernels return NaN for fully masked rows.
     """
-    _check_attention_inputs(q, k, v, mask, attn_bias)
+    check_attention_inputs(q, k, v, mask, attn_bias)
     attn_mask = mask
     row_has_key = None
     if mask is not None:
@@ -347,6 +358,6 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, attn_bias=attn_bias)
         else:
-            heads = _fused_attention(q, k, v, mask, attn_bias, dropout_p)
+            heads = fused_attention(q, k, v, mask, attn_bias, dropout_p)
         output = self.out_proj(heads.transpose(-3, -2).flatten(-2))  # (B, N, d_model)
         return (output, weights) if need_weights else output

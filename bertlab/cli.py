@@ -217,11 +217,13 @@ def run_pretrain(args: argparse.Namespace) -> int:
         seed=args.seed, log_every=args.log_every, checkpoint_every=args.checkpoint_every,
         resume=not args.no_resume, progress=not args.no_progress,
     )
-    if history:
-        first, last = history[0], history[-1]
+    logged = [record for record in history if record["mlm_loss"] is not None]  # None: no token was predicted
+    if logged:
+        first, last = logged[0], logged[-1]
         say(f"MLM loss {first['mlm_loss']:.3f} (steps 1-{first['step']}) -> {last['mlm_loss']:.3f} "
             f"(step {last['step']}); ln(vocab size) = {math.log(tokenizer.vocab_size):.3f} is chance level; "
             f"MLM accuracy {last['mlm_accuracy']:.3f}")
+    if history:
         say(f"wrote the model, vocab.txt, metrics.jsonl and loss_curve.png to {args.output}")
     return 0
 

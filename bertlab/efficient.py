@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from .attention import _check_attention_inputs, repeat_kv, scaled_dot_product_attention
+from .attention import check_attention_inputs, repeat_kv, scaled_dot_product_attention
 
 __all__ = [
     "sliding_window_mask",
@@ -92,7 +92,7 @@ def sliding_window_attention(
 
     q, k: (..., N, D); v: (..., N, Dv). Returns (..., N, Dv).
     """
-    _check_attention_inputs(q, k, v, mask=None, attn_bias=None)
+    check_attention_inputs(q, k, v, mask=None, attn_bias=None)
     n = q.shape[-2]
     if k.shape[-2] != n:
         raise ValueError(
@@ -264,7 +264,7 @@ def flash_attention(
     it combines with ``mask``. A query that may see no key gets a zero output.
     Returns (..., N, Dv), in the dtype of q.
     """
-    _check_attention_inputs(q, k, v, mask, attn_bias=None)
+    check_attention_inputs(q, k, v, mask, attn_bias=None)
     _check_positive("block_size", block_size)
     n, m = q.shape[-2], k.shape[-2]
     if mask is not None:
@@ -348,7 +348,7 @@ def linear_attention(
 
     q: (..., N, D); k: (..., M, D); v: (..., M, Dv); causal needs N = M. Returns (..., N, Dv).
     """
-    _check_attention_inputs(q, k, v, mask=None, attn_bias=None)
+    check_attention_inputs(q, k, v, mask=None, attn_bias=None)
     if causal and q.shape[-2] != k.shape[-2]:
         raise ValueError(
             f"causal linear attention needs as many queries as keys; "

@@ -448,11 +448,29 @@ def _micro_batches(dataset: PretrainingDataset, sampler: DistributedSampler, bat
             index += 1
 
 
+def _without_empty_mlm_loss(output, batch: dict[str, torch.Tensor]):
+    """``output`` whose MLM loss is 0, with zero gradient, when the micro-batch has no chosen token.
+
+    The MLM loss is the mean over the chosen positions M, -(1/|M|) sum_{i in M} log p(x_i); with M empty
+    ``F.cross_entropy`` returns 0/0 = NaN (as Hugging Face's models do), and one NaN gradient would turn
+    every weight into NaN. Such micro-batches are rare with long sequences but not with short ones: a
+    micro-batch of k maskable tokens has none chosen with probability (1 - p)^k, 20% for k = 10 at
+    p = 0.15. Then loss = mlm_loss + nsp_loss becomes 0 + nsp_loss (or 0 without NSP): the micro-batch
+    contributes no MLM gradient. ``torch.where`` chooses on the device, without a host synchronisation;
+    the NaN branch it drops receives a zero gradient, and cross-entropy's backward writes nothing at
+    ignored positions, so no NaN reaches the weights.
+    """
+    chosen = (batch["mlm_labels"] != IGNORE_INDEX).any()
+    mlm_loss = torch.where(chosen, output.mlm_loss, torch.zeros_like(output.mlm_loss))
+    loss = mlm_loss if output.nsp_loss is None else mlm_loss + output.nsp_loss
+    return dataclasses.replace(output, loss=loss, mlm_loss=mlm_loss)
+
+
 class _MetricsWindow:
     """Sums of the training metrics since the last log line, kept on the device (no sync per step)."""
 
-    NAMES = ("loss", "mlm_loss", "nsp_loss", "micro_batches", "mlm_correct", "mlm_predicted", "nsp_correct",
-             "nsp_examples", "tokens")
+    NAMES = ("loss", "mlm_loss", "nsp_loss", "micro_batches", "mlm_micro_batches", "mlm_correct", "mlm_predicted",
+             "nsp_correct", "nsp_examples", "tokens")
 
     def __init__(self, device: torch.device):
         self.sums = torch.zeros(len(self.NAMES), dtype=torch.float64, device=device)
@@ -462,7 +480,8 @@ class _MetricsWindow:
     def update(self, output, batch: dict[str, torch.Tensor]) -> None:
         predicted = batch["mlm_labels"] != IGNORE_INDEX  # (B, N)
         values = dict.fromkeys(self.NAMES, 0)
-        values.update(loss=output.loss, mlm_loss=output.mlm_loss, micro_batches=1, mlm_predicted=predicted.sum(),
+        values.update(loss=output.loss, mlm_loss=output.mlm_loss, micro_batches=1,
+                      mlm_micro_batches=predicted.any(), mlm_predicted=predicted.sum(),
                       mlm_correct=(output.mlm_logits.argmax(-1)[predicted] == batch["mlm_labels"][predicted]).sum(),
                       tokens=batch["attention_mask"].sum())
         if "nsp_labels" in batch:
@@ -479,7 +498,8 @@ class _MetricsWindow:
         seconds = time.perf_counter() - self.start
         return {
             "loss": sums["loss"] / sums["micro_batches"],
-            "mlm_loss": sums["mlm_loss"] / sums["micro_batches"],
+            # over the micro-batches that predicted something; None when none did (see _without_empty_mlm_loss)
+            "mlm_loss": sums["mlm_loss"] / sums["mlm_micro_batches"] if sums["mlm_micro_batches"] else None,
             "nsp_loss": sums["nsp_loss"] / sums["micro_batches"] if nsp else None,
             "mlm_accuracy": sums["mlm_correct"] / max(1.0, sums["mlm_predicted"]),
             "nsp_accuracy": sums["nsp_correct"] / sums["nsp_examples"] if nsp else None,
@@ -603,7 +623,8 @@ def pretrain(
     """Pretrain a ``BertForPreTraining`` with MLM (and NSP), on one device or under ``torchrun``.
 
     Each optimizer step averages the losses L = L_MLM + L_NSP (L_MLM alone with ``nsp=False``) of
-    grad_accum_steps micro-batches of batch_size examples per process, clips the gradient's global
+    grad_accum_steps micro-batches of batch_size examples per process (L_MLM = 0 for a micro-batch in
+    which no token was chosen, where the mean would be 0/0), clips the gradient's global
     norm to max_grad_norm, and takes an AdamW step (Loshchilov and Hutter, 2019; betas (0.9, 0.999),
     eps 1e-6 as in BERT; no weight decay on biases and LayerNorm weights) with a learning rate that
     rises linearly over warmup_steps and falls linearly to 0 at max_steps. The forward pass runs in
@@ -618,7 +639,8 @@ def pretrain(
     Outputs in output_dir: ``config.json`` and the weights (``model.save_pretrained``), ``vocab.txt``,
     ``pretraining_args.json``, ``metrics.jsonl`` (one JSON line every log_every steps: step, epoch,
     loss, mlm_loss, nsp_loss, mlm_accuracy, nsp_accuracy, lr, tokens_per_second; the metrics are means
-    over the steps since the previous line), ``loss_curve.png`` and ``checkpoint.pt`` (model,
+    over the steps since the previous line, mlm_loss over the micro-batches that predicted a token, None
+    if none did), ``loss_curve.png`` and ``checkpoint.pt`` (model,
     optimizer, scheduler, step, random states of every process; the data order is a function of the
     step). With ``resume=True`` a call continues from the checkpoint in output_dir and ends exactly as
     one uninterrupted run would; ``resume=False`` starts over.
@@ -766,7 +788,7 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
             synchronize = micro_step == accumulation - 1 or process.world_size == 1
             with contextlib.nullcontext() if synchronize else network.no_sync():
                 with autocast(process.device):
-                    output = network(**batch)
+                    output = _without_empty_mlm_loss(network(**batch), batch)
                 (output.loss / accumulation).backward()
             window.update(output, batch)
         if settings["max_grad_norm"] is not None:
@@ -806,6 +828,16 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
 # --------------------------------------------------------------------------------------------------
 
 
+# The chapters' pretrained BERT, at the scale of the machine they run on; chapters 07-09 all call
+# ``pretrained_small_bert(**COURSE_SCALES[SCALE])`` and so share one cached model. "cpu" is the default
+# of ``pretrained_small_bert`` (about a minute on a 2-core CPU); "gpu" trains BERT-mini 5 times longer
+# on 2 times larger batches (a few minutes on one GPU).
+COURSE_SCALES = {
+    "cpu": {"preset": "tiny", "max_steps": 600, "batch_size": 16, "seq_len": 64},
+    "gpu": {"preset": "mini", "max_steps": 3000, "batch_size": 32, "seq_len": 64},
+}
+
+
 def pretrained_cache_dir() -> Path:
     """Where ``pretrained_small_bert`` keeps its models: $BERTLAB_CACHE/pretrained, by default
     ~/.cache/bertlab/pretrained."""
@@ -813,12 +845,12 @@ def pretrained_cache_dir() -> Path:
 
 
 def pretrained_small_bert_folder(
-    preset: str = "mini",
+    preset: str = "tiny",
     *,
-    max_steps: int = 300,
+    max_steps: int = 600,
     vocab_size: int = 4096,
     seq_len: int = 64,
-    batch_size: int = 32,
+    batch_size: int = 16,
     lr: float = 1e-3,
     cache_dir: str | Path | None = None,
     device: str | torch.device | None = None,
@@ -833,8 +865,9 @@ def pretrained_small_bert_folder(
     the one argument that scales the model) for max_steps steps with MLM and NSP (``pretrain``), and
     saves model and vocabulary in ``<cache_dir>/bert-<preset>-...``, cache_dir defaulting to
     ``pretrained_cache_dir()``. Later calls with the same arguments return that folder at once; an
-    interrupted first call resumes from its checkpoint. With the defaults (BERT-mini, 300 steps of
-    32 sequences of up to 64 tokens) training takes a few minutes on a 2-core CPU.
+    interrupted first call resumes from its checkpoint. With the defaults (``COURSE_SCALES["cpu"]``:
+    BERT-tiny, 600 steps of 16 sequences of up to 64 tokens) training takes about a minute on a
+    2-core CPU.
 
     The folder loads with ``BertForPreTraining.from_pretrained`` (or ``BertForSequenceClassification``
     to fine-tune) and ``BertTokenizer(folder / "vocab.txt")``.
@@ -859,12 +892,13 @@ def pretrained_small_bert_folder(
     return folder
 
 
-def pretrained_small_bert(preset: str = "mini", *, device: str | torch.device | None = None, **options):
+def pretrained_small_bert(preset: str = "tiny", *, device: str | torch.device | None = None, **options):
     """A small BERT pretrained on the offline corpus, and its tokenizer; trained on first use, then cached.
 
-    ``pretrained_small_bert("mini")`` pretrains BERT-mini for a few CPU minutes the first time and
-    loads it from ``~/.cache/bertlab/pretrained`` (``$BERTLAB_CACHE/pretrained``) afterwards; pass
-    another preset ("tiny" ... "large") to scale it. ``options`` are those of
+    ``pretrained_small_bert()`` pretrains BERT-tiny for about a CPU minute the first time and loads
+    it from ``~/.cache/bertlab/pretrained`` (``$BERTLAB_CACHE/pretrained``) afterwards;
+    ``pretrained_small_bert(**COURSE_SCALES["gpu"])`` is the chapters' GPU scale, and another preset
+    ("tiny" ... "large") with more steps scales it further. ``options`` are those of
     ``pretrained_small_bert_folder`` (max_steps, vocab_size, seq_len, batch_size, lr, cache_dir,
     seed, progress).
 

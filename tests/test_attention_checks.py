@@ -11,7 +11,6 @@ import re
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
@@ -31,25 +30,17 @@ from autograder.checks.framework import (
     with_dependencies,
 )
 from bertlab.attention import softmax as captured_reference_softmax
+from checks_helpers import MutationTests, run_solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "01_attention" / "01_attention.ipynb"
 EXERCISES = ["softmax", "additive_score", "scaled_dot_product_attention", "causal_mask", "padding_mask"]
 NEG_INF = float("-inf")
 
 
-def check(name):
-    return getattr(checks, f"check_{name}")
-
-
 @pytest.fixture(scope="module")
 def solution_namespace():
     """The functions defined by the solution cells of the solution notebook, executed together."""
-    namespace = {"torch": torch, "math": math}
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    for cell in notebook.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution"):
-            exec(compile(cell.source, f"{SOLUTION.name}:{cell.metadata.nbgrader.grade_id}", "exec"), namespace)
-    return namespace
+    return run_solution_cells(SOLUTION, {"torch": torch, "math": math})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -273,44 +264,6 @@ ALTERNATIVES = {
 }
 
 
-def test_every_exercise_has_at_least_three_mutants(solution_namespace):
-    exercises = [name for name in EXERCISES if name in solution_namespace]
-    assert exercises == EXERCISES
-    for name in EXERCISES:
-        assert len(MUTANTS[name]) >= 3, name
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_solution(name, solution_namespace):
-    assert check(name)(solution_namespace[name]).startswith(f"{name}: all")
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_reference_when_the_forbid_rule_is_lifted(name):
-    reference = getattr(bertlab.attention, name)
-    check(name)(reference, forbid=False)
-    with pytest.raises(CheckFailed, match=rf"implement this yourself \(your code called bertlab\.attention\.{name}\)"):
-        check(name)(reference)
-
-
-@pytest.mark.parametrize("name, implementation", [(n, f) for n, fs in ALTERNATIVES.items() for f in fs])
-def test_check_accepts_other_correct_implementations(name, implementation):
-    check(name)(implementation)
-
-
-@pytest.mark.parametrize(
-    "name, mutant, hint",
-    [(name, mutant, hint) for name, mutants in MUTANTS.items() for mutant, hint in mutants],
-    ids=[mutant.__name__ for mutants in MUTANTS.values() for mutant, _ in mutants],
-)
-def test_check_rejects_mutant_with_its_hint(name, mutant, hint):
-    with pytest.raises(CheckFailed) as failure:
-        check(name)(mutant)
-    message = str(failure.value)
-    assert hint in message, message
-    assert message.startswith(name) and "test case" in message  # says which exercise and which case
-
-
 def test_failure_message_says_what_where_and_by_how_much():
     with pytest.raises(CheckFailed) as failure:
         checks.check_softmax(softmax_last_axis)
@@ -384,16 +337,21 @@ def attention_with_multihead_module(q, k, v, mask=None):
 
 
 def attention_with_reference_module(q, k, v, mask=None):
-    return bertlab.attention._fused_attention(q, k, v, mask, None, 0.0), None
+    return bertlab.attention.fused_attention(q, k, v, mask, None, 0.0), None
 
 
 def causal_mask_with_transformer_helper(n, m=None, device=None):
     return torch.nn.Transformer.generate_square_subsequent_mask(n, device=device) == 0
 
 
-@pytest.mark.parametrize(
-    "name, cheat, called",
-    [
+class TestAttentionChecks(MutationTests):
+    """The shared mutation tests (tests/checks_helpers.py) of this chapter's checks."""
+
+    checks = checks
+    references = {name: getattr(bertlab.attention, name) for name in EXERCISES}
+    mutants = MUTANTS
+    alternatives = ALTERNATIVES
+    cheats = [
         ("softmax", softmax_with_captured_functional, "torch.nn.functional.softmax"),
         ("softmax", softmax_with_tensor_method, "torch.Tensor.softmax"),
         ("softmax", softmax_with_aten, "torch.ops.aten._softmax"),
@@ -404,14 +362,9 @@ def causal_mask_with_transformer_helper(n, m=None, device=None):
         ("softmax", softmax_via_log_softmax, "torch.log_softmax"),
         ("scaled_dot_product_attention", attention_with_captured_sdpa, "torch.nn.functional.scaled_dot_product_attention"),
         ("scaled_dot_product_attention", attention_with_multihead_module, "torch.nn.modules.activation.MultiheadAttention.forward"),
-        ("scaled_dot_product_attention", attention_with_reference_module, "bertlab.attention._fused_attention"),
+        ("scaled_dot_product_attention", attention_with_reference_module, "bertlab.attention.fused_attention"),
         ("causal_mask", causal_mask_with_transformer_helper, "generate_square_subsequent_mask"),
-    ],
-    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
-)
-def test_forbidden_calls_are_caught_however_they_were_captured(name, cheat, called):
-    with pytest.raises(CheckFailed, match=r"implement this yourself \(your code called [^)]*" + re.escape(called)):
-        check(name)(cheat)
+    ]
 
 
 def test_attention_may_use_torch_softmax():
@@ -468,21 +421,59 @@ def attention_through_helper(q, k, v, mask=None):
 
 
 class StudentModule(torch.nn.Module):
+    def __init__(self, dim=-1):
+        super().__init__()
+        self.dim = dim
+
     def forward(self, x):
-        return softmax(x)
+        return softmax(x, dim=self.dim)
 
     @staticmethod
     def twice(x):
         return 2 * softmax(x)
 
+    @property
+    def uniform(self):
+        return softmax(torch.zeros(4))
+
+
+class StudentSubclass(StudentModule):
+    """Inherits `twice` and `uniform`; its methods reach the parent's through zero-argument super()."""
+
+    def __init__(self):
+        super().__init__(dim=0)
+
+    def forward(self, x):
+        return super().forward(x) + softmax(x, dim=-1)
+
 
 def test_with_dependencies_rebinds_classes_and_leaves_the_original_alone():
-    isolated = with_dependencies(StudentModule, softmax=bertlab.attention.softmax)
+    """A class that calls super().__init__() (every nn.Module does), its subclass, their static
+    methods and properties all see the reference; the original classes still call this module's."""
     x = torch.randn(2, 3)
+    isolated = with_dependencies(StudentModule, softmax=bertlab.attention.softmax)
+    assert issubclass(isolated, StudentModule) and isolated.__qualname__ == "StudentModule"
     torch.testing.assert_close(isolated()(x), bertlab.attention.softmax(x))
     torch.testing.assert_close(isolated.twice(x), 2 * bertlab.attention.softmax(x))
+    torch.testing.assert_close(isolated().uniform, torch.full((4,), 0.25))
+    isolated_subclass = with_dependencies(StudentSubclass, softmax=bertlab.attention.softmax)
+    module = isolated_subclass()
+    expected = bertlab.attention.softmax(x, dim=0) + bertlab.attention.softmax(x, dim=-1)
+    torch.testing.assert_close(module(x), expected)
+    torch.testing.assert_close(module.uniform, torch.full((4,), 0.25))
+    torch.testing.assert_close(isolated_subclass.twice(x), 2 * bertlab.attention.softmax(x))
+    for original in (StudentModule(), StudentSubclass()):
+        with pytest.raises(AssertionError, match="dependency isolation failed"):
+            original(x)
     with pytest.raises(AssertionError, match="dependency isolation failed"):
-        StudentModule()(x)
+        StudentModule.twice(x)
+
+
+def test_with_dependencies_returns_a_class_without_own_code_unchanged():
+    class OnlyLibraryCode(torch.nn.Linear):
+        pass
+
+    assert with_dependencies(OnlyLibraryCode, softmax=bertlab.attention.softmax) is OnlyLibraryCode
 
 
 def test_allowed_dependencies_may_call_forbidden_functions():

@@ -9,10 +9,8 @@ where the student's class lives in another process.
 """
 
 import math
-import re
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
@@ -24,6 +22,7 @@ from autograder.checks import bert as checks
 from autograder.checks.framework import CheckFailed
 from bertlab.tokenization import truncate_longest_first as captured_truncation
 from bertlab.tokenization import wordpiece_tokenize as captured_wordpiece
+from checks_helpers import MutationTests, check_of, run_solution_cells, solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "06_bert" / "06_bert.ipynb"
 EXERCISES = ["wordpiece_tokenize", "encode", "BertEmbeddings", "count_parameters"]
@@ -35,23 +34,10 @@ REFERENCES = {
 }
 
 
-def check(name):
-    return getattr(checks, f"check_{name}")
-
-
-def solution_cells() -> list[tuple[str, str]]:
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    return [(cell.metadata.nbgrader.grade_id, cell.source) for cell in notebook.cells
-            if cell.metadata.get("nbgrader", {}).get("solution")]
-
-
 @pytest.fixture(scope="module")
 def solution_namespace():
     """The functions and classes defined by the solution cells of the solution notebook."""
-    namespace = {"torch": torch, "nn": nn, "math": math}
-    for grade_id, source in solution_cells():
-        exec(compile(source, f"{SOLUTION.name}:{grade_id}", "exec"), namespace)
-    return namespace
+    return run_solution_cells(SOLUTION, {"torch": torch, "nn": nn, "math": math})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -627,42 +613,8 @@ ALTERNATIVES = {
 }
 
 
-def test_every_exercise_has_at_least_three_mutants(solution_namespace):
-    assert [name for name in EXERCISES if name in solution_namespace] == EXERCISES
-    assert [grade_id for grade_id, _ in solution_cells()] == EXERCISES
-    for name in EXERCISES:
-        assert len(MUTANTS[name]) >= 3, name
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_solution(name, solution_namespace):
-    assert check(name)(solution_namespace[name]).startswith(f"{name}: all")
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_reference_when_the_forbid_rule_is_lifted(name):
-    assert check(name)(REFERENCES[name], forbid=False).startswith(f"{name}: all")
-    with pytest.raises(CheckFailed, match=r"implement this yourself \(your code called bertlab\."):
-        check(name)(REFERENCES[name])
-
-
-@pytest.mark.parametrize("name, implementation", [(n, f) for n, fs in ALTERNATIVES.items() for f in fs],
-                         ids=lambda value: getattr(value, "__name__", value))
-def test_check_accepts_other_correct_implementations(name, implementation):
-    check(name)(implementation)
-
-
-@pytest.mark.parametrize(
-    "name, mutant, hint",
-    [(name, mutant, hint) for name, mutants in MUTANTS.items() for mutant, hint in mutants],
-    ids=[mutant.__name__ for mutants in MUTANTS.values() for mutant, _ in mutants],
-)
-def test_check_rejects_mutant_with_its_hint(name, mutant, hint):
-    with pytest.raises(CheckFailed) as failure:
-        check(name)(mutant)
-    message = str(failure.value)
-    assert hint in message, message
-    assert message.startswith(name + " is not right yet, on ")  # says which exercise and which case
+def test_the_solution_cells_are_the_exercises_in_order():
+    assert [grade_id for grade_id, _ in solution_cells(SOLUTION)] == EXERCISES
 
 
 def test_failure_messages_show_the_case_and_the_first_difference():
@@ -695,7 +647,7 @@ def test_blank_exercises_raise_not_implemented_error():
 
     for name in ("wordpiece_tokenize", "encode", "count_parameters"):
         with pytest.raises(NotImplementedError):
-            check(name)(blank)
+            check_of(checks, name)(blank)
     with pytest.raises(NotImplementedError):
         checks.check_BertEmbeddings(BlankEmbeddings)
 
@@ -781,9 +733,15 @@ def count_by_building_layers(config, pooler=True):
     return (V + positions + T) * H + 2 * H + L * layer + (linear(H, H) if pooler else 0)
 
 
-@pytest.mark.parametrize(
-    "name, cheat, called",
-    [
+class TestBertChecks(MutationTests):
+    """The shared mutation tests (tests/checks_helpers.py) of this chapter's checks."""
+
+    checks = checks
+    references = REFERENCES
+    mutants = MUTANTS
+    alternatives = ALTERNATIVES
+    failure_context = ""  # the embedding check names its cases by their inputs, not by number
+    cheats = [
         ("wordpiece_tokenize", wordpiece_with_captured_reference, "bertlab.tokenization.wordpiece_tokenize"),
         ("wordpiece_tokenize", wordpiece_with_the_tokenizer_class, "bertlab.tokenization.WordPieceTokenizer.tokenize_word"),
         ("wordpiece_tokenize", wordpiece_with_hugging_face, "WordpieceTokenizer.tokenize"),
@@ -794,12 +752,7 @@ def count_by_building_layers(config, pooler=True):
         ("BertEmbeddings", EmbeddingsWrappingTheReference, "bertlab.bert.BertEmbeddings.__init__"),
         ("count_parameters", count_by_building_the_model, "torch.nn.modules.module.Module.__init__"),
         ("count_parameters", count_by_building_layers, "torch.nn.modules.module.Module.__init__"),
-    ],
-    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
-)
-def test_forbidden_calls_are_caught_however_they_were_captured(name, cheat, called):
-    with pytest.raises(CheckFailed, match=r"implement this yourself \(your code called [^)]*" + re.escape(called)):
-        check(name)(cheat)
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -812,7 +765,7 @@ def test_embedding_check_grades_a_class_in_the_student_process():
     from autograder.sandbox import Limits, Sandbox
     from autograder.verdict import run_tests
 
-    solution = dict(solution_cells())["BertEmbeddings"]
+    solution = dict(solution_cells(SOLUTION))["BertEmbeddings"]
     wrong = solution.replace("nn.LayerNorm(H, eps=config.layer_norm_eps)", "nn.LayerNorm(H)")
     assert wrong != solution
     test = "from autograder.checks.bert import check_BertEmbeddings\nprint(check_BertEmbeddings(BertEmbeddings))"

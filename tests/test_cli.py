@@ -97,6 +97,13 @@ def test_pretrain_writes_the_model_metrics_and_plot_with_the_given_settings(pipe
     assert [record["step"] for record in load_metrics(folder / "metrics.jsonl")] == [2, 4]
 
 
+def test_pretrain_without_masked_tokens_reports_no_mlm_loss_and_finishes(capsys, tmp_path):
+    status, out, err = run(capsys, *PRETRAIN, "--mlm-probability", "0", "--output", tmp_path / "run")
+    assert status == 0, err
+    assert "MLM loss" not in out and "wrote the model" in out
+    assert all(record["mlm_loss"] is None for record in load_metrics(tmp_path / "run" / "metrics.jsonl"))
+
+
 def test_finetune_starts_from_the_pretrained_encoder(pipeline):
     pretrained = BertForPreTraining.from_pretrained(pipeline["pretrain"])
     fine_tuned = BertForSequenceClassification.from_pretrained(pipeline["finetune"])

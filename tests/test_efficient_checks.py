@@ -10,7 +10,6 @@ reference fails with "implement this yourself"; and the memory test of ``flash_a
 import math
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,6 +19,7 @@ import bertlab.attention
 import bertlab.efficient
 from autograder.checks import efficient as checks
 from autograder.checks.framework import CheckFailed
+from checks_helpers import MutationTests, run_solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "05_efficient_attention" / "05_efficient_attention.ipynb"
 EXERCISES = ["sliding_window_mask", "repeat_kv", "kv_cache_bytes", "flash_attention", "linear_attention"]
@@ -33,19 +33,10 @@ REFERENCES = {
 NEG_INF = float("-inf")
 
 
-def check(name):
-    return getattr(checks, f"check_{name}")
-
-
 @pytest.fixture(scope="module")
 def solution_namespace():
     """The functions defined by the solution cells of the solution notebook, executed together."""
-    namespace = {"torch": torch, "math": math, "F": F}
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    for cell in notebook.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution"):
-            exec(compile(cell.source, f"{SOLUTION.name}:{cell.metadata.nbgrader.grade_id}", "exec"), namespace)
-    return namespace
+    return run_solution_cells(SOLUTION, {"torch": torch, "math": math, "F": F})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -378,44 +369,6 @@ ALTERNATIVES = {
 }
 
 
-def test_every_exercise_has_at_least_three_mutants(solution_namespace):
-    assert [name for name in EXERCISES if name in solution_namespace] == EXERCISES
-    for name in EXERCISES:
-        assert len(MUTANTS[name]) >= 3, name
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_solution(name, solution_namespace):
-    assert check(name)(solution_namespace[name]).startswith(f"{name}: all")
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_reference_when_the_forbid_rule_is_lifted(name):
-    reference = REFERENCES[name]
-    check(name)(reference, forbid=False)
-    called = f"{reference.__module__}.{reference.__name__}"
-    with pytest.raises(CheckFailed, match=rf"implement this yourself \(your code called {called}\)"):
-        check(name)(reference)
-
-
-@pytest.mark.parametrize("name, implementation", [(n, f) for n, fs in ALTERNATIVES.items() for f in fs])
-def test_check_accepts_other_correct_implementations(name, implementation):
-    check(name)(implementation)
-
-
-@pytest.mark.parametrize(
-    "name, mutant, hint",
-    [(name, mutant, hint) for name, mutants in MUTANTS.items() for mutant, hint in mutants],
-    ids=[mutant.__name__ for mutants in MUTANTS.values() for mutant, _ in mutants],
-)
-def test_check_rejects_mutant_with_its_hint(name, mutant, hint):
-    with pytest.raises(CheckFailed) as failure:
-        check(name)(mutant)
-    message = str(failure.value)
-    assert hint in message, message
-    assert message.startswith(name) and ("test case" in message or "memory test" in message)
-
-
 def test_flash_attention_is_compared_with_pytorch():
     """The expected outputs come from F.scaled_dot_product_attention, not from the reference."""
     summary = checks.check_flash_attention(bertlab.efficient.flash_attention, forbid=False)
@@ -485,9 +438,15 @@ def cache_with_reference_default(batch, seq_len, num_layers, num_kv_heads, head_
     return implementation(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_value)
 
 
-@pytest.mark.parametrize(
-    "name, cheat, called",
-    [
+class TestEfficientChecks(MutationTests):
+    """The shared mutation tests (tests/checks_helpers.py) of this chapter's checks."""
+
+    checks = checks
+    references = REFERENCES
+    mutants = MUTANTS
+    alternatives = ALTERNATIVES
+    failure_context = r"(test case \d+ of \d+|the memory test) \("
+    cheats = [
         ("flash_attention", flash_with_captured_sdpa, "torch.nn.functional.scaled_dot_product_attention"),
         ("flash_attention", flash_with_course_attention, "bertlab.attention.scaled_dot_product_attention"),
         ("flash_attention", flash_with_aten, "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu"),
@@ -495,9 +454,4 @@ def cache_with_reference_default(batch, seq_len, num_layers, num_kv_heads, head_
         ("repeat_kv", repeat_from_efficient, "bertlab.attention.repeat_kv"),
         ("sliding_window_mask", window_through_longformer, "bertlab.efficient.longformer_mask"),
         ("kv_cache_bytes", cache_with_reference_default, "bertlab.efficient.kv_cache_bytes"),
-    ],
-    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
-)
-def test_forbidden_calls_are_caught_however_they_were_captured(name, cheat, called):
-    with pytest.raises(CheckFailed, match=r"implement this yourself \(your code called [^)]*" + called.replace(".", r"\.")):
-        check(name)(cheat)
+    ]

@@ -10,7 +10,6 @@ import math
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
@@ -22,24 +21,16 @@ import bertlab.transformer
 from autograder.checks import norm as checks
 from autograder.checks.framework import CheckFailed
 from bertlab.norm import layer_norm as captured_reference_layer_norm
+from checks_helpers import MutationTests, run_solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "04_normalization" / "04_normalization.ipynb"
 EXERCISES = ["layer_norm", "post_norm_residual", "pre_norm_residual", "rms_norm"]
 
 
-def check(name):
-    return getattr(checks, f"check_{name}")
-
-
 @pytest.fixture(scope="module")
 def solution_namespace():
     """The functions defined by the solution cells of the solution notebook, executed together."""
-    namespace = {"torch": torch, "math": math, "F": F, "nn": nn}
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    for cell in notebook.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution"):
-            exec(compile(cell.source, f"{SOLUTION.name}:{cell.metadata.nbgrader.grade_id}", "exec"), namespace)
-    return namespace
+    return run_solution_cells(SOLUTION, {"torch": torch, "math": math, "F": F, "nn": nn})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -328,43 +319,6 @@ ALTERNATIVES = {
 }
 
 
-def test_every_exercise_has_at_least_three_mutants(solution_namespace):
-    assert [name for name in EXERCISES if name in solution_namespace] == EXERCISES
-    for name in EXERCISES:
-        assert len(MUTANTS[name]) >= 3, name
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_solution(name, solution_namespace):
-    assert check(name)(solution_namespace[name]).startswith(f"{name}: all")
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_reference_when_the_forbid_rule_is_lifted(name):
-    reference = getattr(bertlab.norm, name)
-    check(name)(reference, forbid=False)
-    with pytest.raises(CheckFailed, match=rf"implement this yourself \(your code called bertlab\.norm\.{name}\)"):
-        check(name)(reference)
-
-
-@pytest.mark.parametrize("name, implementation", [(n, f) for n, fs in ALTERNATIVES.items() for f in fs])
-def test_check_accepts_other_correct_implementations(name, implementation):
-    check(name)(implementation)
-
-
-@pytest.mark.parametrize(
-    "name, mutant, hint",
-    [(name, mutant, hint) for name, mutants in MUTANTS.items() for mutant, hint in mutants],
-    ids=[mutant.__name__ for mutants in MUTANTS.values() for mutant, _ in mutants],
-)
-def test_check_rejects_mutant_with_its_hint(name, mutant, hint):
-    with pytest.raises(CheckFailed) as failure:
-        check(name)(mutant)
-    message = str(failure.value)
-    assert hint in message, message
-    assert message.startswith(name) and "test case" in message  # says which exercise and which case
-
-
 def test_failure_message_says_what_where_and_shows_small_inputs():
     with pytest.raises(CheckFailed) as failure:
         checks.check_layer_norm(ln_torch_var)
@@ -462,9 +416,14 @@ def post_norm_through_encoder_residual(x, sublayer, norm):
     return layer.residual(x, sublayer, norm)
 
 
-@pytest.mark.parametrize(
-    "name, cheat, called",
-    [
+class TestNormChecks(MutationTests):
+    """The shared mutation tests (tests/checks_helpers.py) of this chapter's checks."""
+
+    checks = checks
+    references = {name: getattr(bertlab.norm, name) for name in EXERCISES}
+    mutants = MUTANTS
+    alternatives = ALTERNATIVES
+    cheats = [
         ("layer_norm", layer_norm_with_captured_functional, "torch.nn.functional.layer_norm"),
         ("layer_norm", layer_norm_with_module, "torch.nn.functional.layer_norm"),
         ("layer_norm", layer_norm_with_aten, "torch.ops.aten.native_layer_norm"),
@@ -479,12 +438,7 @@ def post_norm_through_encoder_residual(x, sublayer, norm):
         ("rms_norm", rms_norm_with_mirrored_layer_norm, "torch.nn.functional.layer_norm"),
         ("pre_norm_residual", pre_norm_with_captured_reference, "bertlab.norm.pre_norm_residual"),
         ("post_norm_residual", post_norm_through_encoder_residual, "bertlab.norm.post_norm_residual"),
-    ],
-    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
-)
-def test_forbidden_calls_are_caught_however_they_were_captured(name, cheat, called):
-    with pytest.raises(CheckFailed, match=r"implement this yourself \(your code called [^)]*" + re.escape(called)):
-        check(name)(cheat)
+    ]
 
 
 def test_residual_checks_let_the_given_norm_call_normalization_built_ins():

@@ -12,7 +12,6 @@ import re
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 from transformers.models.bloom.modeling_bloom import build_alibi_tensor
@@ -26,24 +25,16 @@ from autograder.checks import positional as checks
 from autograder.checks.framework import CheckFailed
 from bertlab.positional import apply_rope as captured_apply_rope
 from bertlab.positional import relative_position_bucket as captured_bucket
+from checks_helpers import MutationTests, run_solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "03_positional" / "03_positional.ipynb"
 EXERCISES = ["sinusoidal_positional_encoding", "relative_position_bucket", "alibi_slopes", "alibi_bias", "apply_rope"]
 
 
-def check(name):
-    return getattr(checks, f"check_{name}")
-
-
 @pytest.fixture(scope="module")
 def solution_namespace():
     """The functions defined by the solution cells of the solution notebook, executed together."""
-    namespace = {"torch": torch, "math": math}
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    for cell in notebook.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution"):
-            exec(compile(cell.source, f"{SOLUTION.name}:{cell.metadata.nbgrader.grade_id}", "exec"), namespace)
-    return namespace
+    return run_solution_cells(SOLUTION, {"torch": torch, "math": math})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -470,45 +461,6 @@ ALTERNATIVES = {
 # --------------------------------------------------------------------------------------------------
 
 
-def test_every_exercise_has_at_least_three_mutants(solution_namespace):
-    exercises = [name for name in EXERCISES if name in solution_namespace]
-    assert exercises == EXERCISES
-    for name in EXERCISES:
-        assert len(MUTANTS[name]) >= 3, name
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_solution(name, solution_namespace):
-    assert check(name)(solution_namespace[name]).startswith(f"{name}: all")
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_reference_when_the_forbid_rule_is_lifted(name):
-    reference = getattr(bertlab.positional, name)
-    check(name)(reference, forbid=False)
-    with pytest.raises(CheckFailed, match=rf"implement this yourself \(your code called bertlab\.positional\.{name}\b"):
-        check(name)(reference)
-
-
-@pytest.mark.parametrize("name, implementation", [(n, f) for n, fs in ALTERNATIVES.items() for f in fs],
-                         ids=[f.__name__ for fs in ALTERNATIVES.values() for f in fs])
-def test_check_accepts_other_correct_implementations(name, implementation):
-    check(name)(implementation)
-
-
-@pytest.mark.parametrize(
-    "name, mutant, hint",
-    [(name, mutant, hint) for name, mutants in MUTANTS.items() for mutant, hint in mutants],
-    ids=[mutant.__name__ for mutants in MUTANTS.values() for mutant, _ in mutants],
-)
-def test_check_rejects_mutant_with_its_hint(name, mutant, hint):
-    with pytest.raises(CheckFailed) as failure:
-        check(name)(mutant)
-    message = str(failure.value)
-    assert hint in message, message
-    assert message.startswith(name) and "test case" in message  # says which exercise and which case
-
-
 def test_small_inputs_are_shown_so_the_student_can_rerun_the_case():
     with pytest.raises(CheckFailed) as failure:
         checks.check_relative_position_bucket(buckets_query_minus_key)
@@ -592,9 +544,14 @@ def rope_from_gptj(x, positions=None, base=10000.0):
     return x + 0 * rotate_every_two(x.reshape(1, 1, -1, x.shape[-1])).reshape(x.shape)
 
 
-@pytest.mark.parametrize(
-    "name, cheat, called",
-    [
+class TestPositionalChecks(MutationTests):
+    """The shared mutation tests (tests/checks_helpers.py) of this chapter's checks."""
+
+    checks = checks
+    references = {name: getattr(bertlab.positional, name) for name in EXERCISES}
+    mutants = MUTANTS
+    alternatives = ALTERNATIVES
+    cheats = [
         ("relative_position_bucket", buckets_with_captured_reference, "bertlab.positional.relative_position_bucket"),
         ("relative_position_bucket", buckets_from_t5, "transformers.models.t5.modeling_t5.T5Attention._relative_position_bucket"),
         ("relative_position_bucket", buckets_hiding_the_call, "bertlab.positional.relative_position_bucket"),
@@ -606,12 +563,7 @@ def rope_from_gptj(x, positions=None, base=10000.0):
         ("apply_rope", rope_with_rotation_matrices, "bertlab.positional.rope_matrix"),
         ("apply_rope", rope_from_llama, "transformers.models.llama.modeling_llama.rotate_half"),
         ("apply_rope", rope_from_gptj, "transformers.models.gptj.modeling_gptj.rotate_every_two"),
-    ],
-    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
-)
-def test_forbidden_calls_are_caught_however_they_were_captured(name, cheat, called):
-    with pytest.raises(CheckFailed, match=r"implement this yourself \(your code called [^)]*" + re.escape(called)):
-        check(name)(cheat)
+    ]
 
 
 def test_alibi_bias_may_use_the_reference_slopes():

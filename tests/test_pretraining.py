@@ -450,6 +450,32 @@ def test_pretrain_runs_on_device(tokenizer, corpus, tmp_path, device):
     assert next(model.parameters()).device.type == device.type
 
 
+def test_micro_batches_without_chosen_tokens_add_no_mlm_loss(tokenizer, corpus, tmp_path):
+    # Segments of at most 6 maskable tokens, one per micro-batch: about 0.85^6 = 38% choose no token, where
+    # the mean cross-entropy is 0/0 = NaN; such a micro-batch must add no MLM loss and no gradient.
+    model = tiny_model(tokenizer)
+    history = pretrain(model, tokenizer, corpus[:2], output_dir=tmp_path / "short", max_steps=12, batch_size=1,
+                       seq_len=8, nsp=False, log_every=1, progress=False, seed=1)
+    empty = [record for record in history if record["mlm_loss"] is None]
+    assert empty and len(empty) < len(history)  # both kinds of micro-batch occurred
+    assert all(record["loss"] == 0.0 and record["mlm_accuracy"] == 0.0 for record in empty)
+    assert all(math.isfinite(record["mlm_loss"]) for record in history if record["mlm_loss"] is not None)
+    assert all(torch.isfinite(parameter).all() for parameter in model.parameters())
+
+    # No token ever chosen: training is NSP alone, and the MLM-only weights are not trained.
+    model = tiny_model(tokenizer)
+    mlm_only = {name: tensor.clone() for name, tensor in model.state_dict().items()  # decoder.weight: the embeddings
+                if name.startswith("mlm_head.") and name != "mlm_head.decoder.weight"}
+    assert mlm_only
+    history = pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path / "nsp", max_steps=3, batch_size=4,
+                       seq_len=32, mlm_probability=0.0, weight_decay=0.0, log_every=1, progress=False)
+    assert all(record["mlm_loss"] is None and math.isfinite(record["nsp_loss"]) for record in history)
+    assert all(record["loss"] == record["nsp_loss"] for record in history)
+    state = model.state_dict()
+    assert all(torch.equal(state[name], tensor) for name, tensor in mlm_only.items())
+    assert all(torch.isfinite(parameter).all() for parameter in model.parameters())
+
+
 # ---------------------------------------------------------------------------------------------- torchrun
 
 

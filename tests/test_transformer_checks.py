@@ -8,10 +8,8 @@ built-in or the reference fails with "implement this yourself", however it is re
 """
 
 import math
-import re
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
@@ -24,6 +22,7 @@ import bertlab.transformer
 from autograder.checks import transformer as checks
 from autograder.checks.framework import CheckFailed, generator_for, with_dependencies
 from bertlab.attention import softmax as reference_softmax
+from checks_helpers import MutationTests, check_of, run_solution_cells, solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "02_transformer" / "02_transformer.ipynb"
 EXERCISES = ["MultiHeadAttention", "FeedForward", "EncoderLayer"]
@@ -35,20 +34,12 @@ REFERENCES = {
 NEG_INF = float("-inf")
 
 
-def check(name):
-    return getattr(checks, f"check_{name}")
-
-
 @pytest.fixture(scope="module")
 def solution_namespace():
     """The classes defined by the solution cells of the solution notebook, executed together."""
     namespace = {"torch": torch, "math": math, "nn": nn, "F": F,
                  "scaled_dot_product_attention": bertlab.attention.scaled_dot_product_attention}
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    for cell in notebook.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution"):
-            exec(compile(cell.source, f"{SOLUTION.name}:{cell.metadata.nbgrader.grade_id}", "exec"), namespace)
-    return namespace
+    return run_solution_cells(SOLUTION, namespace)
 
 
 def scaled_dot_product_attention(q, k, v, mask=None):
@@ -385,43 +376,6 @@ ALTERNATIVES = {"MultiHeadAttention": [Attention, AttentionInlineSoftmax], "Feed
                 "EncoderLayer": [Layer]}
 
 
-def test_every_exercise_has_at_least_three_mutants(solution_namespace):
-    assert [name for name in EXERCISES if name in solution_namespace] == EXERCISES
-    for name in EXERCISES:
-        assert len(MUTANTS[name]) >= 3, name
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_solution(name, solution_namespace):
-    assert check(name)(solution_namespace[name]).startswith(f"{name}: all")
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_reference_when_the_forbid_rule_is_lifted(name):
-    check(name)(REFERENCES[name], forbid=False)
-    with pytest.raises(CheckFailed, match=rf"implement this yourself \(your code called bertlab\.\w+\.{name}\.forward"):
-        check(name)(REFERENCES[name])
-
-
-@pytest.mark.parametrize("name, implementation", [(n, c) for n, cs in ALTERNATIVES.items() for c in cs],
-                         ids=[c.__name__ for cs in ALTERNATIVES.values() for c in cs])
-def test_check_accepts_other_correct_implementations(name, implementation):
-    check(name)(implementation)
-
-
-@pytest.mark.parametrize(
-    "name, mutant, hint",
-    [(name, mutant, hint) for name, mutants in MUTANTS.items() for mutant, hint in mutants],
-    ids=[mutant.__name__ for mutants in MUTANTS.values() for mutant, _ in mutants],
-)
-def test_check_rejects_mutant_with_its_hint(name, mutant, hint):
-    with pytest.raises(CheckFailed) as failure:
-        check(name)(mutant)
-    message = str(failure.value)
-    assert hint in message, message
-    assert message.startswith(f"{name} is not right yet, on test case")  # says which exercise and which case
-
-
 def test_failure_message_says_which_module_and_case():
     with pytest.raises(CheckFailed) as failure:
         checks.check_MultiHeadAttention(AttentionIgnoringMask)
@@ -458,7 +412,7 @@ def test_blank_exercise_raises_not_implemented_error(name):
             raise NotImplementedError()
 
     with pytest.raises(NotImplementedError):
-        check(name)(Blank)
+        check_of(checks, name)(Blank)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -517,9 +471,14 @@ class LayerWithResidualHelper(Layer):
         return bertlab.norm.post_norm_residual(x, self.ffn, self.norm2)
 
 
-@pytest.mark.parametrize(
-    "name, cheat, called",
-    [
+class TestTransformerChecks(MutationTests):
+    """The shared mutation tests (tests/checks_helpers.py) of this chapter's checks."""
+
+    checks = checks
+    references = REFERENCES
+    mutants = MUTANTS
+    alternatives = ALTERNATIVES
+    cheats = [
         ("MultiHeadAttention", AttentionWithCapturedSdpa, "torch.nn.functional.scaled_dot_product_attention"),
         ("MultiHeadAttention", AttentionWithTorchModule, "torch.nn.functional.multi_head_attention_forward"),
         ("MultiHeadAttention", AttentionSubclassingTheReference, "bertlab.attention.MultiHeadAttention.forward"),
@@ -527,12 +486,7 @@ class LayerWithResidualHelper(Layer):
         ("FeedForward", FFNCallingTheReference, "bertlab.transformer.FeedForward.forward"),
         ("EncoderLayer", LayerWithTorchLayer, "torch.nn.modules.transformer.TransformerEncoderLayer.forward"),
         ("EncoderLayer", LayerWithResidualHelper, "bertlab.norm.post_norm_residual"),
-    ],
-    ids=lambda value: value.__name__ if isinstance(value, type) else None,
-)
-def test_forbidden_calls_are_caught(name, cheat, called):
-    with pytest.raises(CheckFailed, match=r"implement this yourself \(your code called [^)]*" + re.escape(called)):
-        check(name)(cheat)
+    ]
 
 
 def test_modules_may_use_linear_layers_norms_and_torch_softmax():
@@ -556,22 +510,43 @@ def test_earlier_exercises_are_replaced_by_the_references():
     checks.check_EncoderLayer(Layer)
 
 
-def test_isolate_class_supports_zero_argument_super_and_leaves_the_original_alone():
-    isolated = checks.isolate_class(Layer, MultiHeadAttention=bertlab.attention.MultiHeadAttention,
-                                    FeedForward=bertlab.transformer.FeedForward)
-    layer = isolated(8, 2, 16)  # Layer.__init__ calls super().__init__()
-    assert isinstance(layer.self_attn, bertlab.attention.MultiHeadAttention)
-    assert layer(torch.randn(1, 3, 8)).shape == (1, 3, 8)
-    assert isinstance(Layer(8, 2, 16).self_attn, MultiHeadAttention)  # the original still uses this module's
+def test_with_dependencies_rebuilds_modules_that_call_super_and_leaves_the_originals_alone():
+    """`Layer.__init__` calls super().__init__() and builds this module's (broken) MultiHeadAttention;
+    `LayerIgnoringMask` inherits that __init__ and calls super().forward(x). Rebuilt with the references,
+    both construct and run with the reference attention; the original classes are unchanged."""
+    references = {"MultiHeadAttention": bertlab.attention.MultiHeadAttention,
+                  "FeedForward": bertlab.transformer.FeedForward}
+    x = torch.randn(1, 3, 8)
+    for student_class in (Layer, LayerIgnoringMask):
+        isolated = with_dependencies(student_class, **references)
+        assert issubclass(isolated, student_class) and isolated.__name__ == student_class.__name__
+        layer = isolated(8, 2, 16)
+        assert isinstance(layer.self_attn, bertlab.attention.MultiHeadAttention)
+        assert layer(x).shape == (1, 3, 8)
+        assert isinstance(student_class(8, 2, 16).self_attn, MultiHeadAttention)  # the original: this module's
+        with pytest.raises(AssertionError, match="dependency isolation failed"):
+            student_class(8, 2, 16)(x)
 
 
-def test_with_dependencies_alone_cannot_build_a_module_that_calls_super():
-    """Why isolate_class exists: framework.with_dependencies builds a sibling class, whose methods keep
-    the original class in their ``__class__`` cell, so zero-argument super() raises. When the framework
-    handles this itself, this test fails and isolate_class can be reduced to with_dependencies."""
-    sibling = with_dependencies(Layer, MultiHeadAttention=bertlab.attention.MultiHeadAttention)
-    with pytest.raises(TypeError, match=r"super\(type, obj\)"):
-        sibling(8, 2, 16)
+@pytest.mark.slow
+def test_dependencies_are_replaced_in_the_student_process():
+    """Through the grader the student's class lives in a sandboxed process, where the check rebuilds it
+    (``__with_dependencies__``): the solution's MultiHeadAttention, which calls super().__init__() and a
+    broken scaled_dot_product_attention of the notebook, passes with the reference in its place."""
+    from autograder.sandbox import Limits, Sandbox
+    from autograder.verdict import run_tests
+
+    solution = dict(solution_cells(SOLUTION))["MultiHeadAttention"]
+    broken = "def scaled_dot_product_attention(q, k, v, mask=None):\n    raise AssertionError('not isolated')"
+    test = ("from autograder.checks.transformer import check_MultiHeadAttention\n"
+            "print(check_MultiHeadAttention(MultiHeadAttention))")
+    steps = [("code", "import torch\nfrom torch import nn"), ("code", broken), ("code", solution),
+             ("test", "test_MultiHeadAttention")]
+    limits = Limits(cell_timeout=120, notebook_timeout=300)
+    with Sandbox(limits) as sandbox:
+        outcome = run_tests(steps, {"test_MultiHeadAttention": test}, sandbox, limits)["test_MultiHeadAttention"]
+    assert outcome.status == "passed", outcome
+    assert "MultiHeadAttention: all 11 cases agree" in outcome.output
 
 
 def test_random_weights_are_the_same_at_every_grading_run():

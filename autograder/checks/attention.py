@@ -18,14 +18,11 @@ from autograder.checks.framework import (
     Tolerance,
     check_against_reference,
     generator_for,
+    random_normal,
 )
 from bertlab import attention as reference
 
 NEG_INF = float("-inf")
-
-
-def _randn(generator: torch.Generator, *shape: int, scale: float = 1.0, dtype=torch.float32) -> torch.Tensor:
-    return (torch.randn(shape, generator=generator, dtype=torch.float64) * scale).to(dtype)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -53,21 +50,21 @@ SOFTMAX_FORBIDDEN = (
 
 def softmax_cases() -> list[Case]:
     g = generator_for("softmax")
-    masked = _randn(g, 3, 6, scale=3.0)
+    masked = random_normal(g, 3, 6, scale=3.0)
     masked[0] = NEG_INF  # a fully masked row
     masked[1, ::2] = NEG_INF
-    huge = _randn(g, 2, 3, 8, scale=3000.0)
+    huge = random_normal(g, 2, 3, 8, scale=3000.0)
     huge[1] -= 6000.0  # far below the rest: a global maximum underflows this row
     return [
-        Case("x of shape (5,), float32", (_randn(g, 5, scale=3.0),)),
-        Case("x of shape (3, 7), float64", (_randn(g, 3, 7, scale=3.0, dtype=torch.float64),)),
-        Case("x of shape (2, 4, 6), float32, dim=1", (_randn(g, 2, 4, 6, scale=3.0),), {"dim": 1}),
-        Case("x of shape (4, 5), float32, dim=0", (_randn(g, 4, 5, scale=3.0),), {"dim": 0}),
-        Case("x of shape (2, 3, 5), float32, dim=-2", (_randn(g, 2, 3, 5, scale=3.0),), {"dim": -2}),
+        Case("x of shape (5,), float32", (random_normal(g, 5, scale=3.0),)),
+        Case("x of shape (3, 7), float64", (random_normal(g, 3, 7, scale=3.0, dtype=torch.float64),)),
+        Case("x of shape (2, 4, 6), float32, dim=1", (random_normal(g, 2, 4, 6, scale=3.0),), {"dim": 1}),
+        Case("x of shape (4, 5), float32, dim=0", (random_normal(g, 4, 5, scale=3.0),), {"dim": 0}),
+        Case("x of shape (2, 3, 5), float32, dim=-2", (random_normal(g, 2, 3, 5, scale=3.0),), {"dim": -2}),
         Case("x of shape (2, 3, 8), float32, logits of size about 1e4", (huge,)),
         Case("x of shape (3, 6) with -inf entries; row 0 is entirely -inf (fully masked)", (masked,)),
-        Case("x of shape (4, 1): one element along dim", (_randn(g, 4, 1),)),
-        Case("x of shape (4, 9), bfloat16", (_randn(g, 4, 9, scale=3.0, dtype=torch.bfloat16),)),
+        Case("x of shape (4, 1): one element along dim", (random_normal(g, 4, 1),)),
+        Case("x of shape (4, 9), bfloat16", (random_normal(g, 4, 9, scale=3.0, dtype=torch.bfloat16),)),
     ]
 
 
@@ -171,11 +168,11 @@ def additive_score_cases() -> list[Case]:
     g = generator_for("additive_score")
 
     def case(description, q_shape, k_shape, hidden, dtype=torch.float32, scale=1.0):
-        q = _randn(g, *q_shape, scale=scale, dtype=dtype)
-        k = _randn(g, *k_shape, scale=scale, dtype=dtype)
-        w_q = _randn(g, hidden, q_shape[-1], scale=hidden**-0.5, dtype=dtype)
-        w_k = _randn(g, hidden, k_shape[-1], scale=hidden**-0.5, dtype=dtype)
-        v = _randn(g, hidden, dtype=dtype)
+        q = random_normal(g, *q_shape, scale=scale, dtype=dtype)
+        k = random_normal(g, *k_shape, scale=scale, dtype=dtype)
+        w_q = random_normal(g, hidden, q_shape[-1], scale=hidden**-0.5, dtype=dtype)
+        w_k = random_normal(g, hidden, k_shape[-1], scale=hidden**-0.5, dtype=dtype)
+        v = random_normal(g, hidden, dtype=dtype)
         return Case(description, (q, k, w_q, w_k, v))
 
     return [
@@ -249,7 +246,7 @@ def check_additive_score(student_fn, *, forbid: bool = True) -> str:
 
 ATTENTION_FORBIDDEN = (
     reference.scaled_dot_product_attention,
-    reference._fused_attention,
+    reference.fused_attention,
     reference.MultiHeadAttention.forward,
     F.scaled_dot_product_attention,
     F.multi_head_attention_forward,
@@ -272,9 +269,9 @@ def scaled_dot_product_attention_cases() -> list[Case]:
     g = generator_for("scaled_dot_product_attention")
 
     def qkv(q_shape, k_shape, value_size, dtype=torch.float32, scale=1.0):
-        q = _randn(g, *q_shape, scale=scale, dtype=dtype)
-        k = _randn(g, *k_shape, scale=scale, dtype=dtype)
-        v = _randn(g, *k_shape[:-1], value_size, dtype=dtype)
+        q = random_normal(g, *q_shape, scale=scale, dtype=dtype)
+        k = random_normal(g, *k_shape, scale=scale, dtype=dtype)
+        v = random_normal(g, *k_shape[:-1], value_size, dtype=dtype)
         return q, k, v
 
     random_mask = torch.rand((2, 1, 5, 6), generator=g) < 0.7

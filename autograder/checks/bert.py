@@ -27,13 +27,13 @@ from autograder.checks.framework import (
     Case,
     CheckFailed,
     Mistake,
-    _failure_message,
-    _format_inputs,
-    _parameter_names,
     check_against_reference,
     describe_difference,
     diagnose,
+    failure_message,
+    format_inputs,
     generator_for,
+    parameter_names_of,
     run_student,
 )
 from bertlab import bert as bert_reference
@@ -54,7 +54,7 @@ def _check_exact(student_fn, reference_fn, cases, *, check, mistakes, forbidden,
     ``validate(output)`` returns a message when the output does not have the expected form (type,
     keys), so that a wrong form is explained before values are compared.
     """
-    parameter_names = _parameter_names(reference_fn)
+    parameter_names = parameter_names_of(reference_fn)
     for number, case in enumerate(cases, start=1):
         context = f"test case {number} of {len(cases)} ({case.description})"
         actual = run_student(student_fn, case, check=check, forbidden=forbidden,
@@ -66,7 +66,7 @@ def _check_exact(student_fn, reference_fn, cases, *, check, mistakes, forbidden,
             problem = _describe_mismatch(actual, expected)
         if problem is not None:
             hint = diagnose(actual, case, mistakes) if validate(actual) is None else None
-            raise CheckFailed(_failure_message(check, context, problem, hint, _format_inputs(case, parameter_names)))
+            raise CheckFailed(failure_message(check, context, problem, hint, format_inputs(case, parameter_names)))
     return f"{check}: all {len(cases)} cases agree with the reference"
 
 
@@ -618,7 +618,7 @@ def _describe_parameters(student_state, parameter_names, expected: dict[str, tup
 
 
 def _fail(context: str, problem: str, hint: str | None = None):
-    raise CheckFailed(_failure_message("BertEmbeddings", context, problem, hint))
+    raise CheckFailed(failure_message("BertEmbeddings", context, problem, hint))
 
 
 def _build_student_module(student_cls, config, description, forbidden):

@@ -27,7 +27,9 @@ from autograder.checks.framework import (
     Mistake,
     Tolerance,
     check_against_reference,
+    failure_message,
     generator_for,
+    random_normal,
     run_student,
 )
 from bertlab import attention as attention_reference
@@ -37,15 +39,11 @@ NEG_INF = float("-inf")
 _EXACT = Tolerance(atol=0.0, rtol=0.0)
 
 
-def _randn(generator: torch.Generator, *shape: int, scale: float = 1.0, dtype=torch.float32) -> torch.Tensor:
-    return (torch.randn(shape, generator=generator, dtype=torch.float64) * scale).to(dtype)
-
-
 def _qkv(generator, q_shape, k_shape, value_size, dtype=torch.float32, scale=1.0):
     """Random queries (q_shape), keys (k_shape) and values (k_shape[:-1] + (value_size,))."""
-    q = _randn(generator, *q_shape, scale=scale, dtype=dtype)
-    k = _randn(generator, *k_shape, scale=scale, dtype=dtype)
-    v = _randn(generator, *k_shape[:-1], value_size, dtype=dtype)
+    q = random_normal(generator, *q_shape, scale=scale, dtype=dtype)
+    k = random_normal(generator, *k_shape, scale=scale, dtype=dtype)
+    v = random_normal(generator, *k_shape[:-1], value_size, dtype=dtype)
     return q, k, v
 
 
@@ -103,11 +101,9 @@ def _check_no_large_matrix(student_fn, case: Case, limit: int, *, check: str, fo
     run_student(tracked, case, check=check, forbidden=forbidden, context=context)
     [tracker] = trackers
     if tracker.numel > limit:
-        raise CheckFailed(
-            f"{check} is not right yet, on {context}.\n"
-            f"  Your function allocated a tensor of shape {tracker.shape} ({tracker.numel:,} numbers); "
-            f"at most {limit:,} are needed here.\n  Hint: {advice}"
-        )
+        difference = (f"Your function allocated a tensor of shape {tracker.shape} ({tracker.numel:,} numbers); "
+                      f"at most {limit:,} are needed here.")
+        raise CheckFailed(failure_message(check, context, difference, advice))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -248,14 +244,14 @@ REPEAT_KV_FORBIDDEN = (
 def repeat_kv_cases() -> list[Case]:
     g = generator_for("repeat_kv")
     return [
-        Case("x (2, 2, 3, 4): 2 key/value heads, n_rep=3", (_randn(g, 2, 2, 3, 4), 3)),
-        Case("x (1, 4, 5, 2), n_rep=2", (_randn(g, 1, 4, 5, 2), 2)),
-        Case("x (2, 1, 3, 4), n_rep=4 (multi-query: one key/value head)", (_randn(g, 2, 1, 3, 4), 4)),
-        Case("x (3, 2, 4) without a batch dim (Hkv, M, D), n_rep=2", (_randn(g, 3, 2, 4), 2)),
-        Case("x (2, 2, 3, 3, 4) with two leading dims, n_rep=2", (_randn(g, 2, 2, 3, 3, 4), 2)),
-        Case("x (2, 3, 3, 4), n_rep=1 (multi-head: nothing to share)", (_randn(g, 2, 3, 3, 4), 1)),
-        Case("x (2, 2, 3, 4), float64, n_rep=2", (_randn(g, 2, 2, 3, 4, dtype=torch.float64), 2)),
-        Case("x (1, 2, 3, 4), bfloat16, n_rep=3", (_randn(g, 1, 2, 3, 4, dtype=torch.bfloat16), 3)),
+        Case("x (2, 2, 3, 4): 2 key/value heads, n_rep=3", (random_normal(g, 2, 2, 3, 4), 3)),
+        Case("x (1, 4, 5, 2), n_rep=2", (random_normal(g, 1, 4, 5, 2), 2)),
+        Case("x (2, 1, 3, 4), n_rep=4 (multi-query: one key/value head)", (random_normal(g, 2, 1, 3, 4), 4)),
+        Case("x (3, 2, 4) without a batch dim (Hkv, M, D), n_rep=2", (random_normal(g, 3, 2, 4), 2)),
+        Case("x (2, 2, 3, 3, 4) with two leading dims, n_rep=2", (random_normal(g, 2, 2, 3, 3, 4), 2)),
+        Case("x (2, 3, 3, 4), n_rep=1 (multi-head: nothing to share)", (random_normal(g, 2, 3, 3, 4), 1)),
+        Case("x (2, 2, 3, 4), float64, n_rep=2", (random_normal(g, 2, 2, 3, 4, dtype=torch.float64), 2)),
+        Case("x (1, 2, 3, 4), bfloat16, n_rep=3", (random_normal(g, 1, 2, 3, 4, dtype=torch.bfloat16), 3)),
     ]
 
 
@@ -414,7 +410,7 @@ FLASH_ATTENTION_FORBIDDEN = (
     reference.sliding_window_attention,
     reference.grouped_query_attention,
     attention_reference.scaled_dot_product_attention,
-    attention_reference._fused_attention,
+    attention_reference.fused_attention,
     attention_reference.MultiHeadAttention.forward,
     F.scaled_dot_product_attention,
     F.multi_head_attention_forward,
@@ -440,7 +436,7 @@ def attention_by_sdpa(q, k, v, mask=None, causal=False, block_size=128):
         allowed = attention_reference.causal_mask(q.shape[-2], k.shape[-2], device=q.device)
         mask = allowed if mask is None else mask & allowed
     compute = torch.promote_types(q.dtype, torch.float32)
-    out = attention_reference._fused_attention(q.to(compute), k.to(compute), v.to(compute), mask, None, 0.0)
+    out = attention_reference.fused_attention(q.to(compute), k.to(compute), v.to(compute), mask, None, 0.0)
     return out.to(q.dtype)
 
 

@@ -5,8 +5,8 @@ drawn at grading time, and either returns a short summary or raises :class:`Chec
 message a student can act on: what differs, where, by how much, and, when the wrong output matches a
 known mistake, a hint about that mistake. Four pieces:
 
-- :class:`Case`, :func:`generator_for`: the inputs of a check, drawn from a generator seeded by the
-  check's name (the same inputs at every grading run).
+- :class:`Case`, :func:`generator_for`, :func:`random_normal`: the inputs of a check, drawn from a
+  generator seeded by the check's name (the same inputs at every grading run).
 - :func:`describe_difference`, :func:`assert_close`, :class:`Mistake`: the comparison and its
   diagnosis; a check lists known-wrong implementations (forgot 1/sqrt(d_k), softmax over the wrong
   axis, ...) and the hint shown when the student's output equals one of theirs.
@@ -58,6 +58,17 @@ class Case:
 def generator_for(name: str) -> torch.Generator:
     """A CPU generator seeded by ``name``: each check draws the same inputs at every grading run."""
     return torch.Generator().manual_seed(zlib.crc32(name.encode()))
+
+
+def random_normal(
+    generator: torch.Generator, *shape: int, scale: float = 1.0, shift: float = 0.0, dtype=torch.float32
+) -> torch.Tensor:
+    """A tensor of ``shape`` drawn from N(shift, scale^2) with ``generator``, then cast to ``dtype``.
+
+    The values are drawn in float64, so a case in float32, float64 or bfloat16 holds the same numbers
+    (up to the rounding of its dtype).
+    """
+    return (torch.randn(shape, generator=generator, dtype=torch.float64) * scale + shift).to(dtype)
 
 
 def _clone(value):
@@ -240,8 +251,12 @@ def diagnose(actual, case: Case, mistakes: Iterable[Mistake], tolerance=DEFAULT_
     return None
 
 
-def _format_inputs(case: Case, parameter_names: Sequence[str]) -> str:
-    """The case's arguments written out, when they are small enough to copy into a notebook."""
+def format_inputs(case: Case, parameter_names: Sequence[str]) -> str:
+    """The case's arguments written out under "Inputs:", one ``name = value`` a line, so that the student
+    can copy them into the notebook and rerun the case; "" when a tensor has more than 24 values.
+
+    ``parameter_names`` names the positional arguments (see :func:`parameter_names_of`).
+    """
     lines = []
     named = list(zip(parameter_names, case.args)) + list(case.kwargs.items())
     for name, value in named:
@@ -271,10 +286,15 @@ def assert_close(
     difference = describe_difference(actual, expected, tolerance, name)
     if difference is None:
         return
-    raise CheckFailed(_failure_message(check, context, difference, hint))
+    raise CheckFailed(failure_message(check, context, difference, hint))
 
 
-def _failure_message(check: str, context: str, difference: str, hint: str | None, inputs: str = "") -> str:
+def failure_message(check: str, context: str, difference: str, hint: str | None, inputs: str = "") -> str:
+    """The message of a :class:`CheckFailed`, the same in every check: which exercise and which case
+    (``context``), what differs, then the hint and the inputs (:func:`format_inputs`) when given.
+
+    Example: ``softmax is not right yet, on test case 2 of 9 (...).`` followed by the indented lines.
+    """
     lines = [f"{check} is not right yet" + (f", on {context}" if context else "") + ".", "  " + difference]
     if hint:
         lines.append("  Hint: " + hint)
@@ -434,6 +454,7 @@ def allowed(function: Callable) -> Callable:
 
 
 def _rebind(function: types.FunctionType, namespace: dict) -> types.FunctionType:
+    """A copy of ``function`` that reads its global names from ``namespace``."""
     rebound = types.FunctionType(
         function.__code__, namespace, function.__name__, function.__defaults__, function.__closure__
     )
@@ -443,14 +464,62 @@ def _rebind(function: types.FunctionType, namespace: dict) -> types.FunctionType
     return rebound
 
 
-def _rebind_member(member, namespace: dict):
+def _functions_of(member) -> list[types.FunctionType]:
+    """The Python functions a class member holds: itself, a static or class method's, a property's."""
     if isinstance(member, types.FunctionType):
-        return _rebind(member, namespace)
+        return [member]
     if isinstance(member, (staticmethod, classmethod)):
-        return type(member)(_rebind_member(member.__func__, namespace))
+        return _functions_of(member.__func__)
     if isinstance(member, property):
-        return property(*(_rebind_member(f, namespace) if f else None for f in (member.fget, member.fset, member.fdel)))
+        return [f for f in (member.fget, member.fset, member.fdel) if isinstance(f, types.FunctionType)]
+    return []
+
+
+def _rebind_member(member, original_globals: dict, namespace: dict):
+    """``member`` with each of its functions that reads ``original_globals`` rebound to ``namespace``."""
+    if isinstance(member, types.FunctionType):
+        return _rebind(member, namespace) if member.__globals__ is original_globals else member
+    if isinstance(member, (staticmethod, classmethod)):
+        return type(member)(_rebind_member(member.__func__, original_globals, namespace))
+    if isinstance(member, property):
+        accessors = (member.fget, member.fset, member.fdel)
+        return property(*(_rebind_member(f, original_globals, namespace) if f else None for f in accessors),
+                        member.__doc__)
     return member
+
+
+def _class_globals(student: type) -> dict | None:
+    """The globals of the functions of ``student``, or of the first of its bases defined beside it
+    (in the same module) that has functions; None when no such class defines one."""
+    for cls in student.__mro__:
+        if cls.__module__ == student.__module__:
+            functions = [function for member in vars(cls).values() for function in _functions_of(member)]
+            if functions:
+                return functions[0].__globals__
+    return None
+
+
+def _rebuild_class(cls: type, original_globals: dict, namespace: dict, rebuilt: dict) -> type:
+    """``cls`` with its methods reading ``namespace``: a subclass of ``cls`` holding the rebound methods,
+    and deriving from the rebuilt versions of the bases that need one too; ``cls`` itself when neither
+    it nor a base defines a method that reads ``original_globals``.
+
+    Being a subclass, the rebuilt class keeps zero-argument ``super()`` working: the methods' ``__class__``
+    cell still holds ``cls``, and every instance of the rebuilt class is an instance of ``cls``. Its
+    method resolution order puts each rebuilt class before its original, so a method inherited from a
+    base defined beside ``cls`` reads ``namespace`` too.
+    """
+    if cls not in rebuilt:
+        members = {key: _rebind_member(value, original_globals, namespace) for key, value in vars(cls).items()
+                   if any(f.__globals__ is original_globals for f in _functions_of(value))}
+        new_bases = [_rebuild_class(base, original_globals, namespace, rebuilt) for base in cls.__bases__]
+        new_bases = [new for new, base in zip(new_bases, cls.__bases__) if new is not base]
+        if not members and not new_bases:
+            rebuilt[cls] = cls
+        else:
+            members.update(__module__=cls.__module__, __qualname__=cls.__qualname__, __doc__=cls.__doc__)
+            rebuilt[cls] = type(cls)(cls.__name__, (cls, *new_bases), members)
+    return rebuilt[cls]
 
 
 def with_dependencies(student: Callable | type, **references: Callable) -> Callable | type:
@@ -459,21 +528,24 @@ def with_dependencies(student: Callable | type, **references: Callable) -> Calla
     Example: ``with_dependencies(student_attention, softmax=bertlab.attention.softmax)`` runs the
     student's attention with the reference softmax, wherever the student's code (or a helper the
     student defined next to it) calls ``softmax``. The references run under :func:`allowed`.
-    The student's own globals are not modified. An object that lives elsewhere (the grader's
-    handle on a function in the student's process) does the rebinding itself, through its
-    ``__with_dependencies__(**references)`` method.
+
+    A class comes back as a subclass of the student's class whose methods (and those of its bases
+    defined beside it) see the references, so ``super().__init__()`` and ``super().forward(x)``
+    work as in the original. The student's classes, functions and globals are not modified.
+
+    An object that lives elsewhere (the grader's handle on a function in the student's process)
+    does the rebinding itself, through its ``__with_dependencies__(**references)`` method.
     """
     rebind_elsewhere = getattr(type(student), "__with_dependencies__", None)
     if rebind_elsewhere is not None:
         return rebind_elsewhere(student, **references)
     if isinstance(student, type):
-        functions = [m for m in vars(student).values() if isinstance(m, types.FunctionType)]
-        if not functions:
-            return student
-        original_globals = functions[0].__globals__
+        original_globals = _class_globals(student)
     elif isinstance(student, types.FunctionType):
         original_globals = student.__globals__
     else:
+        return student
+    if original_globals is None:
         return student
     namespace = dict(original_globals)
     for name, value in original_globals.items():  # helpers defined beside the student's function
@@ -481,9 +553,7 @@ def with_dependencies(student: Callable | type, **references: Callable) -> Calla
             namespace[name] = _rebind(value, namespace)
     namespace.update({name: allowed(reference) for name, reference in references.items()})
     if isinstance(student, type):
-        members = {key: _rebind_member(value, namespace) for key, value in vars(student).items()
-                   if key not in ("__dict__", "__weakref__")}
-        return type(student)(student.__name__, student.__bases__, members)
+        return _rebuild_class(student, original_globals, namespace, rebuilt={})
     return _rebind(student, namespace)
 
 
@@ -492,7 +562,8 @@ def with_dependencies(student: Callable | type, **references: Callable) -> Calla
 # --------------------------------------------------------------------------------------------------
 
 
-def _parameter_names(function: Callable) -> list[str]:
+def parameter_names_of(function: Callable) -> list[str]:
+    """The names of ``function``'s parameters, in order; [] when it has no inspectable signature."""
     try:
         return list(inspect.signature(function).parameters)
     except (TypeError, ValueError):
@@ -526,7 +597,7 @@ def run_student(
         difference = f"your function raised {type(error).__name__}: {error}"
         hint = diagnose(error, case, mistakes)
         raise CheckFailed(
-            _failure_message(check, context, difference, hint, _format_inputs(case, parameter_names))
+            failure_message(check, context, difference, hint, format_inputs(case, parameter_names))
         ) from error
     original_args, original_kwargs = case.args, case.kwargs
     names = list(parameter_names) + [f"argument {i}" for i in range(len(parameter_names), len(args))]
@@ -571,7 +642,7 @@ def check_against_reference(
     if dependencies:
         student_fn = with_dependencies(student_fn, **dependencies)
     forbidden = list(forbidden)
-    parameter_names = _parameter_names(reference_fn)
+    parameter_names = parameter_names_of(reference_fn)
     for number, case in enumerate(cases, start=1):
         context = f"test case {number} of {len(cases)} ({case.description})"
         actual = run_student(
@@ -585,6 +656,6 @@ def check_against_reference(
         if difference is not None:
             hint = diagnose(actual, case, mistakes, tolerance)
             raise CheckFailed(
-                _failure_message(check, context, difference, hint, _format_inputs(case, parameter_names))
+                failure_message(check, context, difference, hint, format_inputs(case, parameter_names))
             )
     return f"{check}: all {len(cases)} cases agree with the reference"

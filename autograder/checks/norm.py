@@ -23,14 +23,10 @@ from autograder.checks.framework import (
     Tolerance,
     check_against_reference,
     generator_for,
+    random_normal,
 )
 from bertlab import norm as reference
 from bertlab.transformer import FeedForward
-
-
-def _randn(generator: torch.Generator, *shape: int, scale: float = 1.0, shift: float = 0.0,
-           dtype=torch.float32) -> torch.Tensor:
-    return (torch.randn(shape, generator=generator, dtype=torch.float64) * scale + shift).to(dtype)
 
 
 #: Every PyTorch and Hugging Face built-in that normalizes a tensor, and the references: a layer
@@ -94,28 +90,28 @@ def layer_norm_cases() -> list[Case]:
     g = generator_for("layer_norm")
 
     def affine(d, dtype=torch.float32):
-        return _randn(g, d, dtype=dtype), _randn(g, d, dtype=dtype)
+        return random_normal(g, d, dtype=dtype), random_normal(g, d, dtype=dtype)
 
-    constant_row = _randn(g, 3, 6, scale=2.0)
+    constant_row = random_normal(g, 3, 6, scale=2.0)
     constant_row[1] = 0.75  # variance 0
     return [
-        Case("x of shape (4,), float32, no weight or bias", (_randn(g, 4, scale=2.0, shift=1.0),)),
+        Case("x of shape (4,), float32, no weight or bias", (random_normal(g, 4, scale=2.0, shift=1.0),)),
         Case("x of shape (2, 5, 16), float32, weight and bias of shape (16,)",
-             (_randn(g, 2, 5, 16, scale=3.0, shift=1.0), *affine(16))),
+             (random_normal(g, 2, 5, 16, scale=3.0, shift=1.0), *affine(16))),
         Case("x of shape (3, 8), float64 (compared at float64 precision), weight of shape (8,), bias=None",
-             (_randn(g, 3, 8, scale=2.0, dtype=torch.float64), _randn(g, 8, dtype=torch.float64))),
+             (random_normal(g, 3, 8, scale=2.0, dtype=torch.float64), random_normal(g, 8, dtype=torch.float64))),
         Case("x of shape (2, 3, 4, 33), float32, weight and bias, eps=1e-3, standard deviation 0.1",
-             (_randn(g, 2, 3, 4, 33, scale=0.1), *affine(33)), {"eps": 1e-3}),
+             (random_normal(g, 2, 3, 4, 33, scale=0.1), *affine(33)), {"eps": 1e-3}),
         Case("x of shape (3, 12), float32, tiny values (standard deviation 1e-3): eps matters",
-             (_randn(g, 3, 12, scale=1e-3),)),
+             (random_normal(g, 3, 12, scale=1e-3),)),
         Case("x of shape (3, 6), float32, row 1 is constant (variance 0)", (constant_row, *affine(6))),
-        Case("x of shape (4, 1): a single feature, d = 1", (_randn(g, 4, 1), *affine(1))),
-        Case("x of shape (1, 1, 8): a batch of one sequence of one token", (_randn(g, 1, 1, 8), *affine(8))),
+        Case("x of shape (4, 1): a single feature, d = 1", (random_normal(g, 4, 1), *affine(1))),
+        Case("x of shape (1, 1, 8): a batch of one sequence of one token", (random_normal(g, 1, 1, 8), *affine(8))),
         Case("x of shape (4, 16), float32, values around 100 (mean 100, standard deviation 1)",
-             (_randn(g, 4, 16, shift=100.0), *affine(16))),
+             (random_normal(g, 4, 16, shift=100.0), *affine(16))),
         Case("x of shape (4, 64), bfloat16, values around 8 (mean 8, standard deviation 1), "
              "weight and bias in bfloat16",
-             (_randn(g, 4, 64, shift=8.0, dtype=torch.bfloat16), *affine(64, torch.bfloat16))),
+             (random_normal(g, 4, 64, shift=8.0, dtype=torch.bfloat16), *affine(64, torch.bfloat16))),
     ]
 
 
@@ -238,22 +234,25 @@ RMS_NORM_FORBIDDEN = NORMALIZATION_BUILTINS
 
 def rms_norm_cases() -> list[Case]:
     g = generator_for("rms_norm")
-    zero_row = _randn(g, 3, 6, scale=2.0)
+    zero_row = random_normal(g, 3, 6, scale=2.0)
     zero_row[2] = 0.0
     return [
-        Case("x of shape (4,), float32, no weight", (_randn(g, 4, scale=2.0, shift=1.0),)),
+        Case("x of shape (4,), float32, no weight", (random_normal(g, 4, scale=2.0, shift=1.0),)),
         Case("x of shape (2, 5, 16), float32, mean about 2, weight of shape (16,)",
-             (_randn(g, 2, 5, 16, scale=1.5, shift=2.0), _randn(g, 16))),
+             (random_normal(g, 2, 5, 16, scale=1.5, shift=2.0), random_normal(g, 16))),
         Case("x of shape (3, 8), float64 (compared at float64 precision), weight of shape (8,)",
-             (_randn(g, 3, 8, scale=2.0, shift=-1.0, dtype=torch.float64), _randn(g, 8, dtype=torch.float64))),
+             (random_normal(g, 3, 8, scale=2.0, shift=-1.0, dtype=torch.float64),
+              random_normal(g, 8, dtype=torch.float64))),
         Case("x of shape (2, 3, 4, 33), float32, weight, eps=1e-3, values of size about 0.1",
-             (_randn(g, 2, 3, 4, 33, scale=0.1), _randn(g, 33)), {"eps": 1e-3}),
-        Case("x of shape (3, 12), float32, tiny values (about 1e-3): eps matters", (_randn(g, 3, 12, scale=1e-3),)),
-        Case("x of shape (3, 6), float32, row 2 is all zeros", (zero_row, _randn(g, 6))),
-        Case("x of shape (4, 1): a single feature, d = 1", (_randn(g, 4, 1), _randn(g, 1))),
-        Case("x of shape (1, 1, 8): a batch of one sequence of one token", (_randn(g, 1, 1, 8), _randn(g, 8))),
+             (random_normal(g, 2, 3, 4, 33, scale=0.1), random_normal(g, 33)), {"eps": 1e-3}),
+        Case("x of shape (3, 12), float32, tiny values (about 1e-3): eps matters",
+             (random_normal(g, 3, 12, scale=1e-3),)),
+        Case("x of shape (3, 6), float32, row 2 is all zeros", (zero_row, random_normal(g, 6))),
+        Case("x of shape (4, 1): a single feature, d = 1", (random_normal(g, 4, 1), random_normal(g, 1))),
+        Case("x of shape (1, 1, 8): a batch of one sequence of one token",
+             (random_normal(g, 1, 1, 8), random_normal(g, 8))),
         Case("x of shape (4, 64), bfloat16, weight in bfloat16",
-             (_randn(g, 4, 64, shift=1.0, dtype=torch.bfloat16), _randn(g, 64, dtype=torch.bfloat16))),
+             (random_normal(g, 4, 64, shift=1.0, dtype=torch.bfloat16), random_normal(g, 64, dtype=torch.bfloat16))),
     ]
 
 
@@ -365,7 +364,7 @@ def _random_parameters(module: nn.Module, generator: torch.Generator, dtype=torc
             fan_in = parameter.shape[-1] if parameter.dim() > 1 else 1
             scale = fan_in**-0.5 if parameter.dim() > 1 else 0.5
             shift = 1.0 if parameter.dim() == 1 and parameter is getattr(module, "weight", None) else 0.0
-            parameter.copy_(_randn(generator, *parameter.shape, scale=scale, shift=shift, dtype=dtype))
+            parameter.copy_(random_normal(generator, *parameter.shape, scale=scale, shift=shift, dtype=dtype))
     return module.eval()
 
 
@@ -373,7 +372,7 @@ def residual_cases(name: str) -> list[Case]:
     g = generator_for(name)
 
     def case(description, shape, sublayer, norm, dtype=torch.float32, scale=1.0, shift=0.0):
-        x = _randn(g, *shape, scale=scale, shift=shift, dtype=dtype)
+        x = random_normal(g, *shape, scale=scale, shift=shift, dtype=dtype)
         return Case(description, (x, sublayer, norm))
 
     def linear(d, dtype=torch.float32):

@@ -18,12 +18,9 @@ from autograder.checks.framework import (
     Tolerance,
     check_against_reference,
     generator_for,
+    random_normal,
 )
 from bertlab import positional as reference
-
-
-def _randn(generator: torch.Generator, *shape: int, dtype=torch.float32) -> torch.Tensor:
-    return torch.randn(shape, generator=generator, dtype=torch.float64).to(dtype)
 
 
 def _frequencies(dim: int, base: float, dtype=torch.float32, exponent_scale: float = 2.0, start: int = 0):
@@ -489,20 +486,20 @@ APPLY_ROPE_TOLERANCES = {**DEFAULT_TOLERANCES, torch.float32: Tolerance(atol=2e-
 def apply_rope_cases() -> list[Case]:
     g = generator_for("apply_rope")
     return [
-        Case("x of shape (3, 4), default positions 0, 1, 2", (_randn(g, 3, 4),)),
-        Case("x of shape (1, 2): one vector, one pair of features", (_randn(g, 1, 2),)),
-        Case("x of shape (2, 3, 10, 16) (batch, heads, N, D), default positions", (_randn(g, 2, 3, 10, 16),)),
+        Case("x of shape (3, 4), default positions 0, 1, 2", (random_normal(g, 3, 4),)),
+        Case("x of shape (1, 2): one vector, one pair of features", (random_normal(g, 1, 2),)),
+        Case("x of shape (2, 3, 10, 16) (batch, heads, N, D), default positions", (random_normal(g, 2, 3, 10, 16),)),
         Case("x of shape (2, 5, 8), positions [3, 0, 7, 100, 41]",
-             (_randn(g, 2, 5, 8), torch.tensor([3, 0, 7, 100, 41]))),
+             (random_normal(g, 2, 5, 8), torch.tensor([3, 0, 7, 100, 41]))),
         Case("x of shape (2, 2, 6, 8), positions of shape (2, 1, 6): another offset per sequence",
-             (_randn(g, 2, 2, 6, 8), torch.stack([torch.arange(6), torch.arange(20, 26)])[:, None, :])),
+             (random_normal(g, 2, 2, 6, 8), torch.stack([torch.arange(6), torch.arange(20, 26)])[:, None, :])),
         Case("x of shape (4, 12), float positions 0, 0.5, 1, 1.5 (position interpolation)",
-             (_randn(g, 4, 12), torch.arange(4) * 0.5)),
-        Case("x of shape (3, 7, 32), base=500000.0", (_randn(g, 3, 7, 32),), {"base": 500000.0}),
+             (random_normal(g, 4, 12), torch.arange(4) * 0.5)),
+        Case("x of shape (3, 7, 32), base=500000.0", (random_normal(g, 3, 7, 32),), {"base": 500000.0}),
         Case("x of shape (2, 9, 16), float64, positions 0 .. 992 in steps of 124",
-             (_randn(g, 2, 9, 16, dtype=torch.float64), torch.arange(0, 1000, 124))),
+             (random_normal(g, 2, 9, 16, dtype=torch.float64), torch.arange(0, 1000, 124))),
         Case("x of shape (2, 64, 8), bfloat16, positions 1984 .. 2047",
-             (_randn(g, 2, 64, 8, dtype=torch.bfloat16), torch.arange(1984, 2048))),
+             (random_normal(g, 2, 64, 8, dtype=torch.bfloat16), torch.arange(1984, 2048))),
     ]
 
 

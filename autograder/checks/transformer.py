@@ -22,17 +22,18 @@ from functools import partial
 import torch
 from torch import nn
 
-from autograder.checks.attention import ATTENTION_FORBIDDEN, _randn
+from autograder.checks.attention import ATTENTION_FORBIDDEN
 from autograder.checks.framework import (
     DEFAULT_TOLERANCES,
     Case,
     CheckFailed,
     Mistake,
     Tolerance,
-    _failure_message,
     describe_difference,
     diagnose,
+    failure_message,
     generator_for,
+    random_normal,
     run_student,
     with_dependencies,
 )
@@ -87,11 +88,11 @@ def random_state(module: nn.Module, generator: torch.Generator, dtype: torch.dty
     state = {}
     for name, tensor in module.state_dict().items():
         if tensor.dim() == 2:
-            values = _randn(generator, *tensor.shape, scale=tensor.shape[1] ** -0.5)
+            values = random_normal(generator, *tensor.shape, scale=tensor.shape[1] ** -0.5)
         elif name.endswith("weight"):
-            values = 1.0 + _randn(generator, *tensor.shape, scale=0.2)
+            values = 1.0 + random_normal(generator, *tensor.shape, scale=0.2)
         else:
-            values = _randn(generator, *tensor.shape, scale=0.1)
+            values = random_normal(generator, *tensor.shape, scale=0.1)
         state[name] = values.to(dtype)
     return state
 
@@ -133,7 +134,7 @@ def _check_parameter_names(student_state, expected_state, *, check, context, con
         f"loaded into your module: {'; '.join(problems)}. Expected: "
         f"{_describe_parameters(expected_state, expected_state.keys())}."
     )
-    raise CheckFailed(_failure_message(check, context, difference, naming_hint))
+    raise CheckFailed(failure_message(check, context, difference, naming_hint))
 
 
 def build_student_module(student_class, case: ModuleCase, state: Mapping[str, torch.Tensor], *, check: str,
@@ -150,10 +151,10 @@ def build_student_module(student_class, case: ModuleCase, state: Mapping[str, to
     except NotImplementedError:
         raise
     except Exception as error:
-        raise CheckFailed(_failure_message(
+        raise CheckFailed(failure_message(
             check, context, f"{constructor} raised {type(error).__name__}: {error}", None)) from error
     if not all(callable(getattr(module, method, None)) for method in ("state_dict", "load_state_dict", "eval")):
-        raise CheckFailed(_failure_message(
+        raise CheckFailed(failure_message(
             check, context, f"{constructor} returned a {type(module).__name__}, expected a torch.nn.Module "
             f"(write `class {check}(nn.Module)` and call `super().__init__()` first).", None))
     _check_parameter_names(module.state_dict(), state, check=check, context=context, constructor=constructor,
@@ -163,7 +164,7 @@ def build_student_module(student_class, case: ModuleCase, state: Mapping[str, to
         module.load_state_dict({name: tensor.clone() for name, tensor in state.items()},
                                assign=case.dtype != torch.float32)
     except Exception as error:
-        raise CheckFailed(_failure_message(
+        raise CheckFailed(failure_message(
             check, context, f"loading the reference's weights into your {constructor} with load_state_dict "
             f"raised {type(error).__name__}: {error}", naming_hint)) from error
     if case.evaluate:
@@ -226,36 +227,8 @@ def check_module_against_reference(
             if describe_difference(again, actual, Tolerance(0.0, 0.0)) is not None:
                 hint = NONDETERMINISTIC_HINT
         hint = hint or diagnose(actual, case.forward, known_mistakes, tolerance)
-        raise CheckFailed(_failure_message(check, context, difference, hint))
+        raise CheckFailed(failure_message(check, context, difference, hint))
     return f"{check}: all {len(cases)} cases agree with the reference"
-
-
-def isolate_class(student_class, **references):
-    """The student's class with the global names in ``references`` replaced by the references.
-
-    Each class of the student's hierarchy defined where the student's class is (the notebook) is
-    rebuilt with :func:`~autograder.checks.framework.with_dependencies` as a subclass of the original:
-    its methods keep the original's ``__class__`` cell, so zero-argument ``super()`` (in every
-    ``nn.Module``'s ``__init__``) only works on an instance of a subclass, and a method inherited from
-    another class of the student's must see the references too. The student's classes and globals are
-    not modified.
-    """
-    if not isinstance(student_class, type):
-        return with_dependencies(student_class, **references)
-    rebuilt = {}
-
-    def rebuild(cls):
-        if cls.__module__ != student_class.__module__:
-            return cls  # a library class (nn.Module, bertlab's): used as it is
-        if cls not in rebuilt:
-            sibling = with_dependencies(cls, **references)
-            members = {key: value for key, value in vars(sibling).items() if key not in ("__dict__", "__weakref__")}
-            new_bases = [rebuild(base) for base in cls.__bases__]
-            bases = (cls, *(new for new, base in zip(new_bases, cls.__bases__) if new is not base))
-            rebuilt[cls] = type(cls)(cls.__name__, bases, members)
-        return rebuilt[cls]
-
-    return rebuild(student_class)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -281,10 +254,10 @@ def multi_head_attention_cases() -> list[ModuleCase]:
     def case(description, d_model, num_heads, x_shape, context_shape=None, mask=None, dtype=torch.float32):
         kwargs = {}
         if context_shape is not None:
-            kwargs["context"] = _randn(g, *context_shape, dtype=dtype)
+            kwargs["context"] = random_normal(g, *context_shape, dtype=dtype)
         if mask is not None:
             kwargs["mask"] = mask
-        forward = Case(description, (_randn(g, *x_shape, dtype=dtype),), kwargs)
+        forward = Case(description, (random_normal(g, *x_shape, dtype=dtype),), kwargs)
         return ModuleCase(f"MultiHeadAttention({d_model}, {num_heads}), {description}", (d_model, num_heads),
                           forward, dtype=dtype)
 
@@ -403,8 +376,8 @@ def check_MultiHeadAttention(student_class, *, forbid: bool = True) -> str:  # n
     Forbidden: ``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``,
     ``F.multi_head_attention_forward`` and every other built-in attention, and the reference module.
     """
-    isolated = isolate_class(student_class, softmax=reference_attention.softmax,
-                             scaled_dot_product_attention=reference_attention.scaled_dot_product_attention)
+    isolated = with_dependencies(student_class, softmax=reference_attention.softmax,
+                                 scaled_dot_product_attention=reference_attention.scaled_dot_product_attention)
     return check_module_against_reference(
         isolated,
         reference_attention.MultiHeadAttention,
@@ -441,7 +414,7 @@ def feed_forward_cases() -> list[ModuleCase]:
     def case(description, init_args, x_shape, init_kwargs=None, dtype=torch.float32, evaluate=False):
         init_kwargs = init_kwargs or {}
         call = _constructor_call("FeedForward", init_args, init_kwargs)
-        forward = Case(description, (_randn(g, *x_shape, dtype=dtype),))
+        forward = Case(description, (random_normal(g, *x_shape, dtype=dtype),))
         return ModuleCase(f"{call}{', eval mode' if evaluate else ''}, {description}", init_args, forward,
                           init_kwargs, dtype, evaluate)
 
@@ -537,7 +510,7 @@ def encoder_layer_cases() -> list[ModuleCase]:
     g = generator_for("EncoderLayer")
 
     def case(description, init_args, x_shape, mask=None, dtype=torch.float32, evaluate=False):
-        forward = Case(description, (_randn(g, *x_shape, dtype=dtype),), {} if mask is None else {"mask": mask})
+        forward = Case(description, (random_normal(g, *x_shape, dtype=dtype),), {} if mask is None else {"mask": mask})
         call = _constructor_call("EncoderLayer", init_args, {})
         return ModuleCase(f"{call}{', eval mode' if evaluate else ''}, {description}", init_args, forward,
                           dtype=dtype, evaluate=evaluate)
@@ -597,10 +570,6 @@ def encoder_layer_mistakes(layer) -> list[Mistake]:
         Mistake(partial(wrong, ffn_input="input"),
                 "the feed-forward network reads the output of the attention block, h = norm1(x + self_attn(x)), "
                 "not the layer's input x."),
-        Mistake(partial(wrong, nan_rows=True),
-                "a query with no key to attend to (its row of the mask is all False) must get zero weights and "
-                "a zero head output, not NaN: torch.softmax of a row of -inf is NaN. Call "
-                "scaled_dot_product_attention (chapter 01), which returns zeros there."),
         Mistake(partial(wrong, mask_as_context=True),
                 "call self_attn(x, mask=mask): the second positional argument of MultiHeadAttention.forward is "
                 "the context, so self_attn(x, mask) attends over the mask."),
@@ -618,8 +587,8 @@ def check_EncoderLayer(student_class, *, forbid: bool = True) -> str:  # noqa: N
     rtol 2e-4; float64 the framework's default. Forbidden: the reference layer and stack,
     ``bertlab.norm``'s residual helpers and ``nn.TransformerEncoderLayer`` (and its fused kernel).
     """
-    isolated = isolate_class(student_class, MultiHeadAttention=reference_attention.MultiHeadAttention,
-                             FeedForward=reference.FeedForward)
+    isolated = with_dependencies(student_class, MultiHeadAttention=reference_attention.MultiHeadAttention,
+                                 FeedForward=reference.FeedForward)
     return check_module_against_reference(
         isolated,
         reference.EncoderLayer,
