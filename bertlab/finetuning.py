@@ -345,6 +345,13 @@ def _evaluation_device(model: nn.Module, device: str | torch.device | None) -> t
 # Training
 
 
+def classification_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """The mean cross-entropy -log p(y | x) of a sequence classifier over ``batch`` (a dict from
+    :class:`SentimentBatches`, moved to the model's device): the loss :func:`finetune` minimises."""
+    device = model_device(model)
+    return model(**model_inputs(batch, device), labels=batch["labels"].to(device)).loss
+
+
 def train_epoch(
     model: nn.Module,
     batches: SentimentBatches,
@@ -455,13 +462,10 @@ def finetune(
         warmup_ratio=warmup_ratio,
     )
 
-    def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
-        return model(**model_inputs(batch, device), labels=batch["labels"].to(device)).loss
-
     history = []
     for epoch in range(1, epochs + 1):
         train_loss = train_epoch(
-            model, batches, loss_fn, optimizer, scheduler, device,
+            model, batches, classification_loss, optimizer, scheduler, device,
             max_grad_norm=max_grad_norm, progress=progress, description=f"epoch {epoch}/{epochs}",
         )
         record = {"epoch": epoch, "train_loss": train_loss}
