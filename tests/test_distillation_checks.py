@@ -13,7 +13,6 @@ import math
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
@@ -25,34 +24,23 @@ from autograder.checks.framework import CheckFailed
 from bertlab.distillation import distillation_loss as captured_distillation_loss
 from bertlab.distillation import init_student_from_teacher as captured_init_student
 from bertlab.finetuning import bert_backbone, encoder_layers
+from checks_helpers import MutationTests, check_of, run_solution_cells, solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "09_distillation" / "09_distillation.ipynb"
 EXERCISES = ["softmax_with_temperature", "distillation_loss", "init_student_from_teacher"]
 REFERENCES = {
-    "softmax_with_temperature": checks.reference_softmax_with_temperature,
+    "softmax_with_temperature": checks.reference_softmax_with_temperature,  # the exercise forbids nothing
     "distillation_loss": bertlab.distillation.distillation_loss,
     "init_student_from_teacher": bertlab.distillation.init_student_from_teacher,
 }
 
 
-def check(name):
-    return getattr(checks, f"check_{name}")
-
-
-def solution_cells() -> list[tuple[str, str]]:
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    return [(cell.metadata.nbgrader.grade_id, cell.source) for cell in notebook.cells
-            if cell.metadata.get("nbgrader", {}).get("solution")]
-
-
 @pytest.fixture(scope="module")
 def solution_namespace():
     """The functions defined by the solution cells of the solution notebook, executed together."""
-    namespace = {"torch": torch, "F": F, "nn": nn, "math": math, "copy": copy, "dataclasses": dataclasses,
-                 "bert_backbone": bert_backbone, "encoder_layers": encoder_layers}
-    for grade_id, source in solution_cells():
-        exec(compile(source, f"{SOLUTION.name}:{grade_id}", "exec"), namespace)
-    return namespace
+    return run_solution_cells(SOLUTION, {"torch": torch, "F": F, "nn": nn, "math": math, "copy": copy,
+                                         "dataclasses": dataclasses, "bert_backbone": bert_backbone,
+                                         "encoder_layers": encoder_layers})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -373,46 +361,6 @@ ALTERNATIVES = {
 }
 
 
-def test_every_exercise_has_at_least_three_mutants(solution_namespace):
-    assert [name for name in EXERCISES if name in solution_namespace] == EXERCISES
-    for name in EXERCISES:
-        assert len(MUTANTS[name]) >= 3, name
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_solution(name, solution_namespace):
-    assert check(name)(solution_namespace[name]).startswith(f"{name}: all")
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_reference_when_the_forbid_rule_is_lifted(name):
-    check(name)(REFERENCES[name], forbid=False)
-
-
-@pytest.mark.parametrize("name", ["distillation_loss", "init_student_from_teacher"])
-def test_calling_the_reference_is_forbidden(name):
-    with pytest.raises(CheckFailed, match=rf"implement this yourself \(your code called bertlab\.distillation\.{name}\)"):
-        check(name)(REFERENCES[name])
-
-
-@pytest.mark.parametrize("name, implementation", [(n, f) for n, fs in ALTERNATIVES.items() for f in fs])
-def test_check_accepts_other_correct_implementations(name, implementation):
-    check(name)(implementation)
-
-
-@pytest.mark.parametrize(
-    "name, mutant, hint",
-    [(name, mutant, hint) for name, mutants in MUTANTS.items() for mutant, hint in mutants],
-    ids=[mutant.__name__ for mutants in MUTANTS.values() for mutant, _ in mutants],
-)
-def test_check_rejects_mutant_with_its_hint(name, mutant, hint):
-    with pytest.raises(CheckFailed) as failure:
-        check(name)(mutant)
-    message = str(failure.value)
-    assert hint in message, message
-    assert message.startswith(name) and "test case" in message  # says which exercise and which case
-
-
 def test_failure_message_says_which_layers_the_student_kept():
     with pytest.raises(CheckFailed) as failure:
         checks.check_init_student_from_teacher(student_first_half)
@@ -436,7 +384,7 @@ def test_blank_exercise_raises_not_implemented_error():
 
     for name in EXERCISES:
         with pytest.raises(NotImplementedError):
-            check(name)(blank)
+            check_of(checks, name)(blank)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -465,19 +413,21 @@ def student_through_the_module(teacher, layer_ids=None):
     return distillation.init_student_from_teacher(teacher, layer_ids)
 
 
-@pytest.mark.parametrize(
-    "name, cheat",
-    [
-        ("distillation_loss", loss_with_captured_reference),
-        ("distillation_loss", loss_hiding_the_reference),
-        ("init_student_from_teacher", student_with_captured_reference),
-        ("init_student_from_teacher", student_through_the_module),
-    ],
-    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
-)
-def test_forbidden_calls_are_caught_however_they_were_captured(name, cheat):
-    with pytest.raises(CheckFailed, match=rf"implement this yourself \(your code called bertlab\.distillation\.{name}\)"):
-        check(name)(cheat)
+class TestDistillationChecks(MutationTests):
+    """The shared mutation tests (tests/checks_helpers.py) of this chapter's checks."""
+
+    checks = checks
+    references = REFERENCES
+    mutants = MUTANTS
+    alternatives = ALTERNATIVES
+    reference_calls = {"softmax_with_temperature": None}
+    failure_context = r"(the gradient )?test case"  # the gradient case is told apart from the numbered ones
+    cheats = [
+        ("distillation_loss", loss_with_captured_reference, "bertlab.distillation.distillation_loss"),
+        ("distillation_loss", loss_hiding_the_reference, "bertlab.distillation.distillation_loss"),
+        ("init_student_from_teacher", student_with_captured_reference, "bertlab.distillation.init_student_from_teacher"),
+        ("init_student_from_teacher", student_through_the_module, "bertlab.distillation.init_student_from_teacher"),
+    ]
 
 
 def test_pytorch_built_ins_are_allowed_in_the_loss():
@@ -502,7 +452,7 @@ def test_checks_grade_functions_and_models_in_the_student_process():
     from autograder.sandbox import Limits, Sandbox
     from autograder.verdict import run_tests
 
-    cells = dict(solution_cells())
+    cells = dict(solution_cells(SOLUTION))
     sharing = '''
 import dataclasses
 from torch import nn

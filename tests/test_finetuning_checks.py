@@ -8,11 +8,11 @@ run once through the grader's sandbox, where the student's code lives in another
 passed to it is a copy.
 """
 
+import inspect
 import math
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
@@ -24,34 +24,22 @@ from autograder.checks import finetuning as checks
 from autograder.checks.framework import CheckFailed
 from bertlab.finetuning import freeze_layers as captured_freeze_layers
 from bertlab.finetuning import param_groups as captured_param_groups
+from checks_helpers import MutationTests, check_of, run_solution_cells, solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "08_finetuning" / "08_finetuning.ipynb"
 EXERCISES = ["BertForSequenceClassification", "train_epoch", "freeze_layers", "param_groups"]
 REFERENCES = {
     "BertForSequenceClassification": bertlab.bert.BertForSequenceClassification,
+    "train_epoch": bertlab.finetuning.train_epoch,
     "freeze_layers": bertlab.finetuning.freeze_layers,
     "param_groups": bertlab.finetuning.param_groups,
-    "train_epoch": bertlab.finetuning.train_epoch,
 }
-
-
-def check(name):
-    return getattr(checks, f"check_{name}")
-
-
-def solution_cells() -> list[tuple[str, str]]:
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    return [(cell.metadata.nbgrader.grade_id, cell.source) for cell in notebook.cells
-            if cell.metadata.get("nbgrader", {}).get("solution")]
 
 
 @pytest.fixture(scope="module")
 def solution_namespace():
     """The functions and classes defined by the solution cells of the solution notebook."""
-    namespace = {"torch": torch, "nn": nn, "F": F, "math": math, "bertlab": bertlab}
-    for grade_id, source in solution_cells():
-        exec(compile(source, f"{SOLUTION.name}:{grade_id}", "exec"), namespace)
-    return namespace
+    return run_solution_cells(SOLUTION, {"torch": torch, "nn": nn, "F": F, "math": math, "bertlab": bertlab})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -380,7 +368,8 @@ def groups_with_captured_reference(model, encoder_lr, head_lr, weight_decay, lay
 
 def loop(*, train=True, zero_grad=True, clip="before", schedule="after", mean="weighted", as_tensor=False,
          zero_grad_last=False, item_first=False):
-    """A training loop with one step changed: the mutants below."""
+    """A training loop with one step changed: the mutants below (named after the change, for the test ids)."""
+    changes = {name: value for name, value in locals().items() if value != LOOP_DEFAULTS[name]}
 
     def train_epoch(model, batches, loss_fn, optimizer, scheduler, device, *, max_grad_norm=1.0):
         if train:
@@ -411,7 +400,11 @@ def loop(*, train=True, zero_grad=True, clip="before", schedule="after", mean="w
             return sum(losses) / len(losses)
         return torch.tensor(total / count) if as_tensor else total / count
 
+    train_epoch.__name__ = "_".join(["train_epoch", *(f"{name}_{value}" for name, value in changes.items())])
     return train_epoch
+
+
+LOOP_DEFAULTS = {name: parameter.default for name, parameter in inspect.signature(loop).parameters.items()}
 
 
 def train_epoch_with_the_reference(model, batches, loss_fn, optimizer, scheduler, device, *, max_grad_norm=1.0):
@@ -484,44 +477,6 @@ ALTERNATIVES = {
 }
 
 
-def test_every_exercise_has_at_least_three_mutants(solution_namespace):
-    assert [name for name in EXERCISES if name in solution_namespace] == EXERCISES
-    for name in EXERCISES:
-        assert len(MUTANTS[name]) >= 3, name
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_solution(name, solution_namespace):
-    assert check(name)(solution_namespace[name]).startswith(f"{name}: all")
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_reference_when_the_forbid_rule_is_lifted(name):
-    reference = REFERENCES[name]
-    check(name)(reference, forbid=False)
-    with pytest.raises(CheckFailed, match=r"implement this yourself \(your code called bertlab\."):
-        check(name)(reference)
-
-
-@pytest.mark.parametrize("name, implementation", [(n, f) for n, fs in ALTERNATIVES.items() for f in fs],
-                         ids=lambda value: getattr(value, "__name__", None) if callable(value) else None)
-def test_check_accepts_other_correct_implementations(name, implementation):
-    check(name)(implementation)
-
-
-@pytest.mark.parametrize(
-    "name, mutant, hint",
-    [(name, mutant, hint) for name, mutants in MUTANTS.items() for mutant, hint in mutants],
-    ids=[f"{name}-{index}" for name, mutants in MUTANTS.items() for index in range(len(mutants))],
-)
-def test_check_rejects_mutant_with_its_hint(name, mutant, hint):
-    with pytest.raises(CheckFailed) as failure:
-        check(name)(mutant)
-    message = str(failure.value)
-    assert hint in message, message
-    assert message.startswith(name), message
-
-
 def test_failure_messages_say_which_case_and_which_parts():
     with pytest.raises(CheckFailed) as failure:
         checks.check_freeze_layers(freeze_the_top)
@@ -569,7 +524,7 @@ def test_blank_exercises_raise_not_implemented_error():
     for name, function in [("freeze_layers", blank), ("param_groups", blank), ("train_epoch", blank),
                            ("BertForSequenceClassification", BlankHead)]:
         with pytest.raises(NotImplementedError):
-            check(name)(function)
+            check_of(checks, name)(function)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -577,20 +532,21 @@ def test_blank_exercises_raise_not_implemented_error():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "name, cheat, called",
-    [
+class TestFinetuningChecks(MutationTests):
+    """The shared mutation tests (tests/checks_helpers.py) of this chapter's checks."""
+
+    checks = checks
+    references = REFERENCES
+    mutants = MUTANTS
+    alternatives = ALTERNATIVES
+    failure_context = ""  # the classifier's check names its cases by their inputs, not by number
+    cheats = [
         ("BertForSequenceClassification", HeadSubclassingTheReference, "bertlab.bert.BertForSequenceClassification.__init__"),
         ("freeze_layers", freeze_with_captured_reference, "bertlab.finetuning.freeze_layers"),
         ("param_groups", groups_with_captured_reference, "bertlab.finetuning.param_groups"),
         ("train_epoch", train_epoch_with_the_reference, "bertlab.finetuning.train_epoch"),
         ("train_epoch", train_epoch_through_finetune, "bertlab.finetuning.finetune"),
-    ],
-    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
-)
-def test_forbidden_calls_are_caught_however_they_were_captured(name, cheat, called):
-    with pytest.raises(CheckFailed, match=r"implement this yourself \(your code called [^)]*" + re.escape(called)):
-        check(name)(cheat)
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -615,7 +571,7 @@ def test_checks_grade_code_in_the_student_process():
 
     setup = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\nimport bertlab.bert"
     steps, tests = [("code", setup)], {}
-    cells = dict(solution_cells())
+    cells = dict(solution_cells(SOLUTION))
     for name in EXERCISES:
         steps += [("code", cells[name]), ("test", f"right_{name}")]
         tests[f"right_{name}"] = f"from autograder.checks.finetuning import check_{name}\nprint(check_{name}({name}))"

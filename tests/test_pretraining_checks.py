@@ -12,7 +12,6 @@ import random
 from pathlib import Path
 from types import SimpleNamespace
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,29 +22,21 @@ import bertlab.pretraining
 from autograder.checks import pretraining as checks
 from autograder.checks.framework import CheckFailed
 from bertlab.pretraining import mask_tokens as captured_mask_tokens
+from checks_helpers import MutationTests, check_of, run_solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "07_pretraining" / "07_pretraining.ipynb"
 EXERCISES = ["mask_tokens", "make_nsp_examples", "mlm_loss"]
 REFERENCES = {
     "mask_tokens": bertlab.pretraining.mask_tokens,
     "make_nsp_examples": bertlab.pretraining.make_nsp_examples,
-    "mlm_loss": checks.reference_mlm_loss,
+    "mlm_loss": checks.reference_mlm_loss,  # PyTorch's cross-entropy, which the exercise forbids
 }
-
-
-def check(name):
-    return getattr(checks, f"check_{name}")
 
 
 @pytest.fixture(scope="module")
 def solution_namespace():
     """The functions defined by the solution cells of the solution notebook, executed together."""
-    namespace = {"torch": torch, "math": math, "random": random}
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    for cell in notebook.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution"):
-            exec(compile(cell.source, f"{SOLUTION.name}:{cell.metadata.nbgrader.grade_id}", "exec"), namespace)
-    return namespace
+    return run_solution_cells(SOLUTION, {"torch": torch, "math": math, "random": random})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -462,51 +453,6 @@ ALTERNATIVES = {
 }
 
 
-def test_every_exercise_has_at_least_three_mutants(solution_namespace):
-    exercises = [name for name in EXERCISES if name in solution_namespace]
-    assert exercises == EXERCISES
-    for name in EXERCISES:
-        assert len(MUTANTS[name]) >= 3, name
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_accepts_the_solution(name, solution_namespace):
-    assert check(name)(solution_namespace[name]).startswith(f"{name}: all")
-
-
-@pytest.mark.parametrize("name", ["mask_tokens", "make_nsp_examples"])
-def test_check_accepts_the_reference_when_the_forbid_rule_is_lifted(name):
-    reference = REFERENCES[name]
-    check(name)(reference, forbid=False)
-    with pytest.raises(CheckFailed, match=rf"implement this yourself \(your code called bertlab\.pretraining\.{name}"):
-        check(name)(reference)
-
-
-def test_mlm_loss_check_accepts_cross_entropy_only_when_the_forbid_rule_is_lifted():
-    checks.check_mlm_loss(checks.reference_mlm_loss, forbid=False)
-    with pytest.raises(CheckFailed, match=r"implement this yourself \(your code called torch\.nn\.functional\.cross_"):
-        checks.check_mlm_loss(checks.reference_mlm_loss)
-
-
-@pytest.mark.parametrize("name, implementation", [(n, f) for n, fs in ALTERNATIVES.items() for f in fs],
-                         ids=lambda value: getattr(value, "__name__", None) if callable(value) else None)
-def test_check_accepts_other_correct_implementations(name, implementation):
-    check(name)(implementation)
-
-
-@pytest.mark.parametrize(
-    "name, mutant, hint",
-    [(name, mutant, hint) for name, mutants in MUTANTS.items() for mutant, hint in mutants],
-    ids=[mutant.__name__ for mutants in MUTANTS.values() for mutant, _ in mutants],
-)
-def test_check_rejects_mutant_with_its_hint(name, mutant, hint):
-    with pytest.raises(CheckFailed) as failure:
-        check(name)(mutant)
-    message = str(failure.value)
-    assert hint in message, message
-    assert message.startswith(name) and "test case" in message  # says which exercise and which case
-
-
 def test_failure_message_gives_the_measured_proportions_and_the_tolerance():
     with pytest.raises(CheckFailed) as failure:
         checks.check_mask_tokens(mask_mixed_up)
@@ -521,7 +467,7 @@ def test_blank_exercises_raise_not_implemented_error():
 
     for name in EXERCISES:
         with pytest.raises(NotImplementedError):
-            check(name)(blank)
+            check_of(checks, name)(blank)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -596,9 +542,16 @@ def loss_with_the_model_head(logits, labels):
     return bertlab.bert.BertForPreTraining.forward(model, input_ids, mlm_labels=labels).mlm_loss
 
 
-@pytest.mark.parametrize(
-    "name, cheat, called",
-    [
+class TestPretrainingChecks(MutationTests):
+    """The shared mutation tests (tests/checks_helpers.py) of this chapter's checks."""
+
+    checks = checks
+    references = REFERENCES
+    mutants = MUTANTS
+    alternatives = ALTERNATIVES
+    reference_calls = {"mlm_loss": "torch.nn.functional.cross_entropy"}
+    failure_context = r"(the determinism )?test case"  # the determinism case is told apart from the numbered ones
+    cheats = [
         ("mask_tokens", mask_with_captured_reference, "bertlab.pretraining.mask_tokens"),
         ("mask_tokens", mask_with_the_dataset_method, "bertlab.pretraining.PretrainingDataset.mask"),
         ("mask_tokens", mask_with_hugging_face, "DataCollatorForLanguageModeling.torch_mask_tokens"),
@@ -609,13 +562,7 @@ def loss_with_the_model_head(logits, labels):
         ("mlm_loss", loss_with_aten, "torch.ops.aten.cross_entropy_loss"),
         ("mlm_loss", loss_with_hugging_face, "ForMaskedLMLoss"),
         ("mlm_loss", loss_with_the_model_head, "bertlab.bert.BertForPreTraining.forward"),
-    ],
-    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
-)
-def test_forbidden_calls_are_caught_however_they_were_reached(name, cheat, called):
-    pattern = r"implement this yourself \(your code called [^)]*" + called.replace(".", r"\.")
-    with pytest.raises(CheckFailed, match=pattern):
-        check(name)(cheat)
+    ]
 
 
 def test_mlm_loss_may_use_log_softmax_and_logsumexp():

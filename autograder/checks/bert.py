@@ -592,13 +592,10 @@ def _expected_parameters(reference: nn.Module) -> dict[str, tuple]:
     return {name: tuple(tensor.shape) for name, tensor in reference.state_dict().items()}
 
 
-def _describe_parameters(student_state, parameter_names, expected: dict[str, tuple]) -> str | None:
-    """What is wrong with the names and shapes of the student's parameters, or None. Buffers (entries
-    of the state dict that are not parameters, such as HF's ``position_ids``) are allowed."""
-    if not isinstance(student_state, dict):
-        return "your module's state_dict() is not a dict: is BertEmbeddings a subclass of nn.Module?"
-    shapes = {name: tuple(value.shape) for name, value in student_state.items()
-              if name in parameter_names and isinstance(value, torch.Tensor)}
+def parameter_mismatch(shapes: dict[str, tuple], expected: dict[str, tuple]) -> list[str] | None:
+    """The lines that tell how the names and shapes of the student's parameters (``shapes``: name -> shape)
+    differ from the reference's (``expected``): missing, not expected, of the wrong shape (six names at
+    most each); None when they agree. The caller adds the hint. Also used by the checks of chapter 08."""
     missing = sorted(set(expected) - set(shapes))
     extra = sorted(set(shapes) - set(expected))
     wrong = sorted(name for name in set(expected) & set(shapes) if shapes[name] != expected[name])
@@ -606,12 +603,25 @@ def _describe_parameters(student_state, parameter_names, expected: dict[str, tup
         return None
     lines = ["your module's parameters do not have the names and shapes of the reference's, so its weights "
              "cannot be loaded:"]
-    if missing:
-        lines.append(f"    missing: {', '.join(f'{name} {expected[name]}' for name in missing)}")
-    if extra:
-        lines.append(f"    not expected: {', '.join(f'{name} {shapes[name]}' for name in extra)}")
-    if wrong:
-        lines.append(f"    wrong shape: {', '.join(f'{name} {shapes[name]} instead of {expected[name]}' for name in wrong)}")
+    for title, names, describe in (("missing", missing, lambda n: f"{n} {expected[n]}"),
+                                   ("not expected", extra, lambda n: f"{n} {shapes[n]}"),
+                                   ("wrong shape", wrong, lambda n: f"{n} {shapes[n]} instead of {expected[n]}")):
+        if names:
+            shown = ", ".join(describe(name) for name in names[:6]) + (", ..." if len(names) > 6 else "")
+            lines.append(f"    {title}: {shown}")
+    return lines
+
+
+def _describe_parameters(student_state, parameter_names, expected: dict[str, tuple]) -> str | None:
+    """What is wrong with the names and shapes of the student's parameters, or None. Buffers (entries
+    of the state dict that are not parameters, such as HF's ``position_ids``) are allowed."""
+    if not isinstance(student_state, dict):
+        return "your module's state_dict() is not a dict: is BertEmbeddings a subclass of nn.Module?"
+    shapes = {name: tuple(value.shape) for name, value in student_state.items()
+              if name in parameter_names and isinstance(value, torch.Tensor)}
+    lines = parameter_mismatch(shapes, expected)
+    if lines is None:
+        return None
     lines.append(f"  Name the submodules {EMBEDDINGS_NAMES}, as in the exercise (nn.Embedding and "
                  "nn.LayerNorm give a .weight, and the LayerNorm a .bias).")
     return "\n".join(lines)

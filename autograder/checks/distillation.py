@@ -31,16 +31,13 @@ from autograder.checks.framework import (
     describe_difference,
     forbidden_calls,
     generator_for,
+    random_normal,
     run_student,
     with_dependencies,
 )
 from bertlab import attention as attention_reference
 from bertlab import distillation as reference
 from bertlab.bert import BertConfig, BertForSequenceClassification, BertModel
-
-
-def _randn(generator: torch.Generator, *shape: int, scale: float = 1.0, dtype=torch.float32) -> torch.Tensor:
-    return (torch.randn(shape, generator=generator, dtype=torch.float64) * scale).to(dtype)
 
 
 def _labels(generator: torch.Generator, batch: int, num_classes: int) -> torch.Tensor:
@@ -60,16 +57,18 @@ def reference_softmax_with_temperature(logits: torch.Tensor, temperature: float 
 def softmax_with_temperature_cases() -> list[Case]:
     g = generator_for("softmax_with_temperature")
     return [
-        Case("logits of shape (5,), temperature not given (T = 1)", (_randn(g, 5, scale=2.0),)),
-        Case("logits (4, 3), temperature=2.0", (_randn(g, 4, 3, scale=2.0),), {"temperature": 2.0}),
-        Case("logits (3, 6), temperature=5.0, passed by position", (_randn(g, 3, 6, scale=3.0), 5.0)),
-        Case("logits (2, 3, 4), temperature=0.5 (T < 1 sharpens)", (_randn(g, 2, 3, 4, scale=2.0),), {"temperature": 0.5}),
-        Case("logits (3, 10), temperature=100.0 (almost uniform)", (_randn(g, 3, 10, scale=3.0),), {"temperature": 100.0}),
-        Case("logits (1, 2), float64, temperature=3.0", (_randn(g, 1, 2, scale=2.0, dtype=torch.float64),),
+        Case("logits of shape (5,), temperature not given (T = 1)", (random_normal(g, 5, scale=2.0),)),
+        Case("logits (4, 3), temperature=2.0", (random_normal(g, 4, 3, scale=2.0),), {"temperature": 2.0}),
+        Case("logits (3, 6), temperature=5.0, passed by position", (random_normal(g, 3, 6, scale=3.0), 5.0)),
+        Case("logits (2, 3, 4), temperature=0.5 (T < 1 sharpens)",
+             (random_normal(g, 2, 3, 4, scale=2.0),), {"temperature": 0.5}),
+        Case("logits (3, 10), temperature=100.0 (almost uniform)",
+             (random_normal(g, 3, 10, scale=3.0),), {"temperature": 100.0}),
+        Case("logits (1, 2), float64, temperature=3.0", (random_normal(g, 1, 2, scale=2.0, dtype=torch.float64),),
              {"temperature": 3.0}),
         Case("logits (4, 5) of size about 20, temperature=0.1 (z / T of about 200: exp overflows)",
-             (_randn(g, 4, 5, scale=20.0),), {"temperature": 0.1}),
-        Case("logits (2, 7), bfloat16, temperature=2.0", (_randn(g, 2, 7, scale=2.0, dtype=torch.bfloat16),),
+             (random_normal(g, 4, 5, scale=20.0),), {"temperature": 0.1}),
+        Case("logits (2, 7), bfloat16, temperature=2.0", (random_normal(g, 2, 7, scale=2.0, dtype=torch.bfloat16),),
              {"temperature": 2.0}),
     ]
 
@@ -154,7 +153,7 @@ def distillation_loss_cases() -> list[Case]:
     g = generator_for("distillation_loss")
 
     def logits(batch, classes, scale=2.0):
-        return _randn(g, batch, classes, scale=scale), _randn(g, batch, classes, scale=scale)
+        return random_normal(g, batch, classes, scale=scale), random_normal(g, batch, classes, scale=scale)
 
     cases = []
     student, teacher = logits(8, 3)
@@ -181,7 +180,7 @@ def distillation_loss_cases() -> list[Case]:
     student, teacher = logits(16, 2, scale=4.0)
     cases.append(Case("logits (16, 2), labels (16,), alpha=0.1, temperature=20.0",
                       (student, teacher, _labels(g, 16, 2)), {"alpha": 0.1, "temperature": 20.0}))
-    same = _randn(g, 6, 4, scale=3.0)
+    same = random_normal(g, 6, 4, scale=3.0)
     cases.append(Case("logits (6, 4) with student_logits equal to teacher_logits, labels=None: the loss is 0",
                       (same, same.clone()), {"temperature": 2.0}))
     student, teacher = logits(5, 3, scale=100.0)
@@ -272,7 +271,7 @@ DISTILLATION_LOSS_MISTAKES = (
 def distillation_loss_gradient_case() -> Case:
     g = generator_for("distillation_loss gradients")
     return Case("logits (4, 3) with requires_grad=True, labels (4,), alpha=0.5, temperature=2.0, then loss.backward()",
-                (_randn(g, 4, 3, scale=2.0), _randn(g, 4, 3, scale=2.0), _labels(g, 4, 3)),
+                (random_normal(g, 4, 3, scale=2.0), random_normal(g, 4, 3, scale=2.0), _labels(g, 4, 3)),
                 {"alpha": 0.5, "temperature": 2.0})
 
 
@@ -378,7 +377,7 @@ def _teacher(kind: str, num_layers: int, generator: torch.Generator):
     model = BertForSequenceClassification(config, num_labels=3) if kind == "classifier" else BertModel(config)
     with torch.no_grad():
         for parameter in model.parameters():
-            parameter.copy_(_randn(generator, *parameter.shape, scale=0.5))
+            parameter.copy_(random_normal(generator, *parameter.shape, scale=0.5))
     return model.eval()
 
 

@@ -34,15 +34,14 @@ exercise's job). ``forbid=False`` lifts that rule (the tests use it to run a che
 """
 
 import copy
-import math
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from autograder.checks.bert import parameter_mismatch
 from autograder.checks.framework import (
     DEFAULT_TOLERANCES,
     Case,
@@ -241,19 +240,9 @@ HEAD_OUTPUT_HINT = ("return bertlab.bert.SequenceClassifierOutput(loss=loss, log
 
 
 def _describe_parameters(shapes: dict[str, tuple], expected: dict[str, tuple]) -> str | None:
-    missing = sorted(set(expected) - set(shapes))
-    extra = sorted(set(shapes) - set(expected))
-    wrong = sorted(name for name in set(expected) & set(shapes) if shapes[name] != expected[name])
-    if not (missing or extra or wrong):
+    lines = parameter_mismatch(shapes, expected)
+    if lines is None:
         return None
-    lines = ["your module's parameters do not have the names and shapes of the reference's, so its weights "
-             "cannot be loaded:"]
-    for title, names, describe in (("missing", missing, lambda n: f"{n} {expected[n]}"),
-                                   ("not expected", extra, lambda n: f"{n} {shapes[n]}"),
-                                   ("wrong shape", wrong, lambda n: f"{n} {shapes[n]} instead of {expected[n]}")):
-        if names:
-            shown = ", ".join(describe(name) for name in names[:6]) + (", ..." if len(names) > 6 else "")
-            lines.append(f"    {title}: {shown}")
     lines.append("  Hint: name the submodules bert (a bertlab.bert.BertModel(config)), dropout (nn.Dropout) and "
                  "classifier (nn.Linear(hidden_size, num_labels)), as the exercise says.")
     return "\n".join(lines)
