@@ -5,6 +5,9 @@ included. Here the feedback notebook is the executed notebook in which every tes
 released source (hidden tests removed, as the student received it) and, as its only output, the
 grader's outcome: status, points and message. A table of all outcomes opens the notebook. nbgrader's
 generate_feedback then renders it to HTML with the scores from the gradebook.
+
+The student's own cells keep their outputs only up to the first test cell: in nbgrader's run the
+hidden tests executed in the student's kernel, so any later output could show them (``print(In)``).
 """
 
 import copy
@@ -44,6 +47,7 @@ def _summary(records: list[dict], problem: str | None) -> str:
     lines = [f"## Grading: {total:g} / {maximum:g} points", ""]
     if problem:
         lines += [f"**This submission could not be graded:** {problem}", ""]
+    lines += ["Outputs of your cells after the first test are not shown here; run your notebook to see them.", ""]
     lines += ["| test | status | points | message |", "|---|---|---:|---|"]
     for record in records:
         message = record["message"].splitlines()[0] if record["message"] else ""
@@ -67,6 +71,7 @@ def feedback_notebook(base, source, records: list[dict], outputs: dict[str, str]
                 for cell in source.cells if "grade_id" in cell.metadata.get("nbgrader", {})}
     by_test = {record["grade_id"]: record for record in records}
     seen = set()
+    after_a_test = False  # the hidden tests have run in the kernel: later outputs could show them
     for cell in notebook.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         cell.metadata.pop("nbgrader", None)
@@ -76,10 +81,13 @@ def feedback_notebook(base, source, records: list[dict], outputs: dict[str, str]
         if grade_id in by_test and cell.cell_type == "code":
             cell.source = released[grade_id]
             cell.outputs = [_outcome_output(by_test[grade_id], outputs.get(grade_id, ""))]
-        elif HIDDEN_TESTS in cell.source:
+            after_a_test = True
+            continue
+        hidden = HIDDEN_TESTS in cell.source
+        if hidden:
             cell.source = _strip_hidden_tests(cell.source)
-            if cell.cell_type == "code":
-                cell.outputs = []
+        if cell.cell_type == "code" and (after_a_test or hidden):
+            cell.outputs = []
     for grade_id, record in by_test.items():  # test cells the submission lacks
         if grade_id not in seen and grade_id in metadata:
             cell = new_code_cell(source=released[grade_id], metadata={"nbgrader": copy.deepcopy(metadata[grade_id])})

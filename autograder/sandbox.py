@@ -55,6 +55,7 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "ns
 DEVICES = ("null", "zero", "full", "random", "urandom")
 SYSTEM_DIRECTORIES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 SANDBOX_UID = 1000  # the student's uid inside the sandbox
+COURSE_PACKAGES = ("bertlab", "autograder")  # importable in the sandbox, read-only, from the grader's copy
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Sandbox:
         self.limits = limits
         self.share = tuple(str(Path(path).resolve()) for path in share)
         self.variables = dict(variables or {})
-        self.isolated = isolation_available() if isolate is None else isolate
+        self.isolated = isolation_available()[0] if isolate is None else isolate
         # Short path: kernels' Unix sockets live in here, and their paths may not exceed 107 bytes.
         self.root = Path(tempfile.mkdtemp(prefix="ag-"))
         self.work, self.home, self.runtime = self.root / "work", self.root / "home", self.root / "run"
@@ -133,6 +134,7 @@ class Sandbox:
             "LOGNAME": "student",
             "LANG": "C.UTF-8",
             "TMPDIR": "/tmp" if self.isolated else str(self.runtime),
+            "PYTHONPATH": _import_path(),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONHASHSEED": "0",
             "MPLBACKEND": "Agg",
@@ -252,14 +254,24 @@ def _site_directories() -> list[str]:
 
 
 def _package_directories() -> list[str]:
-    """Where the course's packages are, e.g. the repository's folders for an editable install."""
+    """Where the grader's own copies of the course's packages are (the repository's folders for an
+    editable install, or for a checkout run from its root)."""
     import importlib.util
 
     folders = []
-    for name in ("bertlab", "autograder"):
+    for name in COURSE_PACKAGES:
         spec = importlib.util.find_spec(name)
         folders += [path for path in (spec.submodule_search_locations or []) if os.path.isdir(path)] if spec else []
     return folders
+
+
+def _import_path() -> str:
+    """PYTHONPATH for sandboxed processes: the folders holding the course's packages, so that they
+    import the grader's copies however those were found (an editable install's finder may point
+    elsewhere, and a checkout run from its root is found through the working directory). In the
+    sandbox these folders hold nothing but the packages."""
+    roots = dict.fromkeys(str(Path(path).resolve().parent) for path in _package_directories())
+    return os.pathsep.join(roots)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,9 +11,16 @@ included, in its own process, where the names the cell uses stand for the studen
 - Arguments travel to it pickled. Results come back *by value* (tensors, numbers, strings, dtypes,
   and lists, tuples and dicts of them), decoded by an unpickler that accepts nothing else, so no
   object of the student's ever runs code in the grader; anything else stays in the student process,
-  and the grader gets a :class:`Remote`, a handle whose calls and attribute reads are new requests.
-  A Remote has no comparison or truth value of its own: ``assert remote == 5`` cannot be faked.
-- Modules (``torch``, ``math``) and library functions resolve to the grader's own copies.
+  and the grader gets a :class:`Remote`, a handle whose calls, attribute reads and ``with`` blocks
+  are new requests. A Remote has no comparison or truth value of its own (``assert remote == 5``
+  cannot be faked), and its ``__exit__`` never swallows the grader's exceptions. A function of the
+  test that cannot travel by name (a lambda passed as an argument) is called back in the grader.
+- The test's objects keep their identity as in one kernel (:class:`_SentObjects`): a tensor is
+  sent once while unchanged, what the student's code returns of the test's objects is the test's
+  own object, and after a call what it changed of them (tensors' data, ``requires_grad`` and
+  gradients, modules' training flag, optimizers' and schedulers' state) is copied back.
+- Modules (``torch``, ``math``) and library functions resolve to the grader's own copies, with the
+  submodules the student's code imported.
 - The checks' rules that concern the student's code run where that code runs: the functions that
   the active ``forbidden_calls`` guards forbid are forbidden inside the student process around each
   call, and ``with_dependencies`` rebinds the student's function there (``Remote.__with_dependencies__``).
@@ -40,6 +47,7 @@ import sys
 import time
 import traceback
 import types
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -90,6 +98,7 @@ class Outcome:
 # handles travel as tuples that start with one of these markers and are rebuilt by the grader; a
 # student who returns such a tuple on purpose only gets back a tensor (or handle) of their own.
 TENSOR, DTYPE, DEVICE, SIZE, HANDLE = "<tensor>", "<dtype>", "<device>", "<size>", "<handle>"
+GRADER_OBJECT = "<grader-object>"  # an object the grader sent, by its number: the grader's own comes back
 
 
 class _Handle(NamedTuple):
@@ -98,6 +107,7 @@ class _Handle(NamedTuple):
     number: int
     kind: str  # module, class, callable or object
     name: str  # module name, "module:qualname" of a function or class, else the type's name
+    submodules: tuple[str, ...] = ()  # of a module: the public submodules imported in the student process
 
 
 def _tensor(dtype_name: str, shape, data: bytes) -> torch.Tensor:
@@ -127,8 +137,16 @@ REBUILD = {
     DTYPE: _dtype,
     DEVICE: lambda name: torch.device(str(name)),
     SIZE: lambda dimensions: torch.Size(int(n) for n in dimensions),
-    HANDLE: lambda number, kind, name: _Handle(int(number), str(kind), str(name)),
+    HANDLE: lambda number, kind, name, submodules=(): _Handle(int(number), str(kind), str(name),
+                                                            tuple(str(module) for module in submodules)),
+    GRADER_OBJECT: lambda number: _GraderObject(int(number)),
 }
+
+
+class _GraderObject(NamedTuple):
+    """In a reply: the grader's object of this number (the student's code returned its copy)."""
+
+    number: int
 
 
 def _to_wire(value):
@@ -184,25 +202,167 @@ def _resolve_operator(name: str):
     return found
 
 
+# The grader's objects whose state the student process sends back after a call (besides tensors).
+STATEFUL = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+
+
+class _SentObjects:
+    """The grader's side of what it sent to the student process, so that objects keep their
+    identity across the two processes as they would in one kernel.
+
+    - Tensors are numbered; an unchanged tensor is sent once and referred to by number afterwards
+      (``LargestTensor(q)`` then ``f(q)`` see one tensor there, as here). When the grader's tensor
+      dies, its number is forgotten (told with the next request).
+    - Modules, optimizers and schedulers are numbered and sent again each time (their parameters
+      are tensors, sent once); after a call their changed state comes back (:meth:`apply`).
+    - Whatever the student's code returns of these comes back as the grader's own object
+      (``freeze_layers(model) is model``).
+    - A function that cannot be pickled by name (a test's lambda) is numbered in ``callbacks``;
+      the student process calls it back in the grader.
+    """
+
+    def __init__(self):
+        self.objects: dict[int, weakref.ref] = {}
+        self.tensors: dict[int, tuple[int, tuple]] = {}  # id(tensor) -> (number, its _sent_state when sent)
+        self.callbacks: dict[int, object] = {}
+        self.forgotten: list[int] = []
+        self.count = 0
+        self.pins: list = []  # objects sent during the requests under way (a callback's result)
+
+    @contextlib.contextmanager
+    def pinned(self):
+        """Keep alive what is sent until the block ends, so that the reply may refer to it."""
+        mark = len(self.pins)
+        try:
+            yield
+        finally:
+            del self.pins[mark:]
+
+    def new_number(self) -> int:
+        self.count += 1
+        return self.count
+
+    def known_tensor(self, tensor: torch.Tensor) -> int | None:
+        """The number of a tensor the student process holds an up-to-date copy of."""
+        number, state = self.tensors.get(id(tensor), (None, None))
+        if number is None or self.get(number) is not tensor or _sent_state(tensor) != state:
+            return None
+        return number
+
+    def register(self, value) -> int:
+        self.pins.append(value)
+        number = self.new_number()
+        self.objects[number] = weakref.ref(value, lambda _, number=number: self._died(number))
+        if isinstance(value, torch.Tensor):
+            stale, _ = self.tensors.get(id(value), (None, None))
+            if stale is not None and self.objects.pop(stale, None) is not None:
+                self.forgotten.append(stale)  # the student process's copy is out of date
+            self.tensors[id(value)] = (number, _sent_state(value))
+        return number
+
+    def _died(self, number: int) -> None:
+        self.objects.pop(number, None)
+        self.forgotten.append(number)
+
+    def get(self, number: int):
+        reference = self.objects.get(number)
+        return reference() if reference is not None else None
+
+    def take_forgotten(self) -> list[int]:
+        forgotten, self.forgotten = self.forgotten, []
+        for key in [key for key, (number, _) in self.tensors.items() if number in forgotten]:
+            del self.tensors[key]
+        return forgotten
+
+    def apply(self, changes: list) -> None:
+        """Give the grader's objects the state the student's code left in their copies."""
+        for kind, number, value in changes:
+            target = self.get(number)
+            if target is None:
+                continue
+            with contextlib.suppress(Exception), torch.no_grad():  # a change that does not fit is dropped
+                if kind == "data" and isinstance(target, torch.Tensor) and isinstance(value, torch.Tensor):
+                    if target.shape == value.shape and target.dtype == value.dtype:
+                        target.copy_(value)
+                    else:
+                        target.set_(value.clone())
+                elif kind == "requires_grad" and isinstance(target, torch.Tensor):
+                    target.requires_grad_(bool(value))
+                elif kind == "grad" and isinstance(target, torch.Tensor):
+                    target.grad = value.clone() if isinstance(value, torch.Tensor) else None
+                elif kind == "training" and isinstance(target, torch.nn.Module):
+                    target.training = bool(value)
+                elif kind == "state" and isinstance(target, STATEFUL[1:]) and isinstance(value, dict):
+                    known = target.state_dict().keys()
+                    target.load_state_dict(value if isinstance(target, torch.optim.Optimizer)
+                                           else {key: item for key, item in value.items() if key in known})
+            if isinstance(target, torch.Tensor) and id(target) in self.tensors:  # the copy is up to date
+                self.tensors[id(target)] = (number, _sent_state(target))
+
+
+def _sent_state(tensor: torch.Tensor) -> tuple[int, bool]:
+    """What must not have changed for the student process's copy of a tensor to be up to date."""
+    return _version(tensor), tensor.requires_grad
+
+
+def _version(tensor: torch.Tensor) -> int:
+    """A tensor's version counter (bumped by every in-place change); -1 where it has none."""
+    try:
+        return tensor._version
+    except Exception:
+        return -1
+
+
 class _RequestPickler(pickle.Pickler):
-    """The grader's side: a Remote travels as its number, torch operators as their name."""
+    """The grader's side: a Remote travels as its number, torch operators as their name, and the
+    grader's tensors, modules, optimizers, schedulers and lambdas as :class:`_SentObjects` says."""
+
+    def __init__(self, file, sent: _SentObjects | None = None):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.sent = sent
+        self.parts: set[int] = set()  # ids of the pieces a registered tensor is rebuilt from
 
     def persistent_id(self, value):
-        return ("remote", object.__getattribute__(value, "_number")) if isinstance(value, Remote) else None
+        if isinstance(value, Remote):
+            return ("remote", object.__getattribute__(value, "_number"))
+        if self.sent is not None and isinstance(value, types.FunctionType) and not _importable(value):
+            number = self.sent.new_number()
+            self.sent.callbacks[number] = value
+            return ("grader", number)
+        return None
 
     def reducer_override(self, value):
         if isinstance(value, torch._ops.OpOverloadPacket):
             return _resolve_operator, (f"{value._qualified_op_name.replace('::', '.')}",)
         if isinstance(value, torch._ops.OpOverload):
             return _resolve_operator, (f"{value.name().replace('::', '.')}.{value._overloadname}",)
-        return NotImplemented
+        if self.sent is None or not isinstance(value, (torch.Tensor, *STATEFUL)) or id(value) in self.parts:
+            return NotImplemented
+        if isinstance(value, torch.Tensor):
+            number = self.sent.known_tensor(value)
+            if number is not None:
+                return _received, (number,)
+        function, arguments, *rest = value.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+        self.parts.update(id(part) for part in arguments if isinstance(part, torch.Tensor))  # Parameter.data
+        return (_remember, (self.sent.register(value), function, arguments), *rest)
 
 
-def _dumps(value) -> bytes:
-    """Pickle a request for the student process."""
+def _dumps(value, sent: _SentObjects | None = None) -> bytes:
+    """Pickle a message for the student process (see _RequestPickler)."""
     buffer = io.BytesIO()
-    _RequestPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    _RequestPickler(buffer, sent).dump(value)
     return buffer.getvalue()
+
+
+def _importable(function: types.FunctionType) -> bool:
+    """Whether pickle can send ``function`` by its name (not a lambda, not a local function)."""
+    try:
+        found = importlib.import_module(function.__module__)
+        for part in function.__qualname__.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return False
+    return found is function
 
 
 def _write_frame(fd: int, payload: bytes, deadline: float | None = None) -> None:
@@ -253,7 +413,7 @@ def _read_frame(fd: int, deadline: float | None = None) -> bytes | None:
 class _Server:
     """Executes the student's cells and answers the grader's requests about the objects they made."""
 
-    def __init__(self):
+    def __init__(self, requests_fd: int, replies_fd: int):
         from IPython.core.interactiveshell import InteractiveShell
         from traitlets.config import Config
 
@@ -263,6 +423,9 @@ class _Server:
         config.HistoryManager.enabled = False
         self.shell = InteractiveShell.instance(config=config)
         self.objects: dict[int, object] = {}
+        self.received = _ReceivedObjects()
+        self.requests_fd, self.replies_fd = requests_fd, replies_fd
+        self.serving: list[int] = []  # the requests being answered, innermost last
         # Taken before any student code runs, which could replace the module's attributes.
         self.forbidden_calls = framework.forbidden_calls
         self.with_dependencies = framework.with_dependencies
@@ -271,7 +434,7 @@ class _Server:
         number = len(self.objects) + 1
         self.objects[number] = value
         if isinstance(value, types.ModuleType):
-            return _Handle(number, "module", str(value.__name__))
+            return _Handle(number, "module", str(value.__name__), _imported_submodules(value))
         kind = "class" if isinstance(value, type) else "callable" if callable(value) else "object"
         # Classes and plain functions are named so that the grader may use its own copy of a
         # library's; a bound method is not (its name is its class's function, without the object).
@@ -282,10 +445,14 @@ class _Server:
             return _Handle(number, kind, f"{module}:{qualname}")
         return _Handle(number, kind, f"{type(value).__name__}")
 
-    def encode(self, value, depth: int = 0):
-        """``value`` as plain data where it is data, else as a handle."""
+    def encode(self, value, depth: int = 0, identity: bool = True):
+        """``value`` as plain data where it is data, as a reference where it is one of the grader's
+        objects (unless ``identity`` is false: then its value), else as a handle."""
         if value is None or type(value) in (bool, int, float, str, bytes, torch.dtype, torch.device, torch.Size):
             return value
+        number = self.received.number_of(value) if identity else None
+        if number is not None:
+            return (GRADER_OBJECT, number)
         if depth > 32:
             return self.handle(value)
         if isinstance(value, torch.Tensor):
@@ -315,7 +482,53 @@ class _Server:
         return self.handle(value)
 
     def decode_persistent(self, reference: tuple[str, int]):
-        return self.objects[reference[1]]
+        kind, number = reference
+        return self.objects[number] if kind == "remote" else _GraderFunction(self, number)
+
+    def receive(self):
+        """The next message from the grader, (number, request), or None at the end."""
+        frame = _read_frame(self.requests_fd)
+        if frame is None:
+            return None
+        unpickler = pickle.Unpickler(io.BytesIO(frame))
+        unpickler.persistent_load = self.decode_persistent
+        with self.received.arriving() as arrived:
+            number, request, forgotten = unpickler.load()
+        self.received.forget(forgotten)
+        self.received.settle(number, arrived)
+        return number, request
+
+    def answer(self, number: int, request: tuple) -> None:
+        """Carry out a request and send the reply: ("ok", value) or ("error", info)."""
+        self.serving.append(number)
+        try:
+            reply = ("ok", self.encode(self.respond(request)))
+        except BaseException as error:  # the student's code may raise anything, SystemExit included
+            reply = ("error", self.describe_error(error))
+        finally:
+            self.serving.pop()
+            self.received.by_request.pop(number, None)
+        try:
+            payload = pickle.dumps((number, _to_wire(reply)), protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException as error:
+            payload = pickle.dumps((number, _to_wire(("error", self.describe_error(error)))))
+        _write_frame(self.replies_fd, payload)
+
+    def call_grader(self, function: int, args: tuple, kwargs: dict):
+        """Call a function that lives in the grader; serve the grader's requests meanwhile."""
+        message = ("callback", self.encode((function, args, kwargs)))
+        _write_frame(self.replies_fd, pickle.dumps((self.serving[-1], _to_wire(message))))
+        while True:
+            received = self.receive()
+            if received is None:
+                raise SystemExit("the grader went away")
+            number, request = received
+            if request[0] == "callback-result":
+                _, status, value = request
+                if status == "ok":
+                    return value
+                raise RuntimeError(f"a function of the test raised {value}")
+            self.answer(number, request)
 
     def run_cell(self, source: str) -> None:
         result = self.shell.run_cell(source, store_history=False)
@@ -329,12 +542,13 @@ class _Server:
         return self.shell.user_ns[name]
 
     def call(self, number: int, args: tuple, kwargs: dict, forbidden: list, grad: bool):
-        versions = _tensor_versions((args, kwargs))
+        """Call the student's function; return its result and what it changed of the grader's objects."""
         guard = self.forbidden_calls(forbidden) if forbidden else contextlib.nullcontext()
         with guard, torch.set_grad_enabled(grad):
             result = self.objects[number](*args, **kwargs)
-        changed = [(path, tensor) for path, tensor in _tensors((args, kwargs)) if tensor._version != versions[path]]
-        return result, changed
+        changes = [(kind, number, self.encode(value, identity=False))
+                   for kind, number, value in self.received.changes(self.serving[-1])]
+        return result, changes
 
     def respond(self, request: tuple):
         operation, *arguments = request
@@ -357,6 +571,10 @@ class _Server:
             return len(self.objects[arguments[0]])
         if operation == "list":
             return list(itertools.islice(iter(self.objects[arguments[0]]), 1_000_000))
+        if operation == "enter":
+            return self.objects[arguments[0]].__enter__()
+        if operation == "exit":
+            return self.objects[arguments[0]].__exit__(None, None, None)
         if operation == "with_dependencies":
             number, references = arguments
             return self.with_dependencies(self.objects[number], **references)
@@ -381,45 +599,121 @@ def _safe_str(value) -> str:
         return f"<{type(value).__name__} that cannot be printed>"
 
 
-def _tensors(structure, path=()):
-    """(path, tensor) for every tensor in nested tuples, lists and dicts."""
-    if isinstance(structure, torch.Tensor):
-        yield path, structure
-    elif isinstance(structure, (tuple, list)):
-        for index, item in enumerate(structure):
-            yield from _tensors(item, (*path, index))
-    elif isinstance(structure, dict):
-        for key, item in structure.items():
-            yield from _tensors(item, (*path, key))
+class _ReceivedObjects:
+    """The student process's copies of the grader's objects, by the grader's numbers (see
+    :class:`_SentObjects`), and what the student's code changed of them."""
+
+    def __init__(self):
+        self.objects: dict[int, object] = {}
+        self.numbers: dict[int, int] = {}  # id(object) -> number
+        self.baselines: dict[int, object] = {}  # number -> its state when last synchronized
+        self.by_request: dict[int, list[int]] = {}  # request -> its modules, optimizers, schedulers
+        self.arrivals: list[int] | None = None
+
+    @contextlib.contextmanager
+    def arriving(self):
+        """While a message is unpickled: collect the numbers of the objects it brings."""
+        self.arrivals = arrived = []
+        try:
+            yield arrived
+        finally:
+            self.arrivals = None
+
+    def remember(self, number: int, value) -> None:
+        self.objects[number] = value
+        self.numbers[id(value)] = number
+        if self.arrivals is not None:
+            self.arrivals.append(number)
+
+    def settle(self, request: int, arrived: list[int]) -> None:
+        """Take the state of the objects of a request once they are complete (unpickled)."""
+        for number in arrived:
+            self.baselines[number] = _state_of(self.objects[number])
+        self.by_request.setdefault(request, []).extend(n for n in arrived if not isinstance(self.objects[n], torch.Tensor))
+
+    def forget(self, numbers: list[int]) -> None:
+        for number in numbers:
+            value = self.objects.pop(number, None)
+            if self.numbers.get(id(value)) == number:
+                del self.numbers[id(value)]
+            self.baselines.pop(number, None)
+
+    def number_of(self, value) -> int | None:
+        number = self.numbers.get(id(value))
+        return number if number is not None and self.objects.get(number) is value else None
+
+    def changes(self, request: int) -> list[tuple[str, int, object]]:
+        """What changed since the grader sent them: of every tensor its data, ``requires_grad`` and
+        ``grad``; of this request's modules their ``training`` flag, of its optimizers and
+        schedulers their ``state_dict()``."""
+        changes = []
+        for number, value in self.objects.items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            before, now = self.baselines.get(number), _state_of(value)
+            if before is not None and now != before:
+                changes += [("data", number, value)] if now[0] != before[0] else []
+                changes += [("requires_grad", number, now[1])] if now[1] != before[1] else []
+                changes += [("grad", number, value.grad)] if now[2:] != before[2:] else []
+            self.baselines[number] = now
+        for number in self.by_request.pop(request, []):
+            value = self.objects.get(number)
+            if isinstance(value, torch.nn.Module):
+                if value.training != self.baselines.get(number):
+                    changes.append(("training", number, value.training))
+            elif value is not None:
+                changes.append(("state", number, value.state_dict()))
+        return changes
 
 
-def _tensor_versions(structure) -> dict:
-    return {path: tensor._version for path, tensor in _tensors(structure)}
+def _state_of(value):
+    """What the grader must learn when it changes: a tensor's version, ``requires_grad`` and
+    gradient; a module's training flag (its tensors are numbered on their own)."""
+    if isinstance(value, torch.Tensor):
+        grad = value.grad if value.is_leaf else None
+        return (_version(value), value.requires_grad, id(grad) if grad is not None else None,
+                _version(grad) if grad is not None else None)
+    return value.training if isinstance(value, torch.nn.Module) else None
+
+
+_SERVER: "_Server | None" = None  # the student process's server (for the two functions below)
+
+
+def _remember(number: int, function, arguments):
+    """Unpickling in the student process: build one of the grader's objects and number it."""
+    value = function(*arguments)
+    _SERVER.received.remember(number, value)
+    return value
+
+
+def _received(number: int):
+    """Unpickling in the student process: a tensor the grader sent before, unchanged."""
+    return _SERVER.received.objects[number]
 
 
 def serve(requests_fd: int, replies_fd: int) -> None:
     """The student process's main loop: answer each request with ("ok", value) or ("error", info)."""
-    server = _Server()
+    global _SERVER
+    server = _SERVER = _Server(requests_fd, replies_fd)
     _write_frame(replies_fd, pickle.dumps((0, ("ok", "ready"))))  # request 0: started
     while True:
         try:
-            frame = _read_frame(requests_fd)
-            if frame is None:
-                return
-            unpickler = pickle.Unpickler(io.BytesIO(frame))
-            unpickler.persistent_load = server.decode_persistent
-            number, request = unpickler.load()
+            received = server.receive()
         except KeyboardInterrupt:  # an interrupt that came late, between two requests
             continue
-        try:
-            reply = ("ok", server.encode(server.respond(request)))
-        except BaseException as error:  # the student's code may raise anything, SystemExit included
-            reply = ("error", server.describe_error(error))
-        try:
-            payload = pickle.dumps((number, _to_wire(reply)), protocol=pickle.HIGHEST_PROTOCOL)
-        except BaseException as error:
-            payload = pickle.dumps((number, _to_wire(("error", server.describe_error(error)))))
-        _write_frame(replies_fd, payload)
+        if received is None:
+            return
+        server.answer(*received)
+
+
+class _GraderFunction:
+    """In the student process: a function of the grader's (a test's lambda), called back there."""
+
+    def __init__(self, server: _Server, number: int):
+        self.server, self.number = server, number
+
+    def __call__(self, *args, **kwargs):
+        return self.server.call_grader(self.number, args, kwargs)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -430,8 +724,8 @@ def serve(requests_fd: int, replies_fd: int) -> None:
 class Remote:
     """Stands for an object of the student's that lives in the student process.
 
-    Calls, attribute reads and writes, indexing, ``len`` and iteration are requests to that process;
-    what comes back is a value, or another Remote. Nothing else is forwarded: a Remote is always
+    Calls, attribute reads and writes, indexing, ``len``, iteration and ``with`` blocks are requests
+    to that process; what comes back is a value, or another Remote. Nothing else is forwarded: a Remote is always
     true, equal only to itself, and prints as ``<remote ...>``.
     """
 
@@ -467,6 +761,22 @@ class Remote:
     def __iter__(self):
         return iter(self._student.request("list", self._number))
 
+    def __enter__(self):
+        return self._student.request("enter", self._number)
+
+    def __exit__(self, kind, error, trace) -> bool:
+        """Leave the student's ``with`` block (its ``__exit__`` is called with no exception).
+
+        Never swallows the grader's exception; when the block raised one, that one is the verdict,
+        whatever the student's ``__exit__`` does.
+        """
+        try:
+            self._student.request("exit", self._number)
+        except (Exception, StudentTimeout, StudentProcessEnded):
+            if kind is None:
+                raise
+        return False
+
     def __with_dependencies__(self, **references):
         """The student's function or class with some of its global names bound to ``references``."""
         return self._student.request("with_dependencies", self._number, references)
@@ -475,14 +785,31 @@ class Remote:
         return f"<remote {self._kind} {self._name.split(':')[-1]} of the student's notebook>"
 
 
+def _imported_submodules(module: types.ModuleType) -> tuple[str, ...]:
+    """The public submodules of ``module`` that are imported (``import bertlab.attention`` makes
+    ``bertlab.attention`` an attribute of ``bertlab``)."""
+    prefix = f"{module.__name__}."
+    return tuple(sorted(name.removeprefix(prefix) for name in list(sys.modules)
+                        if name.startswith(prefix) and name.removeprefix(prefix).isidentifier()
+                        and not name.removeprefix(prefix).startswith("_")))[:1000]
+
+
 def _local_counterpart(handle: _Handle):
-    """The grader's own copy of a module, or of a library's function or class; None if none."""
+    """The grader's own copy of a module, or of a library's function or class; None if none.
+
+    A module comes with the submodules the student's process had imported, so that
+    ``bertlab.attention.causal_mask`` works in the grader as it did there.
+    """
     name = handle.name
     if handle.kind == "object" or (handle.kind != "module" and ":" not in name):
         return None
     module_name, _, qualname = name.partition(":")
     if module_name.split(".")[0] not in TRUSTED_PACKAGES:
         return None
+    for submodule in handle.submodules if handle.kind == "module" else ():
+        if submodule.isidentifier() and not submodule.startswith("_"):
+            with contextlib.suppress(Exception):
+                importlib.import_module(f"{module_name}.{submodule}")
     try:
         found = importlib.import_module(module_name)
         for part in qualname.split(".") if qualname else ():
@@ -501,6 +828,7 @@ class StudentProcess:
         self.sandbox, self.limits = sandbox, limits
         self.deadline: float | None = None  # the notebook's; each request also has the cell limit
         self.requests = 0
+        self.sent = _SentObjects()  # the grader's objects and functions the student process has
         self.ended_because: str | None = None
         to_student, from_grader = os.pipe()
         from_student, to_grader = os.pipe()
@@ -539,6 +867,10 @@ class StudentProcess:
         return allowed(self._exchange)(request)
 
     def _exchange(self, request: tuple):
+        with self.sent.pinned():  # what the request sends lives until its reply refers to it
+            return self._send_and_wait(request)
+
+    def _send_and_wait(self, request: tuple):
         if self.ended_because:
             raise StudentProcessEnded(self.ended_because)
         self.requests += 1
@@ -548,7 +880,7 @@ class StudentProcess:
             timeout = min(timeout, self.deadline - time.monotonic())
         deadline = time.monotonic() + max(timeout, 0.0)
         try:
-            _write_frame(self.requests_fd, _dumps((number, request)), deadline)
+            _write_frame(self.requests_fd, _dumps((number, request, self.sent.take_forgotten()), self.sent), deadline)
         except TimeoutError:
             kill(self.process)
             self.ended_because = "it stopped reading the grader's requests"
@@ -583,12 +915,33 @@ class StudentProcess:
                 raise self._ended()
             try:
                 reply_number, (status, value) = _from_wire(_DataUnpickler(io.BytesIO(frame)).load())
-                if status not in ("ok", "error") or (status == "error" and not isinstance(value, dict)):
+                if status not in ("ok", "error", "callback") or (status == "error" and not isinstance(value, dict)):
                     raise ValueError(f"unknown reply {status!r}")
             except Exception as error:  # whatever the bytes, the grader only reads plain data
                 raise self._unreadable(error) from None
-            if reply_number == number:
+            if reply_number == number and status == "callback":
+                self._call_back(number, value, deadline)
+            elif reply_number == number:
                 return status, value
+
+    def _call_back(self, number: int, call, deadline: float) -> None:
+        """Run one of the grader's functions for the student process, and send the result.
+
+        Only functions the grader sent (registered in ``callbacks``) can be called; whatever they
+        raise or return, the student process gets an answer ("ok", value) or ("error", text).
+        """
+        try:
+            function, args, kwargs = self._adopt(call)
+            result = self.sent.callbacks[function](*args, **kwargs)
+            payload = _dumps((number, ("callback-result", "ok", result), []), self.sent)
+        except Exception as error:
+            payload = _dumps((number, ("callback-result", "error", f"{type(error).__name__}: {_safe_str(error)}"), []))
+        try:
+            _write_frame(self.requests_fd, payload, deadline)
+        except TimeoutError:
+            raise self._unreadable(TimeoutError("it stopped reading the grader's answers")) from None
+        except OSError:
+            raise self._ended() from None
 
     def _unreadable(self, error: Exception) -> StudentProcessEnded:
         kill(self.process)
@@ -605,10 +958,16 @@ class StudentProcess:
         return StudentProcessEnded(how)
 
     def _adopt(self, value):
-        """Replace the handles in a reply by Remotes, or by the grader's own modules and functions."""
+        """Replace the handles in a reply by Remotes, or by the grader's own modules and functions,
+        and the references to the grader's objects by those objects."""
         if isinstance(value, _Handle):
             local = _local_counterpart(value)
             return local if local is not None else Remote(self, value)
+        if isinstance(value, _GraderObject):
+            found = self.sent.get(value.number)
+            if found is None:
+                raise StudentError("your code returned an object of the test's that no longer exists")
+            return found
         if isinstance(value, list):
             return [self._adopt(item) for item in value]
         if isinstance(value, tuple):
@@ -655,8 +1014,8 @@ class StudentProcess:
         for guard in framework._active_guards:
             if not guard.suspended:
                 forbidden += [_portable(item) for item in [*guard.names_by_object, *guard.qualified_names]]
-        result, changed = self.request("call", target._number, args, kwargs, forbidden, torch.is_grad_enabled())
-        _copy_back(changed, (args, kwargs))
+        result, changes = self.request("call", target._number, args, kwargs, forbidden, torch.is_grad_enabled())
+        self.sent.apply(changes)
         return result
 
 
@@ -668,20 +1027,6 @@ def _portable(function):
         return function
     except Exception:
         return f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', repr(function))}"
-
-
-def _copy_back(changed: list, structure) -> None:
-    """Apply the student's in-place changes of argument tensors to the grader's tensors, so a
-    check sees them as it would in the kernel."""
-    originals = dict(_tensors(structure))
-    with torch.no_grad():
-        for path, tensor in changed:
-            original = originals.get(tuple(path))
-            if isinstance(tensor, torch.Tensor) and original is not None:
-                if original.shape == tensor.shape and original.dtype == tensor.dtype:
-                    original.copy_(tensor)
-                else:
-                    original.set_(tensor.clone())
 
 
 class _StudentNamespace(dict):

@@ -5,11 +5,12 @@
 
 For every released chapter (``chapters/NN/NN.ipynb`` with its solution) the class has ``--students``
 submissions built from the released notebook. Over all (student, chapter) pairs the kinds are dealt
-in the proportions 40% solved, 30% partly wrong (a random half of the exercises solved, the other
-half solved but returning a wrong value: float tensors times 1.01, integers plus one), 20% blank and
-10% hostile, in turn: a forger that replaces every check with one that passes, a top-level
-infinite loop, a memory hog and a cell that kills the kernel; a seeded shuffle decides who gets
-what, so even a small class has every kind. The same class is then
+in the proportions 40% solved, 30% partly wrong (every exercise solved, but a random half of them
+return a slightly wrong value: float tensors times 1.01, integers plus one, the first item of a
+tuple or list so changed), 20% blank and 10% hostile, in turn: a forger that replaces every check
+with one that passes, a top-level infinite loop, a memory hog and a cell that kills the kernel.
+The counts are rounded by largest remainders (18 submissions: 7, 5, 4 and 2) and a seeded shuffle
+decides who gets what. The same class is then
 
 1. executed plainly: each notebook, hidden tests restored, in a fresh kernel with nbclient, one at
    a time (what nbgrader's autograde does at its core, without sandbox, trusted re-run of the
@@ -47,28 +48,36 @@ from autograder.sandbox import Limits, isolation_available
 
 ROOT = release.ROOT
 
-FORGER = """import sys
-for module in [m for name, m in list(sys.modules.items()) if name.startswith("autograder.checks.")]:
+FORGER = """import importlib, pkgutil
+import autograder.checks
+for info in pkgutil.iter_modules(autograder.checks.__path__):  # import every check, then replace it
+    module = importlib.import_module(f"autograder.checks.{info.name}")
     for name in dir(module):
         if name.startswith("check_"):
-            setattr(module, name, lambda *args, **kwargs: "all cases agree")
-import autograder.checks.attention, autograder.checks.framework"""
+            setattr(module, name, lambda *args, **kwargs: "all cases agree")"""
 HOSTILE = {
     "forger": FORGER,
     "looper": "while True:\n    pass",
     "hog": "block = bytearray(6 * 1024 ** 3)",
     "killer": "import os\nos._exit(0)",
 }
-# Per 20 submissions: 8 solved, 6 partly wrong, 4 blank, 2 hostile.
-SHARES = {"solved": 8, "partly": 6, "blank": 4, "hostile": 2}
-WRONG = """_right_{name} = {name}
+SHARES = {"solved": 0.4, "partly": 0.3, "blank": 0.2, "hostile": 0.1}
+WRONG = """def _slightly_off(value):
+    torch = __import__("torch")
+    if isinstance(value, torch.Tensor):
+        return value * 1.01 if value.is_floating_point() else value + 1
+    if type(value) in (int, float):
+        return value + 1
+    if isinstance(value, (tuple, list)) and value:
+        return type(value)([_slightly_off(value[0]), *value[1:]]) if type(value) in (tuple, list) else value
+    return value
+
+
+_right_{name} = {name}
 
 
 def {name}(*args, **kwargs):  # a wrong answer: the right one, slightly off
-    result = _right_{name}(*args, **kwargs)
-    if isinstance(result, __import__("torch").Tensor) and result.is_floating_point():
-        return result * 1.01
-    return result + 1 if type(result) is int else result"""
+    return _slightly_off(_right_{name}(*args, **kwargs))"""
 
 
 def _grade_id(cell) -> str | None:
@@ -82,12 +91,14 @@ def released_chapters(names: list[str] | None = None) -> list[str]:
 
 
 def deal_kinds(count: int, rng: random.Random) -> list[str]:
-    """``count`` kinds in the proportions of SHARES (hostile ones in turn), shuffled."""
-    pattern = [kind for kind, share in SHARES.items() for _ in range(share)]
-    kinds = [pattern[index * len(pattern) // count] if count < len(pattern) else pattern[index % len(pattern)]
-             for index in range(count)]
-    hostile = iter(list(HOSTILE) * count)
-    kinds = [next(hostile) if kind == "hostile" else kind for kind in kinds]
+    """``count`` kinds in the proportions of SHARES (largest remainders round), the hostile ones
+    in turn, shuffled."""
+    exact = {kind: share * count for kind, share in SHARES.items()}
+    numbers = {kind: int(value) for kind, value in exact.items()}
+    for kind in sorted(exact, key=lambda kind: exact[kind] - numbers[kind], reverse=True)[:count - sum(numbers.values())]:
+        numbers[kind] += 1
+    hostile = [list(HOSTILE)[index % len(HOSTILE)] for index in range(numbers.pop("hostile"))]
+    kinds = [kind for kind, number in numbers.items() for _ in range(number)] + hostile
     rng.shuffle(kinds)
     return kinds
 

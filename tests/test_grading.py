@@ -3,8 +3,8 @@
 A tiny course is built in a temporary folder: chapter 01_tiny with two exercises, ``add`` and
 ``double``, each with visible and hidden tests, and chapter 02_tiny with one. A class of students
 covers the good, the bad and the hostile submissions; it is graded once (``--jobs 2``) and the tests
-read the results. When the real chapter 01 is in the repository, its solution must get full marks
-and its released version zero, without a crash.
+read the results. Every chapter the book lists in _toc.yml is graded too: its solution must get
+full marks and its released version zero, without a crash.
 """
 
 import copy
@@ -16,18 +16,20 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections import defaultdict
 from pathlib import Path
 
 import nbformat
 import pytest
 import torch
+import yaml
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder import cli, release
 from autograder.grade import Limits, grade, register_chapters
 from autograder.sandbox import Sandbox
 from autograder.submissions import read_notebook, student_id
-from autograder.verdict import _DataUnpickler, _from_wire, _Server, _to_wire, run_tests
+from autograder.verdict import _DataUnpickler, _from_wire, _ReceivedObjects, _Server, _to_wire, run_tests
 
 REPO = Path(__file__).resolve().parents[1]
 LIMITS = Limits(cell_timeout=20, notebook_timeout=300, memory_mb=3072)
@@ -122,6 +124,30 @@ framework.assert_close = lambda *args, **kwargs: None
 def double(x, *rest):
     return 2 * x if isinstance(x, int) else x"""
 HUGE_OUTPUT = "for line in range(100_000):\n    print('spam ' * 100)"
+SWALLOW_ERRORS = """ip = get_ipython()
+ip.set_custom_exc((BaseException,), lambda *args, **kwargs: None)
+def swallow(lines):
+    return ["try:\\n", *("    " + line for line in lines), "\\nexcept BaseException:\\n    pass\\n"]
+ip.input_transformers_post.append(swallow)"""
+QUIT = "def double(x, *rest):\n    import sys\n    sys.exit('bye')"
+
+
+def _without(notebook, *grade_ids):
+    """A copy of ``notebook`` without the cells of the given grade ids."""
+    notebook = copy.deepcopy(notebook)
+    notebook.cells = [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade_id") not in grade_ids]
+    return notebook
+
+
+def _with_duplicates(notebook) -> str:
+    """The notebook's JSON with a second, wrong ``add`` cell, and every cell sharing one id."""
+    notebook = _insert_after(notebook, "add", "def add(x, *rest):\n    return x - rest[0]")
+    index = next(i for i, cell in enumerate(notebook.cells) if cell.source.endswith("x - rest[0]"))
+    notebook.cells[index].metadata = copy.deepcopy(notebook.cells[index - 1].metadata)
+    data = json.loads(nbformat.writes(notebook))
+    for cell in data["cells"]:
+        cell["id"] = "same-id"
+    return json.dumps(data)
 
 
 def write_class(folder: Path, solutions: dict, released: dict) -> None:
@@ -155,6 +181,12 @@ def write_class(folder: Path, solutions: dict, released: dict) -> None:
     bob.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * 10_000_000)]
     put("bob.ipynb", bob)  # a notebook named by student, with 10 MB of old output and 50 MB of new
     put("02_tiny/carol.ipynb", solutions["02_tiny"])
+    hooker = _insert_after(_insert_after(blank, "add", SWALLOW_ERRORS), "test_add", "print(In)")
+    put("hooker/01_tiny/01_tiny.ipynb", hooker)  # IPython hooks that hide every error, and a leak
+    quitter = _insert_after(_with_cells(blank, add=ADD, double=QUIT), "add", "import sys\nsys.exit('top level')")
+    put("quitter/01_tiny/01_tiny.ipynb", _insert_after(quitter, "test_add", "exit()"))
+    put("deleter/01_tiny/01_tiny.ipynb", _without(_with_cells(blank, add=ADD, double=DOUBLE), "test_add", "double"))
+    put("dupe/01_tiny/01_tiny.ipynb", _with_duplicates(_with_cells(blank, add=ADD, double=DOUBLE)))
 
 
 ZOLA = student_id("Émile Zola (v2)")
@@ -169,6 +201,10 @@ EXPECTED = {  # (student, chapter, test) -> (status, points)
     ("bob", "01_tiny", "test_add"): ("passed", 1), ("bob", "01_tiny", "test_double"): ("failed", 0),
     ("carol", "02_tiny", "test_negate"): ("passed", 1), ("carol", "01_tiny", "test_add"): ("missing", 0),
     ("bob", "02_tiny", "test_negate"): ("missing", 0),
+    ("hooker", "01_tiny", "test_add"): ("tampered", 0), ("hooker", "01_tiny", "test_double"): ("tampered", 0),
+    ("quitter", "01_tiny", "test_add"): ("passed", 1), ("quitter", "01_tiny", "test_double"): ("error", 0),
+    ("deleter", "01_tiny", "test_add"): ("tampered", 1), ("deleter", "01_tiny", "test_double"): ("missing", 0),
+    ("dupe", "01_tiny", "test_add"): ("failed", 0), ("dupe", "01_tiny", "test_double"): ("passed", 2),
 }
 
 
@@ -221,6 +257,10 @@ def test_every_submission_gets_its_expected_status_and_points(graded):
     (("bob", "01_tiny", "test_double"), "this assertion failed: assert double(2) == 4"),
     ((ZOLA, "01_tiny", "test_add"), "is graded as"),
     ((ZOLA, "01_tiny", "test_add"), "2 submissions found; graded the newest"),
+    (("hooker", "01_tiny", "test_add"), "reported this test as passed"),
+    (("quitter", "01_tiny", "test_double"), "sys.exit()"),
+    (("deleter", "01_tiny", "test_add"), "test_add was deleted; graded with the instructor's version (your code passed"),
+    (("deleter", "01_tiny", "test_double"), "`double` is not defined"),
 ])
 def test_messages_say_what_happened(graded, key, words):
     assert words in _records(graded[1])[key]["message"]
@@ -242,7 +282,7 @@ def test_gradebook_and_csv_hold_the_trusted_scores(graded):
 def test_feedback_shows_outcomes_but_not_hidden_tests(graded):
     _, out, _ = graded
     pages = {path.parts[-3]: path.read_text() for path in (out / "feedback").glob("*/*/*.html")}
-    assert {ZOLA, "blank", "forger", "bob", "carol", "broken"} <= set(pages)
+    assert {ZOLA, "blank", "forger", "bob", "carol", "broken", "hooker", "deleter"} <= set(pages)
     for page in pages.values():
         assert "HIDDEN TESTS" not in page and "add(-1, 1)" not in page and "negate(-2.5)" not in page
     assert "this assertion failed: assert double(2) == 4" in pages["bob"] and "not valid JSON" in pages["broken"]
@@ -262,7 +302,7 @@ def test_regrading_is_idempotent_and_the_cli_reports(graded, course, capsys):
                        "--timeout", str(LIMITS.cell_timeout), "--notebook-timeout", str(LIMITS.notebook_timeout),
                        "--memory", str(LIMITS.memory_mb)])
     printed = capsys.readouterr().out
-    assert status == 0 and "graded 0, unchanged 10" in printed and "| 01_tiny |" in printed
+    assert status == 0 and "graded 0, unchanged 14" in printed and "| 01_tiny |" in printed
     assert {name: (out / name).read_bytes() for name in before} == before
 
 
@@ -271,7 +311,7 @@ def test_a_newer_submission_replaces_the_graded_one_and_an_older_one_is_ignored(
     path = submissions / "mixup" / "01_tiny" / "01_tiny.ipynb"
     path.write_text('{"cells": [')  # newer: graded again (quickly: no kernel for a broken file)
     report = grade(submissions, out, jobs=2, limits=LIMITS, course_root=course[0], progress=False)
-    assert (report.graded, report.reused) == (1, 9)
+    assert (report.graded, report.reused) == (1, 13)
     assert "not valid JSON" in _records(out)[("mixup", "01_tiny", "test_add")]["message"]
     path.write_text(nbformat.writes(course[1]["01_tiny"]))
     os.utime(path, (time.time() - 86400,) * 2)  # older than the graded one: ignored
@@ -300,6 +340,12 @@ def test_interrupted_run_leaves_whole_files_and_the_next_run_resumes(course, tmp
     report = grade(submissions, out, limits=Limits(), course_root=course[0], progress=False)  # the CLI's limits
     assert (report.graded, report.reused) == (1, 1)
     assert len(json.loads((out / "results.json").read_text())) == 4
+
+
+def test_exit_status_is_nonzero_only_when_grading_itself_fails(tmp_path, capsys):
+    (tmp_path / "submissions" / "alice").mkdir(parents=True)
+    status = cli.main(["grade", str(tmp_path / "submissions"), "--out", str(tmp_path / "out"), "--root", str(tmp_path)])
+    assert status == 2 and "no chapter to grade" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------------------
@@ -339,7 +385,7 @@ def test_replies_of_the_student_process_are_plain_data_only():
     with pytest.raises(pickle.UnpicklingError):
         _DataUnpickler(__import__("io").BytesIO(pickle.dumps(os.system))).load()
     server = object.__new__(_Server)
-    server.objects = {}
+    server.objects, server.received = {}, _ReceivedObjects()
     values = [torch.tensor(True), torch.zeros(0, 3), torch.randn(2, 3).to(torch.bfloat16), torch.arange(6).view(2, 3).t(),
               torch.float16, torch.device("cpu"), torch.Size([2, 3]), {"a": [1, 2.5, "x", None]}]
     decoded = _from_wire(pickle.loads(pickle.dumps(_to_wire(server.encode(values)))))
@@ -361,6 +407,22 @@ VERDICT_STEPS = [
     ("test", "test_in_place"),
     ("code", "def picky(x):\n    raise ValueError('no')"),
     ("test", "test_exception"),
+    ("code", "def apply(f, x):\n    return f(x) + 1\ndef pick(f, x):\n    return f(x)  # a tensor the test made"),
+    ("test", "test_callback"),
+    ("code", "class Counter:\n    entered = 0\n    def __enter__(self):\n        self.entered += 1\n        return self\n"
+             "    def __exit__(self, *exc_info):\n        return True  # would swallow any exception"),
+    ("test", "test_context_manager"),
+    ("code", "class Grumpy:\n    def __enter__(self):\n        return self\n"
+             "    def __exit__(self, *exc_info):\n        raise ValueError('from __exit__')"),
+    ("test", "test_exit_raises"),
+    ("code", "import bertlab.distillation\n"
+             "def train(model, optimizer, scheduler):\n    model.train()\n    model(torch.ones(1, 2)).sum().backward()\n"
+             "    optimizer.step()\n    scheduler.step()\n    model.bias.requires_grad = False\n    return model\n"
+             "class Keep:\n    def __init__(self, x):\n        self.pointer = x.untyped_storage().data_ptr()\n"
+             "    def same(self, x):\n        return x.untyped_storage().data_ptr() == self.pointer\n"
+             "def parameters(model):\n    return list(model.parameters())\n"
+             "def trainable(model):\n    return [p.requires_grad for p in model.parameters()]"),
+    ("test", "test_grader_objects"),
     ("code", "def stubborn(x):\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True:\n        pass"),
     ("test", "test_stubborn"),
     ("code", "def identity(x):\n    return x"),
@@ -374,6 +436,23 @@ VERDICT_TESTS = {
     "test_in_place": "x = torch.ones(2)\nscale(x)\nassert x.tolist() == [2.0, 2.0], 'in-place change not seen'",
     "test_exception": "try:\n    picky(1)\nexcept ValueError as error:\n    assert str(error) == 'no'\n"
                       "else:\n    raise AssertionError('no ValueError')",
+    "test_callback": "assert apply(lambda h: 2 * h, 3) == 7\nassert apply(lambda h: apply(lambda g: g, h), 3) == 5\n"
+                     "assert torch.equal(pick(lambda h: h + 1, torch.zeros(2)), torch.ones(2))",
+    "test_context_manager": "counter = Counter()\nwith counter:\n    pass\nassert counter.entered == 1\n"
+                            "with Counter():\n    raise AssertionError('not swallowed')",
+    "test_exit_raises": "with Grumpy():\n    raise AssertionError('the test failed')",
+    "test_grader_objects":
+        "model = torch.nn.Linear(2, 1).eval()\nbefore = model.weight.detach().clone()\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)\n"
+        "assert train(model, optimizer, scheduler) is model, 'the same object comes back'\n"
+        "assert model.training and not model.bias.requires_grad and model.weight.grad is not None\n"
+        "assert not torch.equal(model.weight, before), 'the step changed the grader\\'s parameters'\n"
+        "assert scheduler.last_epoch == 1 and optimizer.param_groups[0]['lr'] == 0.05\n"
+        "assert [id(p) for p in parameters(model)] == [id(p) for p in model.parameters()]\n"
+        "model.weight.requires_grad_(False)\nassert trainable(model) == [False, False], 'a change of the test is seen'\n"
+        "q, k = torch.randn(2, 3).unbind(0)\nkeeper = Keep(q)\nassert keeper.same(q) and not keeper.same(k)\n"
+        "assert bertlab.distillation.__name__ == 'bertlab.distillation'",
     "test_stubborn": "stubborn(1)",
     "test_after_restart": "torch.testing.assert_close(identity(torch.ones(2)), torch.zeros(2))",
     "test_missing": "nowhere(1)",
@@ -382,7 +461,7 @@ VERDICT_TESTS = {
 
 @pytest.fixture(scope="module")
 def verdicts():
-    limits = Limits(cell_timeout=5, notebook_timeout=300)
+    limits = Limits(cell_timeout=10, notebook_timeout=300)  # generous: a loaded machine is slow
     with Sandbox(limits) as sandbox:
         return run_tests(VERDICT_STEPS, VERDICT_TESTS, sandbox, limits, {"test_missing": "nowhere"})
 
@@ -392,6 +471,10 @@ def verdicts():
     ("test_forbidden", "failed"),  # the forbidden-call guard runs where the student's code runs
     ("test_in_place", "passed"),  # in-place changes of arguments come back
     ("test_exception", "passed"),  # built-in exceptions keep their type and message
+    ("test_callback", "passed"),  # a test's lambda is called back in the grader, even from within a call
+    ("test_context_manager", "failed"),  # a student's context manager, entered remotely, swallows nothing
+    ("test_exit_raises", "failed"),  # ... nor replaces the test's exception with its own
+    ("test_grader_objects", "passed"),  # the test's objects keep their identity and get the student's changes
     ("test_stubborn", "timeout"),  # ignoring SIGINT gets the process killed ...
     ("test_after_restart", "failed"),  # ... and restarted; the grader's torch.testing is the real one
     ("test_missing", "missing"),
@@ -400,6 +483,8 @@ def test_trusted_verdicts(verdicts, test, status):
     assert verdicts[test].status == status, verdicts[test]
     if test == "test_forbidden":
         assert "implement this yourself" in verdicts[test].message
+    if test == "test_exit_raises":
+        assert verdicts[test].message == "the test failed"
 
 
 def test_the_notebook_time_limit_stops_the_trusted_run():
@@ -423,22 +508,43 @@ def test_dependencies_are_rebound_in_the_student_process():
 
 
 # --------------------------------------------------------------------------------------------------
-# The real chapter 01
+# The book's chapters
 # --------------------------------------------------------------------------------------------------
 
-CHAPTER = "01_attention"
+
+def toc_chapters() -> list[str]:
+    """The chapters the book lists in _toc.yml (``- file: chapters/NN_topic/NN_topic``)."""
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    files = [entry["file"] for part in toc.get("parts", []) for entry in part.get("chapters", [])]
+    return [Path(file).parts[1] for file in files if Path(file).parts[0] == release.CHAPTERS]
 
 
-@pytest.mark.skipif(not (REPO / "chapters" / CHAPTER / f"{CHAPTER}.ipynb").exists(), reason="chapter 01 not released yet")
-def test_chapter_01_solution_gets_full_marks_and_the_released_chapter_zero(tmp_path):
-    submissions = tmp_path / "submissions"
-    for student, folder in (("instructor", "solutions"), ("student", "chapters")):
-        (submissions / student / CHAPTER).mkdir(parents=True)
-        shutil.copy(REPO / folder / CHAPTER / f"{CHAPTER}.ipynb", submissions / student / CHAPTER)
-    report = grade(submissions, tmp_path / "out", jobs=2, limits=Limits(cell_timeout=300), progress=False)
-    assert report.failures == []
-    records = json.loads((tmp_path / "out" / "results.json").read_text())
-    by_student = {student: [r for r in records if r["student"] == student] for student in ("instructor", "student")}
-    assert by_student["instructor"] and all(r["status"] == "passed" for r in by_student["instructor"]), by_student
-    assert all(r["status"] == "error" and r["points"] == 0 and "NotImplementedError" in r["message"]
-               for r in by_student["student"]), by_student["student"]
+@pytest.fixture(scope="module")
+def book_graded(tmp_path_factory):
+    """Every chapter of the book graded twice, in one run: its solution and its released version."""
+    chapters = toc_chapters()
+    submissions = tmp_path_factory.mktemp("book")
+    for student, folder in (("instructor", release.SOLUTIONS), ("student", release.CHAPTERS)):
+        for chapter in chapters:
+            notebook = REPO / folder / chapter / f"{chapter}.ipynb"
+            if notebook.exists():
+                (submissions / student / chapter).mkdir(parents=True)
+                shutil.copy(notebook, submissions / student / chapter)
+    out = tmp_path_factory.mktemp("book-out")
+    report = grade(submissions, out, jobs=2, limits=Limits(cell_timeout=300), progress=False)
+    records = defaultdict(list)
+    for record in json.loads((out / "results.json").read_text()):
+        records[record["student"], record["chapter"]].append(record)
+    return report, records
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_solutions_get_full_marks_and_released_chapters_zero(book_graded, chapter):
+    report, records = book_graded
+    assert (REPO / release.SOLUTIONS / chapter / f"{chapter}.ipynb").exists(), f"_toc.yml lists {chapter}, which has no solution"
+    assert (REPO / release.CHAPTERS / chapter / f"{chapter}.ipynb").exists(), f"{chapter} is not released"
+    assert not [failure for failure in report.failures if f"/{chapter}:" in failure], report.failures
+    solved, blank = records["instructor", chapter], records["student", chapter]
+    assert solved and all(r["status"] == "passed" and r["points"] == r["max_points"] for r in solved), solved
+    assert len(blank) == len(solved)
+    assert all(r["status"] == "error" and r["points"] == 0 and "NotImplementedError" in r["message"] for r in blank), blank

@@ -213,3 +213,9 @@ def test_without_namespaces_limits_and_scratch_folder_still_apply():
                 print('MemoryError')
         """)
         assert result.stdout.split() == [str(box.work), "MemoryError"]
+
+
+def test_a_sandbox_is_isolated_exactly_when_namespaces_work():
+    with Sandbox() as box:
+        assert box.isolated is ISOLATED  # a bool: without namespaces, no unshare in the command
+        assert ("unshare" in box.command(["true"])) is ISOLATED
