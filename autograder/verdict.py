@@ -541,11 +541,14 @@ class _Server:
             raise NameError(f"name {name!r} is not defined")
         return self.shell.user_ns[name]
 
-    def call(self, number: int, args: tuple, kwargs: dict, forbidden: list, grad: bool):
-        """Call the student's function; return its result and what it changed of the grader's objects."""
+    def call(self, number: int, args: tuple, kwargs: dict, forbidden: list, grad: bool, backward: bool = False):
+        """Call the student's function (then ``.backward()`` on its result if asked); return the result
+        and what the call changed of the grader's objects (the gradients of its arguments included)."""
         guard = self.forbidden_calls(forbidden) if forbidden else contextlib.nullcontext()
-        with guard, torch.set_grad_enabled(grad):
+        with guard, torch.set_grad_enabled(grad or backward):
             result = self.objects[number](*args, **kwargs)
+        if backward:
+            result.backward()
         changes = [(kind, number, self.encode(value, identity=False))
                    for kind, number, value in self.received.changes(self.serving[-1])]
         return result, changes
@@ -740,6 +743,11 @@ class Remote:
 
     def __call__(self, *args, **kwargs):
         return self._student.call(self, args, kwargs)
+
+    def __call_and_backward__(self, *args, **kwargs):
+        """Call, then ``.backward()`` on the result, both in the student process (where the graph is);
+        the gradients of the grader's tensors come back to them."""
+        return self._student.call(self, args, kwargs, backward=True)
 
     def __getattr__(self, name: str):
         if name.startswith("__") and name not in self.FORWARDED_DUNDERS:
@@ -1007,14 +1015,15 @@ class StudentProcess:
     def lookup(self, name: str):
         return self.request("lookup", name)
 
-    def call(self, target: Remote, args: tuple, kwargs: dict):
+    def call(self, target: Remote, args: tuple, kwargs: dict, backward: bool = False):
         from autograder.checks import framework
 
         forbidden = []
         for guard in framework._active_guards:
             if not guard.suspended:
                 forbidden += [_portable(item) for item in [*guard.names_by_object, *guard.qualified_names]]
-        result, changes = self.request("call", target._number, args, kwargs, forbidden, torch.is_grad_enabled())
+        result, changes = self.request("call", target._number, args, kwargs, forbidden, torch.is_grad_enabled(),
+                                       backward)
         self.sent.apply(changes)
         return result
 

@@ -468,7 +468,11 @@ def init_student_from_teacher(teacher, layer_ids=None):
     return student
 '''
     no_t_squared = cells["distillation_loss"].replace("T**2 * ", "")
-    assert no_t_squared != cells["distillation_loss"]
+    not_detached = cells["distillation_loss"].replace("teacher_logits.detach()", "teacher_logits")
+    value_only = cells["distillation_loss"].replace("    return soft", "    return torch.tensor(soft.item())")
+    total = "alpha * F.cross_entropy(student_logits, labels) + (1 - alpha) * soft"
+    value_only = value_only.replace(f"    return {total}", f"    return torch.tensor(float({total}))")
+    assert no_t_squared != cells["distillation_loss"] != not_detached and value_only.count("torch.tensor(") == 2
     tests = {name: f"from autograder.checks.distillation import check_{name}\nprint(check_{name}({name}))"
              for name in EXERCISES}
     setup = ("import copy, dataclasses\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
@@ -477,8 +481,10 @@ def init_student_from_teacher(teacher, layer_ids=None):
     steps += [("code", cells[name]) for name in EXERCISES]
     steps += [("test", f"right_{name}") for name in EXERCISES]
     steps += [("code", no_t_squared), ("test", "wrong_loss"), ("code", sharing), ("test", "wrong_student")]
+    steps += [("code", not_detached), ("test", "not_detached"), ("code", value_only), ("test", "value_only")]
     sources = {f"right_{name}": tests[name] for name in EXERCISES}
-    sources.update(wrong_loss=tests["distillation_loss"], wrong_student=tests["init_student_from_teacher"])
+    sources.update(wrong_loss=tests["distillation_loss"], wrong_student=tests["init_student_from_teacher"],
+                   not_detached=tests["distillation_loss"], value_only=tests["distillation_loss"])
     limits = Limits(cell_timeout=120, notebook_timeout=400)
     with Sandbox(limits) as sandbox:
         outcomes = run_tests(steps, sources, sandbox, limits)
@@ -488,5 +494,10 @@ def init_student_from_teacher(teacher, layer_ids=None):
         assert f"{name}: all" in outcome.output
     assert outcomes["wrong_loss"].status == "failed", outcomes["wrong_loss"]
     assert "multiply the soft term by T^2" in outcomes["wrong_loss"].message
+    assert "and so does the gradient" in outcomes["right_distillation_loss"].output  # backward() ran there
+    assert outcomes["not_detached"].status == "failed", outcomes["not_detached"]
+    assert "detach the teacher's logits" in outcomes["not_detached"].message
+    assert outcomes["value_only"].status == "failed", outcomes["value_only"]
+    assert "loss.backward() on your loss raised" in outcomes["value_only"].message
     assert outcomes["wrong_student"].status == "failed", outcomes["wrong_student"]
     assert "they share tensors" in outcomes["wrong_student"].message

@@ -348,6 +348,36 @@ def test_exit_status_is_nonzero_only_when_grading_itself_fails(tmp_path, capsys)
     assert status == 2 and "no chapter to grade" in capsys.readouterr().err
 
 
+def test_exit_status_is_1_when_the_grader_fails_on_a_job_and_the_rest_is_graded(course, tmp_path, capsys,
+                                                                                   monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from autograder import grade as grading
+
+    class WorkerThreads(ThreadPoolExecutor):  # workers in this process, so that the failure can be injected
+        def __init__(self, max_workers, mp_context=None, initializer=None, initargs=()):
+            super().__init__(max_workers)
+
+    def grade_job_failing_for_ben(job):
+        if job.student == "ben":
+            raise OSError("disk full (injected)")
+        return real_grade_job(job)
+
+    real_grade_job = grading.grade_job
+    monkeypatch.setattr(grading, "ProcessPoolExecutor", WorkerThreads)
+    monkeypatch.setattr(grading, "grade_job", grade_job_failing_for_ben)
+    submissions, out = tmp_path / "submissions", tmp_path / "out"
+    for name in ("ann", "ben"):  # unreadable notebooks: graded without a kernel, quickly
+        (submissions / name / "01_tiny").mkdir(parents=True)
+        (submissions / name / "01_tiny" / "01_tiny.ipynb").write_text("{not a notebook")
+    status = cli.main(["grade", str(submissions), "--out", str(out), "--root", str(course[0]), "--jobs", "2"])
+    printed = capsys.readouterr()
+    assert status == 1
+    assert "ben/01_tiny: the grader failed: disk full (injected)" in printed.err
+    graded = {(record["student"], record["chapter"]) for record in json.loads((out / "results.json").read_text())}
+    assert ("ann", "01_tiny") in graded and "graded 1" in printed.out
+
+
 # --------------------------------------------------------------------------------------------------
 # Pieces
 # --------------------------------------------------------------------------------------------------

@@ -26,8 +26,9 @@ from autograder.checks.framework import (
     CheckFailed,
     Mistake,
     Tolerance,
-    failure_message,
+    call_and_backward,
     check_against_reference,
+    failure_message,
     describe_difference,
     forbidden_calls,
     generator_for,
@@ -284,22 +285,16 @@ def _loss_and_gradients(loss_fn, case: Case, forbidden=()) -> tuple[torch.Tensor
     gradient of the student's logits, the gradient of the teacher's logits), a gradient None where none came."""
     args, kwargs = case.fresh_arguments()
     student_logits, teacher_logits = args[0].requires_grad_(), args[1].requires_grad_()
-    with forbidden_calls(forbidden), torch.enable_grad():
-        loss = loss_fn(*args, **kwargs)
-    loss.backward()
+    with forbidden_calls(forbidden):
+        loss = call_and_backward(loss_fn, *args, **kwargs)
     return loss, student_logits.grad, teacher_logits.grad
 
 
-def _check_loss_gradients(student_fn, forbidden) -> bool:
+def _check_loss_gradients(student_fn, forbidden) -> None:
     """The loss must be differentiable with respect to the student's logits, with the reference's
-    gradient, and not with respect to the teacher's (detached).
-
-    Gradients exist only where the student's function runs: when it runs in the grader's sandboxed
-    process (a handle with ``__with_dependencies__``), only values come back and this test is left out.
-    Returns whether the gradients were tested.
+    gradient, and not with respect to the teacher's (detached). Where the student's function runs in
+    the grader's sandboxed process, :func:`call_and_backward` runs the backward pass there.
     """
-    if getattr(type(student_fn), "__with_dependencies__", None) is not None:
-        return False
     case = distillation_loss_gradient_case()
     context = f"the gradient test case ({case.description})"
     check = "distillation_loss"
@@ -326,7 +321,6 @@ def _check_loss_gradients(student_fn, forbidden) -> bool:
             check, context, difference,
             "the value of your loss is right but not its gradient: compute it from student_logits with tensor "
             "operations only (no detached or copied intermediate values)."))
-    return True
 
 
 def check_distillation_loss(student_fn, *, forbid: bool = True) -> str:
@@ -336,7 +330,7 @@ def check_distillation_loss(student_fn, *, forbid: bool = True) -> str:
     Cases: logits (B, C) with B = 1 to 16 and C = 2 to 10 in float32; labels or None (alpha then
     ignored); alpha 0, 0.1, 0.25, 0.3, 0.5, 0.9, 1; T = 0.5, 1, 2, 3, 4, 20; student equal to teacher
     (loss 0); confident logits of about 100; the options by keyword and by position. Tolerance: float32
-    atol 2e-5, rtol 2e-4. Then, where the student's function runs in this process, one gradient test:
+    atol 2e-5, rtol 2e-4. Then one gradient test:
     ``loss.backward()`` must give the reference's gradient with respect to the student's logits
     (atol 1e-6, rtol 1e-4) and none with respect to the teacher's (detached). Forbidden: the reference
     (``F.kl_div``, ``F.log_softmax`` and ``F.cross_entropy`` are allowed). The student's
@@ -354,9 +348,8 @@ def check_distillation_loss(student_fn, *, forbid: bool = True) -> str:
         forbidden=forbidden,
         dependencies=dependencies,
     )
-    if _check_loss_gradients(with_dependencies(student_fn, **dependencies), forbidden):
-        summary += ", and so does the gradient"
-    return summary
+    _check_loss_gradients(with_dependencies(student_fn, **dependencies), forbidden)
+    return summary + ", and so does the gradient"
 
 
 # --------------------------------------------------------------------------------------------------

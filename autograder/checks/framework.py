@@ -557,6 +557,22 @@ def with_dependencies(student: Callable | type, **references: Callable) -> Calla
     return _rebind(student, namespace)
 
 
+def call_and_backward(function: Callable, *args, **kwargs):
+    """``function(*args, **kwargs)`` with gradients enabled, then ``.backward()`` on its result.
+
+    Returns the result; the gradients land in the ``.grad`` of the arguments that require them. A
+    function that lives elsewhere (the grader's handle on a function in the student's process) runs
+    both steps there, through its ``__call_and_backward__`` method, and sends the gradients back.
+    """
+    run_elsewhere = getattr(type(function), "__call_and_backward__", None)
+    if run_elsewhere is not None:
+        return run_elsewhere(function, *args, **kwargs)
+    with torch.enable_grad():
+        result = function(*args, **kwargs)
+    result.backward()
+    return result
+
+
 # --------------------------------------------------------------------------------------------------
 # A whole check
 # --------------------------------------------------------------------------------------------------
