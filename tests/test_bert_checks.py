@@ -682,6 +682,14 @@ def wordpiece_with_hugging_face(word, vocab, unk_token="[UNK]", max_input_chars_
                               max_input_chars_per_word=max_input_chars_per_word).tokenize(word)
 
 
+def wordpiece_with_the_rust_library(word, vocab, unk_token="[UNK]", max_input_chars_per_word=100):
+    from tokenizers import models
+
+    ids = {token: index for index, token in enumerate([unk_token, *vocab])}
+    model = models.WordPiece(ids, unk_token=unk_token, max_input_chars_per_word=max_input_chars_per_word)
+    return [token.value for token in model.tokenize(word)]
+
+
 def wordpiece_hiding_the_call(word, vocab, unk_token="[UNK]", max_input_chars_per_word=100):
     try:
         return captured_wordpiece(word, vocab, unk_token, max_input_chars_per_word)
@@ -695,6 +703,19 @@ def encode_with_captured_truncation(tokens_a, tokens_b, vocab, max_length=None):
     if max_length is not None:
         a, b = captured_truncation(a, b, max_length - _specials(b))
     return _frame(a, b, vocab, max_length)
+
+
+def encode_with_the_rust_library(tokens_a, tokens_b, vocab, max_length=None):
+    from tokenizers import Tokenizer, models, processors
+
+    ids = {token: index for index, token in enumerate(vocab)}
+    tokenizer = Tokenizer(models.WordLevel(ids, unk_token="[UNK]"))
+    tokenizer.post_processor = processors.BertProcessing(("[SEP]", ids["[SEP]"]), ("[CLS]", ids["[CLS]"]))
+    if max_length is not None:
+        tokenizer.enable_truncation(max_length)
+        tokenizer.enable_padding(length=max_length, pad_id=ids["[PAD]"])
+    encoding = tokenizer.encode(tokens_a, tokens_b, is_pretokenized=True)
+    return {"input_ids": encoding.ids, "token_type_ids": encoding.type_ids, "attention_mask": encoding.attention_mask}
 
 
 def encode_with_the_reference(tokens_a, tokens_b, vocab, max_length=None):
@@ -746,6 +767,8 @@ class TestBertChecks(MutationTests):
         ("wordpiece_tokenize", wordpiece_with_the_tokenizer_class, "bertlab.tokenization.WordPieceTokenizer.tokenize_word"),
         ("wordpiece_tokenize", wordpiece_with_hugging_face, "WordpieceTokenizer.tokenize"),
         ("wordpiece_tokenize", wordpiece_hiding_the_call, "bertlab.tokenization.wordpiece_tokenize"),
+        ("wordpiece_tokenize", wordpiece_with_the_rust_library, "tokenizers.models.Model.tokenize"),
+        ("encode", encode_with_the_rust_library, "tokenizers.Tokenizer.encode"),
         ("encode", encode_with_captured_truncation, "bertlab.tokenization.truncate_longest_first"),
         ("encode", encode_with_the_reference, "bertlab.tokenization.encode"),
         ("BertEmbeddings", EmbeddingsSubclassingTheReference, "bertlab.bert.BertEmbeddings.__init__"),

@@ -18,6 +18,7 @@ exercise's job. ``forbid=False`` lifts that rule (the tests use it to run a chec
 import math
 from functools import partial
 
+import tokenizers
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -90,7 +91,14 @@ def _first_difference(actual: list, expected: list) -> str:
 # wordpiece_tokenize
 # --------------------------------------------------------------------------------------------------
 
+#: The Rust library behind Hugging Face's fast tokenizers: its methods are built-ins.
+TOKENIZERS_LIBRARY_ENCODING = (tokenizers.Tokenizer.encode, tokenizers.Tokenizer.encode_batch,
+                               tokenizers.Tokenizer.encode_batch_fast, tokenizers.Tokenizer.async_encode,
+                               tokenizers.Tokenizer.async_encode_batch, tokenizers.Tokenizer.async_encode_batch_fast)
+
 WORDPIECE_FORBIDDEN = (
+    *TOKENIZERS_LIBRARY_ENCODING,
+    tokenizers.models.Model.tokenize,
     tokenization_reference.wordpiece_tokenize,
     tokenization_reference.WordPieceTokenizer.tokenize_word,
     tokenization_reference.WordPieceTokenizer.tokenize,
@@ -258,7 +266,8 @@ def check_wordpiece_tokenize(student_fn, *, forbid: bool = True) -> str:
     continuations, realistic pieces, a greedy cut that gets stuck (no backtracking), unknown
     characters, the length limit on both sides, a set instead of a dict, another unk_token, random
     vocabularies over "abcd". Exact comparison (a list of strings).
-    Forbidden: the reference, ``WordPieceTokenizer``, ``BertTokenizer.tokenize`` and Hugging Face's tokenizers.
+    Forbidden: the reference, ``WordPieceTokenizer``, ``BertTokenizer.tokenize``, Hugging Face's tokenizers and
+    the Rust ``tokenizers`` library behind them.
     """
     return _check_exact(
         student_fn, tokenization_reference.wordpiece_tokenize, wordpiece_tokenize_cases(),
@@ -272,6 +281,8 @@ def check_wordpiece_tokenize(student_fn, *, forbid: bool = True) -> str:
 # --------------------------------------------------------------------------------------------------
 
 ENCODE_FORBIDDEN = (
+    *TOKENIZERS_LIBRARY_ENCODING,
+    tokenizers.Tokenizer.post_process,
     tokenization_reference.encode,
     tokenization_reference.truncate_longest_first,
     tokenization_reference._pad,
@@ -452,7 +463,7 @@ def check_encode(student_fn, *, forbid: bool = True) -> str:
     odd budget; an exact fit; a token outside the vocabulary; empty texts; max_length = 3 for a pair;
     a vocabulary whose special tokens have unusual ids. Exact comparison (a dict of three lists).
     Forbidden: the reference and its helpers (``truncate_longest_first``), ``BertTokenizer.encode``,
-    Hugging Face's encoding and truncation.
+    Hugging Face's encoding and truncation, and the Rust ``tokenizers`` library's encoding.
     """
     return _check_exact(
         student_fn, tokenization_reference.encode, encode_cases(), check="encode", mistakes=ENCODE_MISTAKES,

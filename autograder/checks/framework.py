@@ -318,7 +318,7 @@ def describe_callable(function) -> str:
         return f"torch.ops.{function}"
     name = getattr(function, "__name__", repr(function))
     qualname = getattr(function, "__qualname__", name)
-    module = getattr(function, "__module__", None)
+    module = getattr(function, "__module__", None) or getattr(getattr(function, "__objclass__", None), "__module__", None)
     if qualname.startswith("TensorBase.") or qualname.startswith("Tensor."):
         return f"torch.Tensor.{name}"
     if qualname.startswith("_VariableFunctionsClass."):
@@ -351,8 +351,13 @@ class _ForbiddenCallGuard(TorchFunctionMode):
         self._previous_profile = None
 
     def _forbidden_name(self, function) -> str | None:
-        if isinstance(getattr(function, "__self__", None), torch.Tensor):  # a bound method: x.softmax
-            function = getattr(torch.Tensor, function.__name__, function)
+        owner = getattr(function, "__self__", None)
+        if owner is not None and not isinstance(owner, (types.ModuleType, type)):
+            # a bound built-in method (x.softmax, tokenizer.encode): forbidden as its class's method
+            try:
+                function = getattr(type(owner), function.__name__, function)
+            except Exception:  # a class whose attribute lookup fails: the method as it is
+                pass
         try:
             name = self.names_by_object.get(function)
         except TypeError:  # unhashable callable
