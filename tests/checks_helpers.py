@@ -16,6 +16,7 @@ from types import ModuleType
 
 import nbformat
 import pytest
+from torch import nn
 
 from autograder.checks.framework import CheckFailed
 
@@ -77,6 +78,7 @@ class MutationTests:
         """Parametrize the shared tests below; a subclass's own tests are left as they are."""
         parameters = {
             "test_check_accepts_the_solution": ("exercise", list(self.references), None),
+            "test_blank_exercise_raises_not_implemented_error": ("exercise", list(self.references), None),
             "test_check_accepts_the_reference_only_when_the_forbid_rule_is_lifted": (
                 "exercise", list(self.references), None),
             "test_check_accepts_other_correct_implementations": (
@@ -106,6 +108,20 @@ class MutationTests:
 
     def test_check_accepts_the_solution(self, exercise, solution_namespace):
         assert self.check(exercise)(solution_namespace[exercise]).startswith(f"{exercise}: all")
+
+    def test_blank_exercise_raises_not_implemented_error(self, exercise):
+        """The released stub (a function, or a module whose __init__ raises) fails with NotImplementedError,
+        which the grader reports as "not attempted", not as a wrong answer."""
+        if isinstance(self.references[exercise], type):
+            class Blank(nn.Module):
+                def __init__(self, *args, **kwargs):
+                    super().__init__()
+                    raise NotImplementedError()
+        else:
+            def Blank(*args, **kwargs):  # noqa: N802 (stands for either kind of stub)
+                raise NotImplementedError()
+        with pytest.raises(NotImplementedError):
+            self.check(exercise)(Blank)
 
     def test_check_accepts_the_reference_only_when_the_forbid_rule_is_lifted(self, exercise):
         reference = self.references[exercise]
