@@ -4,9 +4,9 @@ A test file describes its chapter in a subclass of :class:`MutationTests` (named
 pytest collects it) and gets, for every exercise, the tests CONTRIBUTING.md asks for: the check
 accepts the solution of the solution notebook, other correct implementations and (with the
 forbid-rule lifted) the reference; with the rule it rejects the reference; it rejects each typical
-wrong implementation with the hint that explains it; and a forbidden function reached in any way
-(captured beforehand, as a Tensor method, through ``torch.ops``, with the exception swallowed) fails
-with "implement this yourself". The file keeps the tests that are its chapter's own.
+wrong implementation with the hint that explains it; a blank stub fails with NotImplementedError; and
+a forbidden function reached in any way (captured beforehand, as a Tensor method, through ``torch.ops``,
+with the exception swallowed) fails with "implement this yourself". The file keeps the tests that are its chapter's own.
 """
 
 import re

@@ -279,7 +279,6 @@ def test_small_inputs_are_shown_so_the_student_can_rerun_the_case():
     assert "first at index (0, 1): you returned True, expected False" in str(failure.value)
 
 
-
 # --------------------------------------------------------------------------------------------------
 # "Implement this yourself"
 # --------------------------------------------------------------------------------------------------

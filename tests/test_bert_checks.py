@@ -636,7 +636,6 @@ def test_embedding_check_names_the_parameters_it_cannot_load():
     assert "Name the submodules word_embeddings, position_embeddings" in message
 
 
-
 def test_count_parameters_mistakes_are_told_apart_on_the_first_case():
     """The first case is the one most wrong counts fail on: there, each mistake that is wrong gives its
     own number, so the hint names the right one (the others are told apart by later cases)."""

@@ -378,7 +378,6 @@ def test_loss_failure_shows_the_inputs_and_the_difference():
     assert "Inputs:" in message and "labels = tensor([" in message
 
 
-
 # --------------------------------------------------------------------------------------------------
 # "Implement this yourself"
 # --------------------------------------------------------------------------------------------------

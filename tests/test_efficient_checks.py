@@ -389,7 +389,6 @@ def test_memory_failure_says_what_was_allocated():
     assert "allocated a tensor of shape (2, 512, 512) (524,288 numbers); at most 32,768 are needed" in message
 
 
-
 # --------------------------------------------------------------------------------------------------
 # "Implement this yourself"
 # --------------------------------------------------------------------------------------------------

@@ -512,7 +512,6 @@ def test_mistakes_are_far_from_the_right_answer():
     assert all(distance > 100 for distance in largest.values()), largest
 
 
-
 # --------------------------------------------------------------------------------------------------
 # "Implement this yourself"
 # --------------------------------------------------------------------------------------------------

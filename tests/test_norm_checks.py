@@ -336,7 +336,6 @@ def test_hand_checkable_residual_case_prints_the_functions():
         checks.check_pre_norm_residual(wrong_only_on_plain_functions)
 
 
-
 # --------------------------------------------------------------------------------------------------
 # "Implement this yourself"
 # --------------------------------------------------------------------------------------------------

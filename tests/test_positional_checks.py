@@ -469,7 +469,6 @@ def test_small_inputs_are_shown_so_the_student_can_rerun_the_case():
     assert re.search(r"Inputs:\n    relative_position = tensor\(\[-5, -4, ", message), message
 
 
-
 def test_a_wrong_alibi_slopes_is_not_punished_twice():
     """The student's bias calls a broken `alibi_slopes` (this module's); the check substitutes the
     reference, and the bias passes."""

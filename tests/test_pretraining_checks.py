@@ -461,7 +461,6 @@ def test_failure_message_gives_the_measured_proportions_and_the_tolerance():
     assert "[MASK] 0.1" in message and "(expected 0.800)" in message and "6 standard deviations" in message
 
 
-
 # --------------------------------------------------------------------------------------------------
 # "Implement this yourself"
 # --------------------------------------------------------------------------------------------------
