@@ -211,15 +211,20 @@ def is_graded_test(cell) -> bool:
     return cell.cell_type == "code" and info.get("grade", False) and not info.get("solution", False)
 
 
-def execute(notebook: nbformat.NotebookNode, directory: Path, timeout: int) -> list[CellError]:
-    """Run every cell in a fresh kernel (as nbgrader does when grading) and return the errors."""
+def execute(notebook: nbformat.NotebookNode, directory: Path, timeout: int, grading: bool = True) -> list[CellError]:
+    """Run every cell in a fresh kernel, in ``directory``, and return the errors. With ``grading`` the
+    kernel sees ``NBGRADER_EXECUTION`` as when nbgrader grades (heavy cells do less); without, it runs as
+    a reader's Jupyter does. The outputs are written into ``notebook``."""
     from nbclient import NotebookClient
 
     client = NotebookClient(
         notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
         resources={"metadata": {"path": str(directory)}},
     )
-    client.execute(env={**os.environ, "NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg"})
+    environment = {name: value for name, value in os.environ.items() if name != "NBGRADER_EXECUTION"}
+    if grading:
+        environment["NBGRADER_EXECUTION"] = "autograde"
+    client.execute(env={**environment, "MPLBACKEND": "Agg"})
     return [
         CellError(_cell_name(cell), output.get("ename", ""), output.get("evalue", ""))
         for cell in notebook.cells if cell.cell_type == "code"

@@ -38,15 +38,10 @@ TARGET_SECONDS = 180
 
 def execute(path: Path, cache: Path, timeout: int) -> tuple[float, list[str]]:
     """Seconds to run ``path`` top to bottom in a fresh kernel, and the unexpected errors' names."""
-    from nbclient import NotebookClient
-
     notebook = nbformat.read(path, as_version=4)
-    environment = {name: value for name, value in os.environ.items() if name != "NBGRADER_EXECUTION"}
-    environment.update(BERTLAB_CACHE=str(cache), MPLBACKEND="Agg")
-    client = NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(path.parent)}})
+    os.environ["BERTLAB_CACHE"] = str(cache)  # the kernel inherits it
     start = time.perf_counter()
-    client.execute(env=environment)
+    release.execute(notebook, path.parent, timeout, grading=False)
     seconds = time.perf_counter() - start
     unexpected = [f"cell {index} ({output.get('ename')}: {output.get('evalue', '')[:200]})"
                   for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"

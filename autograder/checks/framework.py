@@ -337,12 +337,14 @@ class _ForbiddenCallGuard(TorchFunctionMode):
         self.names_by_object = {}  # torch functions, methods, ops and builtins -> display name
         self.names_by_code = {}  # code objects of Python functions -> display name
         self.qualified_names = set()  # "module.qualname" strings, for modules not imported
+        self.method_names = set()  # the __name__ of each, to tell quickly which bound methods may be forbidden
         for function in forbidden:
             name = describe_callable(function)
             if isinstance(function, str):
                 self.qualified_names.add(function)
                 continue
             self.names_by_object[function] = name
+            self.method_names.add(getattr(function, "__name__", None))
             code = getattr(inspect.unwrap(function), "__code__", None)
             if code is not None:
                 self.names_by_code[code] = name
@@ -352,7 +354,8 @@ class _ForbiddenCallGuard(TorchFunctionMode):
 
     def _forbidden_name(self, function) -> str | None:
         owner = getattr(function, "__self__", None)
-        if owner is not None and not isinstance(owner, (types.ModuleType, type)):
+        if (owner is not None and not isinstance(owner, (types.ModuleType, type))
+                and getattr(function, "__name__", None) in self.method_names):
             # a bound built-in method (x.softmax, tokenizer.encode): forbidden as its class's method
             try:
                 function = getattr(type(owner), function.__name__, function)
