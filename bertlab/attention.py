@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertlab.utils import compute_dtype, without_autocast
+
 # --------------------------------------------------------------------------------------------------
 # Softmax and the alignment (score) functions of the classic attention literature
 # --------------------------------------------------------------------------------------------------
@@ -130,11 +132,13 @@ def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """From a (B, M) 0/1 (or bool) attention mask, 1 = real token, to a bool mask (B, 1, 1, M).
 
     The result broadcasts against (B, H, N, M) scores: no query may attend to a padding key.
-    Any leading dimensions work: (..., M) -> (..., 1, 1, M).
+    Any leading dimensions work: (..., M) -> (..., 1, 1, M). The 0/1 values of a CPU mask are
+    checked; on an accelerator that check would make the host wait for the device, so it is skipped.
     """
     if attention_mask.dim() < 1:
         raise ValueError(f"attention_mask must be (B, M), got shape {tuple(attention_mask.shape)}")
-    if attention_mask.dtype != torch.bool and not ((attention_mask == 0) | (attention_mask == 1)).all():
+    if (attention_mask.dtype != torch.bool and attention_mask.device.type == "cpu"
+            and not ((attention_mask == 0) | (attention_mask == 1)).all()):
         raise ValueError("attention_mask must hold only 0 (padding) and 1 (token)")
     return attention_mask.bool()[..., None, None, :]
 
@@ -204,16 +208,20 @@ def scaled_dot_product_attention(
 
     Returns:
         output (..., N, Dv) and weights (..., N, M), the weights before dropout. A row whose keys
-        are all masked has zero weights and a zero output.
+        are all masked has zero weights and a zero output. The scores and the softmax are computed
+        in float32 for half-precision inputs, also inside an autocast region; the weights are
+        returned in the dtype of q. ``mask`` and ``attn_bias`` are moved to q's device.
     """
     check_attention_inputs(q, k, v, mask, attn_bias)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., N, M)
-    if attn_bias is not None:
-        scores = scores + attn_bias.to(scores.dtype)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = softmax(scores, dim=-1)
+    dtype = compute_dtype(q)
+    with without_autocast(q.device):
+        scores = (q.to(dtype) @ k.to(dtype).transpose(-2, -1)) * scale  # (..., N, M)
+        if attn_bias is not None:
+            scores = scores + attn_bias.to(device=q.device, dtype=dtype)
+        if mask is not None:
+            scores = scores.masked_fill(~mask.to(q.device), float("-inf"))
+        weights = softmax(scores, dim=-1).to(q.dtype)
     output = F.dropout(weights, dropout_p) @ v if dropout_p > 0.0 else weights @ v  # (..., N, Dv)
     return output, weights
 
@@ -257,10 +265,11 @@ def fused_attention(
     attn_mask = mask
     row_has_key = None
     if mask is not None:
+        mask = mask.to(q.device)
         row_has_key = mask.any(dim=-1, keepdim=True)  # (..., N, 1)
         attn_mask = mask | ~row_has_key
     if attn_bias is not None:
-        attn_bias = attn_bias.to(q.dtype)
+        attn_bias = attn_bias.to(device=q.device, dtype=q.dtype)
         attn_mask = attn_bias if attn_mask is None else torch.where(attn_mask, attn_bias, float("-inf"))
     output = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
     return output if row_has_key is None else output.masked_fill(~row_has_key, 0.0)

@@ -216,12 +216,17 @@ def init_bert_weights(module: nn.Module, std: float = 0.02) -> None:
 
 
 def _check_index_range(name: str, ids: torch.Tensor, size: int, size_name: str) -> None:
-    """Raise a ValueError unless every entry of the integer tensor ``ids`` is in [0, size)."""
+    """Raise a ValueError unless every entry of the integer tensor ``ids`` is in [0, size).
+
+    The range is checked for CPU tensors only: on an accelerator, reading the values back would make
+    the host wait for the device at every forward pass. (Ids from the tokenizer are in range by
+    construction; an out-of-range id on a GPU stops the embedding lookup with a device-side assert.)
+    """
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise ValueError(f"{name} must be an integer tensor, got dtype {ids.dtype}")
-    if ids.numel() == 0:
+    if ids.numel() == 0 or ids.device.type != "cpu":
         return
-    lowest, highest = torch.stack(torch.aminmax(ids)).tolist()  # one device sync
+    lowest, highest = torch.stack(torch.aminmax(ids)).tolist()
     if lowest < 0 or highest >= size:
         raise ValueError(f"{name} must be in [0, {size_name}={size}), got values from {lowest} to {highest}")
 
@@ -425,11 +430,16 @@ def _checkpoint_files(folder: Path) -> tuple[Path, Path]:
 
 
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+    """The tensors of a weights file, on the CPU; a ValueError naming the file if it cannot be read."""
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
 
-        return load_file(path)
-    return torch.load(path, map_location="cpu", weights_only=True)
+            return load_file(path)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # safetensors, pickle, zip and torch each raise their own kinds
+        raise ValueError(f"{path} is not a readable weights file ({error}): it may be truncated or corrupt; "
+                         f"save or download it again") from None
 
 
 class BertPreTrainedModel(nn.Module):
@@ -472,7 +482,10 @@ class BertPreTrainedModel(nn.Module):
         """
         folder = Path(path)
         config_file, weights_file = _checkpoint_files(folder)
-        values = json.loads(config_file.read_text())
+        try:
+            values = json.loads(config_file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{config_file} is not a JSON configuration ({error})") from None
         if values.get("model_type", "bert") != "bert":
             raise ValueError(f"{config_file} describes a {values['model_type']!r} model, not a BERT")
         model = cls(BertConfig.from_dict(values), **{**cls._init_kwargs_from_json(values), **kwargs})
@@ -606,13 +619,15 @@ class BertMLMHead(nn.Module):
 @dataclasses.dataclass
 class BertPreTrainingOutput:
     """Output of :class:`BertForPreTraining`: loss = mlm_loss (+ nsp_loss when NSP labels are given);
-    the losses are None without labels. mlm_logits (B, N, V), nsp_logits (B, 2)."""
+    the losses are None without labels. mlm_logits (B, N, V), or (M, V) at the M labelled positions
+    with ``predict_labelled_only``, whose labels are then ``mlm_targets`` (M,); nsp_logits (B, 2)."""
 
     loss: torch.Tensor | None
     mlm_loss: torch.Tensor | None
     nsp_loss: torch.Tensor | None
     mlm_logits: torch.Tensor
     nsp_logits: torch.Tensor
+    mlm_targets: torch.Tensor | None = None
 
 
 @dataclasses.dataclass
@@ -650,30 +665,47 @@ class BertForPreTraining(BertPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         mlm_labels: torch.Tensor | None = None,
         nsp_labels: torch.Tensor | None = None,
+        predict_labelled_only: bool = False,
     ) -> BertPreTrainingOutput:
         """Inputs as for :meth:`BertModel.forward`; ``mlm_labels`` (B, N) hold the original token at
         the predicted positions and -100 elsewhere, ``nsp_labels`` (B,) hold 0 (IsNext) or 1 (NotNext).
 
         mlm_loss = mean over labelled positions of -log p(label), nsp_loss = mean over the batch of
         -log p(nsp label), loss = mlm_loss + nsp_loss, or the one of them whose labels are given.
+
+        ``predict_labelled_only``: apply the MLM head only where ``mlm_labels`` is not -100, as BERT's
+        own pretraining code does (it gathers the ``masked_lm_positions``): ``mlm_logits`` is then
+        (M, V) for the M labelled positions in row-major order, and the V-way output layer costs 15%
+        of what it costs at every position. The losses are the same.
         """
+        if mlm_labels is not None and mlm_labels.shape != input_ids.shape:
+            raise ValueError(
+                f"mlm_labels has shape {tuple(mlm_labels.shape)}, but input_ids has shape {tuple(input_ids.shape)}"
+            )
+        if predict_labelled_only:
+            if mlm_labels is None:
+                raise ValueError("predict_labelled_only needs mlm_labels: they say which positions to predict")
+            # Found before the encoder runs, so the host waits for the labels only, not for the encoder.
+            positions = (mlm_labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)  # (M,) in [0, B * N)
         sequence_output, pooled_output = self.bert(input_ids, token_type_ids, attention_mask)
-        mlm_logits = self.mlm_head(sequence_output)  # (B, N, V)
+        mlm_targets = None
+        if predict_labelled_only:
+            mlm_logits = self.mlm_head(sequence_output.flatten(0, 1)[positions])  # (M, V)
+            mlm_targets = mlm_labels.flatten()[positions]  # (M,)
+        else:
+            mlm_logits = self.mlm_head(sequence_output)  # (B, N, V)
         nsp_logits = self.nsp_head(pooled_output)  # (B, 2)
         mlm_loss = nsp_loss = None
         if mlm_labels is not None:
-            if mlm_labels.shape != input_ids.shape:
-                raise ValueError(
-                    f"mlm_labels has shape {tuple(mlm_labels.shape)}, but input_ids has shape {tuple(input_ids.shape)}"
-                )
-            mlm_loss = F.cross_entropy(mlm_logits.flatten(0, 1), mlm_labels.flatten(), ignore_index=IGNORE_INDEX)
+            targets = mlm_labels if mlm_targets is None else mlm_targets
+            mlm_loss = F.cross_entropy(mlm_logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE_INDEX)
         if nsp_labels is not None:
             if nsp_labels.shape != input_ids.shape[:1]:
                 raise ValueError(f"nsp_labels must have shape ({input_ids.shape[0]},), got {tuple(nsp_labels.shape)}")
             nsp_loss = F.cross_entropy(nsp_logits, nsp_labels)
         losses = [value for value in (mlm_loss, nsp_loss) if value is not None]
         loss = sum(losses[1:], losses[0]) if losses else None
-        return BertPreTrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits)
+        return BertPreTrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits, mlm_targets)
 
 
 class BertForSequenceClassification(BertPreTrainedModel):

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from bertlab.finetuning import (
     Batch,
     Example,
+    batch_to_device,
     bert_backbone,
     classification_metrics,
     compute_logits,
@@ -33,7 +34,7 @@ from bertlab.finetuning import (
     save_run,
     train_epoch,
 )
-from bertlab.utils import resolve_device, seed_everything
+from bertlab.utils import compute_dtype, resolve_device, seed_everything
 
 
 def distillation_loss(
@@ -55,7 +56,7 @@ def distillation_loss(
 
     With ``labels=None`` there is no hard term and the result is the soft term alone,
     T^2 * KL(...), whatever ``alpha``. The teacher's logits are detached: no gradient flows into the
-    teacher. Logits are taken in float32.
+    teacher. The loss is computed in float32 (float64 for float64 logits).
 
     Args:
         student_logits: (..., C) logits s, e.g. (B, C).
@@ -78,15 +79,15 @@ def distillation_loss(
         )
     check_distillation_options(alpha, temperature)
 
-    num_classes = student_logits.shape[-1]
-    student = student_logits.float().reshape(-1, num_classes) / temperature  # (B, C)
-    teacher = teacher_logits.detach().float().reshape(-1, num_classes) / temperature  # (B, C)
+    num_classes, dtype = student_logits.shape[-1], compute_dtype(student_logits)
+    student = student_logits.to(dtype).reshape(-1, num_classes) / temperature  # (B, C)
+    teacher = teacher_logits.detach().to(dtype).reshape(-1, num_classes) / temperature  # (B, C)
     soft = F.kl_div(
         F.log_softmax(student, dim=-1), F.log_softmax(teacher, dim=-1), reduction="batchmean", log_target=True
     ) * temperature**2
     if labels is None:
         return soft
-    hard = F.cross_entropy(student_logits.float().reshape(-1, num_classes), labels.reshape(-1))
+    hard = F.cross_entropy(student_logits.to(dtype).reshape(-1, num_classes), labels.reshape(-1))
     return alpha * hard + (1 - alpha) * soft
 
 
@@ -167,7 +168,7 @@ def distill(
     The teacher is put in eval mode and run once over ``train`` without gradients (its logits do not
     change from one epoch to the next); the student then minimises
     alpha * CE(s, y) + (1 - alpha) * T^2 * KL(softmax(t / T) || softmax(s / T)) with AdamW at ``lr``,
-    linear warm-up and decay, gradient clipping, and bf16 autocast on CUDA. Both models are moved to
+    linear warm-up and decay, gradient clipping, and mixed precision on CUDA (``bertlab.utils.autocast``). Both models are moved to
     ``device`` (None: CUDA when available). With ``output_dir`` the student and ``history.json`` are saved.
 
     Returns:
@@ -293,7 +294,7 @@ def compare_models(
     device = model_device(teacher) if device is None else resolve_device(device)
     models = {names[0]: teacher.to(device), names[1]: student.to(device)}
     batches = labelled_batches(examples, tokenizer, batch_size=batch_size, max_length=max_length)
-    device_batches = [{name: tensor.to(device) for name, tensor in batch.items()} for batch in batches]
+    device_batches = [batch_to_device(batch, device) for batch in batches]
 
     times: dict[str, list[float]] = {name: [] for name in models}
     logits = {name: _timed_logits(model, device_batches, device)[1] for name, model in models.items()}  # warm-up

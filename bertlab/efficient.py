@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention import check_attention_inputs, repeat_kv, scaled_dot_product_attention
+from bertlab.utils import compute_dtype, without_autocast
 
 __all__ = [
     "sliding_window_mask",
@@ -40,11 +41,6 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------
 # Input checks
 # --------------------------------------------------------------------------------------------------
-
-
-def _accumulation_dtype(x: torch.Tensor) -> torch.dtype:
-    """float32 for half-precision inputs (and float32), float64 for float64 inputs."""
-    return torch.promote_types(x.dtype, torch.float32)
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -271,39 +267,40 @@ def flash_attention(
         scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), n, m)
         mask = mask.expand(scores_shape)  # a view: no (N, M) copy is made
     scale = 1.0 / math.sqrt(q.shape[-1])
-    dtype = _accumulation_dtype(q)
+    with without_autocast(q.device):  # float32 sums even inside an autocast region
+        dtype = compute_dtype(q)
 
-    out_blocks = []
-    for q_start in range(0, n, block_size):
-        q_end = min(q_start + block_size, n)
-        q_block = q[..., q_start:q_end, :].to(dtype) * scale  # (..., Bq, D)
-        running_max = q_block.new_full(q_block.shape[:-1], -math.inf)  # (..., Bq)
-        running_sum = q_block.new_zeros(q_block.shape[:-1])  # (..., Bq)
-        running_out = q_block.new_zeros(q_block.shape[:-1] + v.shape[-1:])  # (..., Bq, Dv)
+        out_blocks = []
+        for q_start in range(0, n, block_size):
+            q_end = min(q_start + block_size, n)
+            q_block = q[..., q_start:q_end, :].to(dtype) * scale  # (..., Bq, D)
+            running_max = q_block.new_full(q_block.shape[:-1], -math.inf)  # (..., Bq)
+            running_sum = q_block.new_zeros(q_block.shape[:-1])  # (..., Bq)
+            running_out = q_block.new_zeros(q_block.shape[:-1] + v.shape[-1:])  # (..., Bq, Dv)
 
-        # Causal: keys after the last query of the block are masked for every query of the block.
-        k_stop = min(m, q_end) if causal else m
-        for k_start in range(0, k_stop, block_size):
-            k_end = min(k_start + block_size, k_stop)
-            scores = q_block @ k[..., k_start:k_end, :].to(dtype).transpose(-1, -2)  # (..., Bq, Bk)
-            allowed = _tile_mask(mask, causal, q_start, q_end, k_start, k_end, q.device)
-            if allowed is not None:
-                scores = scores.masked_fill(~allowed, -math.inf)
+            # Causal: keys after the last query of the block are masked for every query of the block.
+            k_stop = min(m, q_end) if causal else m
+            for k_start in range(0, k_stop, block_size):
+                k_end = min(k_start + block_size, k_stop)
+                scores = q_block @ k[..., k_start:k_end, :].to(dtype).transpose(-1, -2)  # (..., Bq, Bk)
+                allowed = _tile_mask(mask, causal, q_start, q_end, k_start, k_end, q.device)
+                if allowed is not None:
+                    scores = scores.masked_fill(~allowed, -math.inf)
 
-            # The maximum only keeps exp() in range; the result does not depend on it (no gradient).
-            new_max = torch.maximum(running_max, scores.detach().amax(dim=-1))
-            # Rows that have seen no allowed key yet keep max -inf; shift them by 0 to avoid inf - inf.
-            shift = new_max.masked_fill(new_max == -math.inf, 0.0)
-            weights = torch.exp(scores - shift[..., None])  # (..., Bq, Bk), 0 where masked
-            correction = torch.exp(running_max - shift)  # (..., Bq), 0 while nothing was seen
-            running_sum = correction * running_sum + weights.sum(dim=-1)
-            running_out = correction[..., None] * running_out + weights @ v[..., k_start:k_end, :].to(dtype)
-            running_max = new_max
+                # The maximum only keeps exp() in range; the result does not depend on it (no gradient).
+                new_max = torch.maximum(running_max, scores.detach().amax(dim=-1))
+                # Rows that have seen no allowed key yet keep max -inf; shift them by 0 to avoid inf - inf.
+                shift = new_max.masked_fill(new_max == -math.inf, 0.0)
+                weights = torch.exp(scores - shift[..., None])  # (..., Bq, Bk), 0 where masked
+                correction = torch.exp(running_max - shift)  # (..., Bq), 0 while nothing was seen
+                running_sum = correction * running_sum + weights.sum(dim=-1)
+                running_out = correction[..., None] * running_out + weights @ v[..., k_start:k_end, :].to(dtype)
+                running_max = new_max
 
-        # A fully masked query has running_sum = 0 and running_out = 0: its output is 0.
-        normalizer = torch.where(running_sum > 0, running_sum, torch.ones_like(running_sum))
-        out_blocks.append(running_out / normalizer[..., None])
-    return torch.cat(out_blocks, dim=-2).to(q.dtype)
+            # A fully masked query has running_sum = 0 and running_out = 0: its output is 0.
+            normalizer = torch.where(running_sum > 0, running_sum, torch.ones_like(running_sum))
+            out_blocks.append(running_out / normalizer[..., None])
+        return torch.cat(out_blocks, dim=-2).to(q.dtype)
 
 
 def _tile_mask(
@@ -354,18 +351,19 @@ def linear_attention(
             f"causal linear attention needs as many queries as keys; "
             f"got q {tuple(q.shape)}, k {tuple(k.shape)}"
         )
-    dtype = _accumulation_dtype(q)
-    phi_q = _elu_feature_map(q.to(dtype))  # (..., N, D)
-    phi_k = _elu_feature_map(k.to(dtype))  # (..., M, D)
-    v = v.to(dtype)
-    if causal:
-        states = torch.cumsum(phi_k[..., :, None] * v[..., None, :], dim=-3)  # (..., N, D, Dv)
-        numerator = (phi_q[..., None, :] @ states).squeeze(-2)  # (..., N, Dv)
-        denominator = (phi_q * torch.cumsum(phi_k, dim=-2)).sum(dim=-1)  # (..., N)
-    else:
-        state = phi_k.transpose(-1, -2) @ v  # (..., D, Dv)
-        numerator = phi_q @ state  # (..., N, Dv)
-        denominator = (phi_q * phi_k.sum(dim=-2, keepdim=True)).sum(dim=-1)  # (..., N)
-    # phi > 0, so the denominator is positive; the clamp only guards against float32 underflow.
-    denominator = denominator.clamp_min(torch.finfo(dtype).tiny)
-    return (numerator / denominator[..., None]).to(q.dtype)
+    with without_autocast(q.device):  # float32 sums even inside an autocast region
+        dtype = compute_dtype(q)
+        phi_q = _elu_feature_map(q.to(dtype))  # (..., N, D)
+        phi_k = _elu_feature_map(k.to(dtype))  # (..., M, D)
+        v = v.to(dtype)
+        if causal:
+            states = torch.cumsum(phi_k[..., :, None] * v[..., None, :], dim=-3)  # (..., N, D, Dv)
+            numerator = (phi_q[..., None, :] @ states).squeeze(-2)  # (..., N, Dv)
+            denominator = (phi_q * torch.cumsum(phi_k, dim=-2)).sum(dim=-1)  # (..., N)
+        else:
+            state = phi_k.transpose(-1, -2) @ v  # (..., D, Dv)
+            numerator = phi_q @ state  # (..., N, Dv)
+            denominator = (phi_q * phi_k.sum(dim=-2, keepdim=True)).sum(dim=-1)  # (..., N)
+        # phi > 0, so the denominator is positive; the clamp only guards against float32 underflow.
+        denominator = denominator.clamp_min(torch.finfo(dtype).tiny)
+        return (numerator / denominator[..., None]).to(q.dtype)

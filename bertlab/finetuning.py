@@ -12,6 +12,7 @@ The helpers work for any model with BERT's layout: a :class:`~bertlab.bert.BertM
 :class:`~bertlab.bert.BertForSequenceClassification` (``.bert`` and ``.classifier``).
 """
 
+import dataclasses
 import json
 import math
 from collections import Counter
@@ -26,11 +27,12 @@ from tqdm.auto import tqdm
 from bertlab.bert import BertModel
 from bertlab.pretraining import get_linear_schedule
 from bertlab.tokenization import BasicTokenizer
-from bertlab.utils import autocast, resolve_device, seed_everything
+from bertlab.utils import autocast, grad_scaler, resolve_device, seed_everything
 
 Example = tuple[str, int]  # (text, label)
 Batch = dict[str, torch.Tensor]
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+PROGRESS_EVERY = 20  # batches between two updates of the loss shown by the progress bar
 
 
 # --------------------------------------------------------------------------------------------------
@@ -235,6 +237,12 @@ def model_inputs(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
     return {name: batch[name].to(device) for name in MODEL_INPUTS}
 
 
+def batch_to_device(batch: Batch, device: torch.device) -> Batch:
+    """``batch`` with its model inputs and labels on ``device``; ``index`` stays on the CPU, where the
+    logits that it orders are collected (:func:`compute_logits`)."""
+    return {name: tensor if name == "index" else tensor.to(device) for name, tensor in batch.items()}
+
+
 def model_device(model: nn.Module) -> torch.device:
     """The device that holds ``model``'s parameters."""
     return next(model.parameters()).device
@@ -256,7 +264,7 @@ def compute_logits(model: nn.Module, batches: Iterable[Batch], device: torch.dev
         for batch in batches:
             with autocast(device):
                 logits.append(model(**model_inputs(batch, device)).logits.float().cpu())
-            indices.append(batch["index"])
+            indices.append(batch["index"].cpu())  # the logits are on the CPU
     finally:
         model.train(was_training)
     logits = torch.cat(logits)
@@ -366,25 +374,32 @@ def train_epoch(
 ) -> float:
     """One pass over ``batches``: loss_fn(model, batch), backward, clip, step; return the mean loss.
 
-    The forward pass runs under bf16 autocast on CUDA (float32 on the CPU); the gradient norm is
-    clipped to ``max_grad_norm`` and the learning rate follows ``scheduler`` (one step per batch).
+    The forward pass runs under ``autocast(device)`` (bf16 or fp16 on CUDA, with a gradient scaler
+    for fp16; float32 on the CPU); the gradient norm is clipped to ``max_grad_norm`` and the learning
+    rate follows ``scheduler`` (one step per batch). The losses are summed on the device, so the host
+    waits for the device only every ``PROGRESS_EVERY`` batches, to show the loss, and at the end.
     """
     model.train()
-    total_loss, num_examples = 0.0, 0
+    scaler = grad_scaler(device)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    total_loss, num_examples = torch.zeros((), device=device), 0
     bar = tqdm(batches, desc=description, disable=not progress, leave=False)
-    for batch in bar:
+    for step, batch in enumerate(bar, start=1):
         with autocast(device):
             loss = loss_fn(model, batch)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
-        optimizer.step()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)  # clip the true gradients
+        torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+        scaler.step(optimizer)
+        scaler.update()
         scheduler.step()
         batch_size = len(batch["index"])
-        total_loss += loss.item() * batch_size
+        total_loss += loss.detach().float() * batch_size
         num_examples += batch_size
-        bar.set_postfix(loss=f"{loss.item():.4f}")
-    return total_loss / num_examples
+        if progress and step % PROGRESS_EVERY == 0:
+            bar.set_postfix(loss=f"{float(loss):.4f}")
+    return float(total_loss) / num_examples
 
 
 def make_optimizer(
@@ -436,8 +451,9 @@ def finetune(
     a pretrained model; a model trained from scratch needs a larger rate (about 1e-3 for a tiny one).
     All trainable weights are updated (call :func:`freeze_layers` first to freeze some).
 
-    The model is moved to ``device`` (None: CUDA when available) and trained under bf16 autocast on
-    CUDA. With ``output_dir`` the final model (``save_pretrained``) and ``history.json`` are written there.
+    The model is moved to ``device`` (None: CUDA when available) and trained under mixed precision on
+    CUDA (bf16, or fp16 with a gradient scaler where bf16 is not native: ``bertlab.utils.autocast``).
+    With ``output_dir`` the final model (``save_pretrained``) and ``history.json`` are written there.
 
     Returns:
         One dict per epoch: ``epoch``, ``train_loss`` and, with ``dev``, ``dev_accuracy``,
@@ -478,6 +494,46 @@ def finetune(
     if output_dir is not None:
         save_run(model, history, output_dir)
     return history
+
+
+@dataclasses.dataclass
+class TunedRun:
+    """The run of a learning-rate search that scored best on the dev set.
+
+    ``model`` is that run's model; ``learning_rate`` its rate; ``dev`` its dev metrics (accuracy,
+    macro_f1, loss); ``dev_accuracy_by_learning_rate`` every rate tried and its dev accuracy.
+    """
+
+    model: nn.Module
+    learning_rate: float
+    dev: dict[str, float]
+    dev_accuracy_by_learning_rate: dict[float, float]
+
+
+def choose_learning_rate(
+    train_with: Callable[[float], nn.Module],
+    learning_rates: Sequence[float],
+    tokenizer,
+    dev: Sequence[Example],
+    *,
+    max_length: int = 128,
+) -> TunedRun:
+    """Train one model per learning rate with ``train_with(lr)`` and keep the one best on ``dev``.
+
+    The fair protocol for comparing training methods: every method gets the same data and the same
+    number of steps, and its own learning rate, chosen on the development set from the same grid,
+    never on the test set. Ties go to the first rate of ``learning_rates``.
+    """
+    if not learning_rates:
+        raise ValueError("learning_rates is empty: give at least one rate to try")
+    best, accuracies = None, {}
+    for lr in learning_rates:
+        model = train_with(lr)
+        metrics = evaluate(model, tokenizer, dev, max_length=max_length)
+        accuracies[lr] = metrics["accuracy"]
+        if best is None or metrics["accuracy"] > best.dev["accuracy"]:
+            best = TunedRun(model, lr, metrics, accuracies)  # accuracies fills up as the search goes on
+    return best
 
 
 def format_record(record: dict[str, float]) -> str:

@@ -15,14 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertlab.utils import compute_dtype
+
 NORM_KINDS = ("layernorm", "rmsnorm")
 
 TensorFunction = Callable[[torch.Tensor], torch.Tensor]
-
-
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """float32 for half-precision inputs, the input's own dtype for float32 and float64."""
-    return torch.promote_types(x.dtype, torch.float32)
 
 
 def _check_feature_shape(name: str, parameter: torch.Tensor | None, x: torch.Tensor) -> None:
@@ -56,7 +53,7 @@ def layer_norm(
     """
     _check_feature_shape("weight", weight, x)
     _check_feature_shape("bias", bias, x)
-    dtype = _compute_dtype(x)
+    dtype = compute_dtype(x)
     x32 = x.to(dtype)
     centered = x32 - x32.mean(dim=-1, keepdim=True)  # (..., d)
     variance = centered.pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased
@@ -82,7 +79,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
         (..., d) tensor of the same dtype as ``x``.
     """
     _check_feature_shape("weight", weight, x)
-    dtype = _compute_dtype(x)
+    dtype = compute_dtype(x)
     x32 = x.to(dtype)
     out = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
     if weight is not None:
@@ -105,7 +102,7 @@ class LayerNorm(nn.Module):
         """(..., d) -> (..., d): :func:`layer_norm`, computed by PyTorch's fused kernel for speed
         (the tests check that the two agree)."""
         _check_feature_shape("weight", self.weight, x)
-        dtype = _compute_dtype(x)
+        dtype = compute_dtype(x)
         weight, bias = self.weight.to(dtype), self.bias.to(dtype)
         return F.layer_norm(x.to(dtype), (self.d,), weight, bias, self.eps).to(x.dtype)
 
@@ -127,7 +124,7 @@ class RMSNorm(nn.Module):
         """(..., d) -> (..., d): :func:`rms_norm`, computed by PyTorch's fused kernel for speed
         (the tests check that the two agree)."""
         _check_feature_shape("weight", self.weight, x)
-        dtype = _compute_dtype(x)
+        dtype = compute_dtype(x)
         return F.rms_norm(x.to(dtype), (self.d,), self.weight.to(dtype), self.eps).to(x.dtype)
 
     def extra_repr(self) -> str:

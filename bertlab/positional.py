@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertlab.utils import compute_dtype
+
 
 def _inverse_frequencies(dim: int, base: float, dtype: torch.dtype, device=None) -> torch.Tensor:
     """theta_i = base^(-2i / dim) for i = 0 .. ceil(dim / 2) - 1: shape (ceil(dim / 2),)."""
@@ -281,7 +283,7 @@ def apply_rope(
         raise ValueError(f"apply_rope expects x of shape (..., N, D), got shape {tuple(x.shape)}")
     *_, seq_len, head_dim = x.shape
     _check_head_dim(head_dim, tuple(x.shape))
-    input_dtype, dtype = x.dtype, torch.promote_types(x.dtype, torch.float32)
+    input_dtype, dtype = x.dtype, compute_dtype(x)
     if positions is None:
         positions = torch.arange(seq_len, device=x.device)
     if positions.dim() == 0 or positions.shape[-1] != seq_len:
@@ -297,7 +299,8 @@ def apply_rope(
             f"{tuple(x.shape[:-1])}"
         ) from None
 
-    angles = positions.to(dtype)[..., None] * _inverse_frequencies(head_dim, base, dtype, x.device)  # (..., N, D/2)
+    positions = positions.to(device=x.device, dtype=dtype)
+    angles = positions[..., None] * _inverse_frequencies(head_dim, base, dtype, x.device)  # (..., N, D/2)
     cos, sin = torch.cos(angles), torch.sin(angles)
     x = x.to(dtype)
     if interleaved:

@@ -198,7 +198,11 @@ def _read_vocab_file(path: Path) -> list[str]:
         path = path / "vocab.txt"
     if not path.is_file():
         raise FileNotFoundError(f"vocabulary file {path} does not exist")
-    lines = path.read_text(encoding="utf-8").split("\n")
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"vocabulary file {path} is not UTF-8 text ({error.reason} at byte {error.start}): "
+                         "a vocab.txt holds one token per line") from None
     if lines[-1] == "":  # the newline that ends the last line
         lines.pop()
     return [line.rstrip("\r") for line in lines]

@@ -1,9 +1,19 @@
 """Shared pytest configuration: GPU skipping, devices and the optional real datasets."""
 
+import os
 from pathlib import Path
 
-import pytest
-import torch
+# fp32 on the GPU means fp32: NGC containers set this override to force TF32 (10-bit mantissas) in
+# cuBLAS, which fails comparisons at 1e-5. PyTorch reads it once, at the first CUDA matmul.
+os.environ["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] = "0"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import bertlab.utils  # noqa: E402
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Real data to check the project on, when the course repo sits next to a ``shared/`` folder (CI does).
@@ -37,3 +47,20 @@ def mr_dir():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _pinned_device(request, monkeypatch):
+    """A test not marked ``gpu`` must say which device it runs on.
+
+    Left to ``bertlab`` (device None or "auto"), it would run on CUDA on a machine with a GPU and
+    compare CUDA results with CPU ones; it fails here instead, on every machine, CPU-only CI too.
+    """
+    if "gpu" in request.keywords:
+        return
+
+    def unpinned() -> torch.device:
+        raise AssertionError("this test left the device to bertlab (None or 'auto'): on a machine with CUDA it "
+                             "would run there. Pass device='cpu' (--device cpu), or mark the test gpu.")
+
+    monkeypatch.setattr(bertlab.utils, "default_device", unpinned)

@@ -406,3 +406,30 @@ def test_mha_bad_arguments_raise_value_errors_naming_the_numbers():
         module(torch.randn(2, 5, 16), context=torch.randn(2, 5, 8))
     with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 1, 4\)"):
         module(torch.randn(2, 5, 16), mask=torch.ones(2, 1, 1, 4, dtype=torch.bool))
+
+
+# ---------------------------------------------------------------------------------------------- devices
+
+
+def test_softmax_of_the_weights_stays_in_float32_inside_an_autocast_region():
+    q, k, v = random_qkv()
+    expected_output, expected_weights = scaled_dot_product_attention(q, k, v)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        output, weights = scaled_dot_product_attention(q, k, v)
+    assert weights.dtype == torch.float32
+    torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(output.float(), expected_output, atol=3e-2, rtol=3e-2)  # weights @ v in bf16
+
+
+def test_masks_and_biases_made_on_the_cpu_work_with_queries_on_another_device():
+    """``alibi_bias`` and ``causal_mask`` default to the CPU; the queries may live on a GPU."""
+    from bertlab.attention import fused_attention
+    from bertlab.positional import alibi_bias
+    from device_helpers import DeviceAudit
+
+    q, k, v = (tensor.to("meta") for tensor in random_qkv(n=5, m=5))
+    bias, mask = alibi_bias(3, 5), causal_mask(5)  # (H, N, M) and (N, M), on the CPU
+    with DeviceAudit():
+        output, weights = scaled_dot_product_attention(q, k, v, mask=mask, attn_bias=bias)
+        fused = fused_attention(q, k, v, mask, bias, 0.0)
+    assert output.device.type == weights.device.type == fused.device.type == "meta"

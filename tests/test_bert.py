@@ -188,6 +188,17 @@ def test_pretraining_model_and_losses_match_hugging_face(tmp_path, batch):
     assert mlm_only.nsp_loss is None and torch.equal(mlm_only.loss, mlm_only.mlm_loss)
     assert no_labels.loss is None and no_labels.mlm_loss is None
 
+    # The MLM head at the labelled positions only (BERT's masked_lm_positions): the same loss.
+    with torch.no_grad():
+        labelled_only = ours(**batch, mlm_labels=mlm_labels, nsp_labels=nsp_labels, predict_labelled_only=True)
+    chosen = mlm_labels != -100
+    assert labelled_only.mlm_logits.shape == (int(chosen.sum()), TINY["vocab_size"])
+    assert_close(labelled_only.mlm_logits, expected.prediction_logits[chosen])
+    assert torch.equal(labelled_only.mlm_targets, mlm_labels[chosen])
+    assert_close(labelled_only.loss, expected.loss)
+    with pytest.raises(ValueError, match="predict_labelled_only needs mlm_labels"):
+        ours(**batch, predict_labelled_only=True)
+
 
 def test_sequence_classification_matches_hugging_face(tmp_path, batch):
     theirs = save_hf(transformers.BertForSequenceClassification, tmp_path, num_labels=3)
@@ -290,6 +301,15 @@ def test_from_pretrained_errors_name_the_folder_and_files(tmp_path):
     (tmp_path / "other" / "config.json").write_text(json.dumps({**values, "model_type": "roberta"}))
     with pytest.raises(ValueError, match="'roberta' model, not a BERT"):
         BertModel.from_pretrained(tmp_path / "other")
+    # corrupt files: errors that name them
+    BertModel(BertConfig(**TINY)).save_pretrained(tmp_path / "corrupt")
+    weights = tmp_path / "corrupt" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"model\.safetensors is not a readable weights file"):
+        BertModel.from_pretrained(tmp_path / "corrupt")
+    (tmp_path / "corrupt" / "config.json").write_bytes(b"\xff{")
+    with pytest.raises(ValueError, match=r"config\.json is not a JSON configuration"):
+        BertModel.from_pretrained(tmp_path / "corrupt")
 
 
 # --------------------------------------------------------------------------------------------------

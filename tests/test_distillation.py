@@ -3,6 +3,7 @@
 import json
 import math
 import random
+import types
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from bertlab.distillation import (
 )
 from bertlab.finetuning import evaluate, finetune, predict
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
+from device_helpers import DeviceAudit
 
 
 @pytest.fixture(scope="module")
@@ -222,8 +224,11 @@ def test_init_student_rejects_bad_layer_ids(tokenizer, layer_ids):
 # distill and compare_models
 
 
-def agreement(student, teacher, tokenizer, texts):
-    return float((predict(student, tokenizer, texts) == predict(teacher, tokenizer, texts)).double().mean())
+def agreement(student, teacher, tokenizer, texts, device):
+    """The share of texts where the two models predict the same label, on ``device``: the same device
+    and precision as ``distill``'s own measure, so that no argmax flips between the two."""
+    same = predict(student, tokenizer, texts, device=device) == predict(teacher, tokenizer, texts, device=device)
+    return float(same.double().mean())
 
 
 def test_distill_teaches_the_student_what_the_teacher_predicts(trained_teacher, tokenizer, examples, device, tmp_path):
@@ -234,7 +239,7 @@ def test_distill_teaches_the_student_what_the_teacher_predicts(trained_teacher, 
     torch.manual_seed(1)
     student = BertForSequenceClassification(tiny_config(tokenizer, num_layers=2), num_labels=2)
     dev_texts = [text for text, _ in dev]
-    before = agreement(student, trained_teacher, tokenizer, dev_texts)
+    before = agreement(student, trained_teacher, tokenizer, dev_texts, device)
     teacher_state = {name: tensor.clone() for name, tensor in trained_teacher.state_dict().items()}
 
     history = distill(
@@ -242,9 +247,9 @@ def test_distill_teaches_the_student_what_the_teacher_predicts(trained_teacher, 
         epochs=3, batch_size=16, lr=3e-3, alpha=0.0, temperature=2.0, device=device, seed=0, progress=False,
         output_dir=tmp_path,
     )
+    after = agreement(student, trained_teacher, tokenizer, dev_texts, device)
     trained_teacher.cpu()
     student.cpu()
-    after = agreement(student, trained_teacher, tokenizer, dev_texts)
     assert after > max(0.8, before + 0.2)
     assert history[-1]["dev_agreement"] == pytest.approx(after)
     assert history[-1]["train_loss"] < history[0]["train_loss"]
@@ -281,3 +286,27 @@ def test_compare_models_reports_sizes_and_accuracies(trained_teacher, tokenizer,
     assert student_row.speedup == pytest.approx(teacher_row.inference_seconds / student_row.inference_seconds)
     table = comparison.to_markdown()
     assert "| teacher |" in table and "| student |" in table and "% of teacher" in table
+
+
+class ConstantClassifier(torch.nn.Module):
+    """A stand-in classifier whose weights live on ``device`` and whose logits come back on the CPU
+    (as they do from a GPU after ``compute_logits``' copy): what ``compare_models`` gets on a GPU."""
+
+    def __init__(self, device):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(2, device=device))
+
+    def forward(self, input_ids, token_type_ids, attention_mask):
+        assert input_ids.device == self.weight.device, "the inputs must be on the model's device"
+        logits = torch.arange(2 * len(input_ids), dtype=torch.float32).reshape(-1, 2)  # predicts label 1
+        return types.SimpleNamespace(logits=logits)
+
+
+def test_compare_models_keeps_each_tensor_where_it_is_used(tokenizer, examples):
+    """Regression: the batches' ``index`` went to the model's device and then indexed CPU logits,
+    which fails on a GPU. On ``meta``, the audit catches the same mix without one."""
+    models = ConstantClassifier("meta"), ConstantClassifier("meta")
+    with DeviceAudit():
+        comparison = compare_models(*models, tokenizer, examples[:40], batch_size=16, device="meta", repeats=1)
+    share_positive = sum(label for _, label in examples[:40]) / 40
+    assert [row.accuracy for row in comparison.rows] == pytest.approx([share_positive, share_positive])

@@ -383,3 +383,18 @@ def test_bad_input_raises_clear_errors():
         longformer_mask(6, 2, torch.tensor([True, False, False, False, False, False]))
     with pytest.raises(ValueError, match="seq_len"):
         kv_cache_bytes(1, 0, 2, 2, 8)
+
+
+# ---------------------------------------------------------------------------------------------- autocast
+
+
+@pytest.mark.parametrize("function", [flash_attention, partial(flash_attention, causal=True, block_size=4),
+                                      linear_attention, partial(linear_attention, causal=True)])
+def test_sums_stay_in_float32_inside_an_autocast_region(function):
+    """Under autocast the matmuls would run in bfloat16 (errors near 1e-2); the running sums must not."""
+    q, k, v = qkv(2, n=16, d=8)
+    expected = function(q, k, v)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = function(q, k, v)
+    assert inside.dtype == torch.float32
+    torch.testing.assert_close(inside, expected, **FLOAT32)

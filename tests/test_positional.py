@@ -278,3 +278,12 @@ def test_bad_rope_inputs_raise():
         apply_rope(torch.randn(2, 3, 8), torch.zeros(5, 3))
     with pytest.raises(ValueError, match=r"\(\.\.\., N, D\)"):
         apply_rope(torch.randn(8))
+
+
+def test_apply_rope_takes_cpu_positions_for_queries_on_another_device():
+    from device_helpers import DeviceAudit
+
+    x = torch.randn(2, 3, 5, 8, device="meta")
+    with DeviceAudit():
+        rotated = apply_rope(x, positions=torch.arange(5))
+    assert rotated.device.type == "meta" and rotated.shape == x.shape

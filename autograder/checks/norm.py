@@ -27,6 +27,7 @@ from autograder.checks.framework import (
 )
 from bertlab import norm as reference
 from bertlab.transformer import FeedForward
+from bertlab.utils import compute_dtype
 
 
 #: Every PyTorch and Hugging Face built-in that normalizes a tensor, and the references: a layer
@@ -69,10 +70,6 @@ NORMALIZATION_BUILTINS = (
     "transformers.models.llama.modeling_llama.LlamaRMSNorm.forward",
     "transformers.models.t5.modeling_t5.T5LayerNorm.forward",
 )
-
-
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    return torch.promote_types(x.dtype, torch.float32)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -122,7 +119,7 @@ def _layer_norm_variant(*, correction=0, eps_inside=True, use_eps=True, fixed_ep
 
     def layer_norm(x, weight=None, bias=None, eps=1e-5):
         eps = eps if fixed_eps is None else fixed_eps
-        dtype = {"promote": _compute_dtype(x), "float32": torch.float32, "input": x.dtype}[compute]
+        dtype = {"promote": compute_dtype(x), "float32": torch.float32, "input": x.dtype}[compute]
         h = x.to(dtype)
         dims = tuple(range(h.dim())) if dim is None else (dim,)
         mean = h.mean(dim=dims, keepdim=True)
@@ -262,7 +259,7 @@ def _rms_norm_variant(*, center=False, correction=None, eps_inside=True, use_eps
 
     def rms_norm(x, weight=None, eps=1e-6):
         eps = eps if fixed_eps is None else fixed_eps
-        dtype = {"promote": _compute_dtype(x), "float32": torch.float32}[compute]
+        dtype = {"promote": compute_dtype(x), "float32": torch.float32}[compute]
         h = x.to(dtype)
         dims = tuple(range(h.dim())) if dim is None else (dim,)
         if center:

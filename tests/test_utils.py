@@ -1,0 +1,73 @@
+"""Tests for bertlab.utils: the device picked by default and the mixed precision chosen by device."""
+
+import pytest
+import torch
+
+from bertlab import utils
+from bertlab.utils import autocast, autocast_dtype, compute_dtype, grad_scaler, resolve_device
+
+DEFAULT_DEVICE = utils.default_device  # the real one: conftest replaces it in every test not marked gpu
+
+
+def test_default_device_is_cuda_when_available(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert DEFAULT_DEVICE() == torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert DEFAULT_DEVICE() == torch.device("cpu")
+
+
+def test_a_test_that_does_not_pin_its_device_fails_here():
+    """conftest's guard: left to bertlab, a test would run on CUDA on a GPU machine."""
+    with pytest.raises(AssertionError, match="left the device to bertlab"):
+        resolve_device(None)
+    with pytest.raises(AssertionError, match="left the device to bertlab"):
+        resolve_device("auto")
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+@pytest.mark.parametrize("native_bf16, expected", [(True, torch.bfloat16), (False, torch.float16)])
+def test_mixed_precision_is_bf16_where_native_else_fp16(monkeypatch, native_bf16, expected):
+    calls = []
+
+    def is_bf16_supported(including_emulation=True):
+        calls.append(including_emulation)
+        return native_bf16 or including_emulation  # a T4 emulates bf16: supported only with emulation
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    assert autocast_dtype(torch.device("cuda")) == expected
+    assert calls == [False]  # emulated bf16 does not count
+    assert autocast_dtype(torch.device("cpu")) is None
+
+
+@pytest.mark.parametrize("native_bf16, scaled", [(True, False), (False, True)])
+def test_the_gradient_scaler_is_on_for_fp16_only(monkeypatch, native_bf16, scaled):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native_bf16)
+    made = []
+    monkeypatch.setattr(torch.amp, "GradScaler", lambda device, enabled: made.append((device, enabled)))
+    grad_scaler(torch.device("cuda"))
+    grad_scaler(torch.device("cpu"))
+    assert made == [("cuda", scaled), ("cpu", False)]
+
+
+def test_on_the_cpu_autocast_changes_nothing_and_the_scaler_passes_through():
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with autocast(torch.device("cpu")):
+        assert (a @ b).dtype == torch.float32
+    scaler = grad_scaler(torch.device("cpu"))
+    loss = (a * 2).sum()
+    assert not scaler.is_enabled() and scaler.scale(loss) is loss
+
+
+@pytest.mark.parametrize("dtype, expected", [(torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+                                             (torch.float32, torch.float32), (torch.float64, torch.float64)])
+def test_compute_dtype(dtype, expected):
+    assert compute_dtype(torch.zeros(1, dtype=dtype)) == expected
+
+
+@pytest.mark.gpu
+def test_autocast_on_this_gpu_uses_the_chosen_precision():
+    device = torch.device("cuda")
+    a = torch.randn(8, 8, device=device)
+    with autocast(device):
+        assert (a @ a).dtype == autocast_dtype(device)
+    assert grad_scaler(device).is_enabled() == (autocast_dtype(device) == torch.float16)
