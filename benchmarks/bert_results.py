@@ -1,33 +1,32 @@
-"""The BERT results of issue 3, reproduced in minutes on a small CPU: pretrain, fine-tune, distil.
+"""What the course's pretrained BERT achieves on MR, under a fair protocol.
 
-    python benchmarks/bert_results.py [--quick] [--device auto|cpu|cuda] [--threads T] [--data-root DIR]
+    python benchmarks/bert_results.py --data-root DIR [--quick] [--device auto|cpu|cuda] [--threads T]
                                       [--out benchmarks/results/bert-<device>.json]
 
-What it measures, in one run with the offline defaults (``--quick``: a smaller, faster version):
+DIR holds ``rt-polarity/`` (the sentence polarity dataset v1.0, MR; Pang and Lee, 2005), split 80/10/10
+by ``bertlab.data`` as in the chapters. The course's BERT is the one the package ships
+(``bertlab.pretraining.course_bert_folder()``: BERT-mini pretrained on IMDB reviews, see its model card;
+its held-out masked-token scores are measured by ``tools/course_bert.py export`` and read here from
+``benchmarks/results/course-bert.json``).
 
-(a) Pretraining lowers the MLM loss. A BERT-mini (L/H/A = 4/256/4) is pretrained from random weights
-    with masked language modelling only (RoBERTa-style full-sentence segments, dynamic masking, no
-    NSP: the sentiment snippets are single sentences) on the offline corpus (the English prose of
-    Python's pydoc topics, every 10th document held out) plus the TRAINING texts of the sentiment
-    dataset without their labels (domain-adaptive pretraining, as Gururangan et al., 2020; the pydoc
-    text alone, ~3k sentences, is too small and too far from movie reviews to help). The MLM loss
-    (cross-entropy over the predicted tokens, nats) is measured on fixed masks of held-out text before
-    and after pretraining: the held-out pydoc documents and the dataset's dev texts. A model that has
-    learnt nothing scores about ln(vocabulary size).
-(b) Pretraining helps fine-tuning. On MR (the sentence polarity dataset v1.0, when present; else the
-    SYNTHETIC set of ``bertlab.data``, said in the output) the pretrained BERT-mini and a randomly
-    initialised one, same vocabulary, split, epochs, batch, learning rate and seed, are fine-tuned
-    (all weights, ``bertlab.finetuning.finetune``) and scored on the test split. A bag-of-words
-    logistic regression gives context.
-(c) Distillation. The fine-tuned pretrained model (the teacher) is distilled into a half-depth student
-    that starts from the teacher's layers 0 and 2 (``init_student_from_teacher``, as DistilBERT), with
-    ``distill`` (alpha 0.5, T = 2); ``compare_models`` then times both side by side on the test split
-    (alternating, median of repeats) and scores them. Expected: the student keeps >= 95% of the
-    teacher's accuracy and runs >= 1.6 times faster.
-(d) Training throughput against Hugging Face is measured by ``benchmarks/bert_throughput.py``.
+The protocol, the same for every model: the same training examples, the same number of epochs and
+batch size (so the same number of steps), texts cut to 64 tokens; each model's learning rate chosen
+on the dev set from a grid (``bertlab.finetuning.choose_learning_rate``, seed 0), then the other seeds
+trained at that rate; test accuracy reported as mean and standard deviation over the seeds.
 
-The JSON holds the settings, the machine, every measurement and the checks; the Markdown tables are
-printed and written next to it (``.md``).
+(a) MR test accuracy: a tf-idf uni+bigram logistic regression (scikit-learn, its C chosen on dev),
+    bertlab's bag-of-words logistic regression, BERT-mini from random weights (the course vocabulary),
+    the course BERT with its encoder frozen (head only), and the course BERT fine-tuned whole.
+(b) A learning curve: test accuracy against the number of labelled examples (250, 1000, 4000, all),
+    pretrained against random init; smaller sets get more epochs (at least ``MIN_STEPS`` steps), the
+    same for both.
+(c) Distillation: the fine-tuned course BERT (seed 0) teaches a half-depth student (Hinton et al.'s
+    loss, alpha 0.5, T = 2); the same student trained on the labels alone shows what the teacher adds.
+    Both students start from the course BERT's pretrained layers 0 and 2 and a new head.
+    ``compare_models`` times teacher and student side by side on the test set.
+
+The JSON holds the settings, the machine, every run and the checks of the expectations; a Markdown
+table is printed and written next to it (``.md``).
 """
 
 import argparse
@@ -36,8 +35,8 @@ import json
 import math
 import os
 import platform
+import statistics
 import sys
-import tempfile
 import time
 import warnings
 from datetime import datetime, timezone
@@ -45,25 +44,24 @@ from pathlib import Path
 
 import torch
 
-from bertlab.bert import IGNORE_INDEX, BertConfig, BertForPreTraining, BertForSequenceClassification
-from bertlab.data import find_sentiment_dataset, pretraining_corpus
+from bertlab.bert import BertForSequenceClassification
+from bertlab.data import load_sentiment
 from bertlab.distillation import compare_models, distill, init_student_from_teacher
-from bertlab.finetuning import evaluate, finetune, train_bag_of_words
-from bertlab.pretraining import PretrainingDataset, load_metrics, pretrain
-from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
+from bertlab.finetuning import choose_learning_rate, evaluate, finetune, freeze_layers, train_bag_of_words
+from bertlab.pretraining import course_bert_folder
+from bertlab.tokenization import BertTokenizer
 from bertlab.utils import resolve_device, seed_everything
 
-PRESET = "mini"
-HELD_OUT_EVERY = 10  # every 10th pydoc document is held out of pretraining
-# Fine-tuning at lr 5e-4 for 3 epochs: at 2e-4 for 2 epochs (this script's first setting) both BERT-minis
-# stayed at chance on 2000 MR examples. The options below override any setting of a mode.
-SETTINGS = {  # the full run, and --quick
-    "full": dict(vocab_size=4096, pretrain_steps=800, pretrain_batch_size=32, pretrain_seq_len=64, pretrain_lr=1e-3,
-                 max_train_examples=None, finetune_epochs=3, finetune_batch_size=32, finetune_lr=5e-4, max_length=64,
-                 distill_epochs=2, distill_lr=5e-4, alpha=0.5, temperature=2.0, repeats=3),
-    "quick": dict(vocab_size=4096, pretrain_steps=200, pretrain_batch_size=32, pretrain_seq_len=64, pretrain_lr=1e-3,
-                  max_train_examples=2000, finetune_epochs=3, finetune_batch_size=32, finetune_lr=5e-4,
-                  max_length=64, distill_epochs=1, distill_lr=5e-4, alpha=0.5, temperature=2.0, repeats=3),
+RESULTS = Path(__file__).resolve().parent / "results"
+COURSE_BERT_RESULTS = RESULTS / "course-bert.json"
+SETTINGS = {
+    "full": dict(seeds=[0, 1, 2], epochs=3, batch_size=32, max_length=64, min_steps=300,
+                 learning_rates=[1e-4, 3e-4, 1e-3], head_only_learning_rates=[1e-3, 3e-3, 1e-2],
+                 curve_sizes=[250, 1000, 4000], tfidf_c=[0.3, 1.0, 3.0, 10.0], alpha=0.5, temperature=2.0,
+                 repeats=5, max_train_examples=None),
+    "quick": dict(seeds=[0], epochs=1, batch_size=32, max_length=64, min_steps=20,
+                  learning_rates=[3e-4, 1e-3], head_only_learning_rates=[3e-3], curve_sizes=[250],
+                  tfidf_c=[1.0], alpha=0.5, temperature=2.0, repeats=2, max_train_examples=500),
 }
 
 
@@ -82,128 +80,152 @@ class Stopwatch:
         print(f"== {name}: {self.seconds[name]:.0f} s", flush=True)
 
 
-@torch.inference_mode()
-def masked_lm_loss(model: BertForPreTraining, tokenizer, documents, seq_len: int, device, batch_size: int = 64):
-    """Mean MLM cross-entropy (nats) and accuracy over the predicted tokens of ``documents``.
-
-    The documents are cut into full-sentence segments and masked once, with a fixed seed (static
-    masking), so that every model is scored on the same masked tokens.
-    """
-    dataset = PretrainingDataset(tokenizer, documents, seq_len=seq_len, nsp=False, masking="static", seed=1234)
-    model.to(device).eval()
-    total_loss, correct, predicted = 0.0, 0, 0
-    for start in range(0, len(dataset), batch_size):
-        batch = dataset.collate([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
-        batch = {name: tensor.to(device) for name, tensor in batch.items()}
-        logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).mlm_logits
-        chosen = batch["mlm_labels"] != IGNORE_INDEX  # (B, N)
-        targets = batch["mlm_labels"][chosen]
-        total_loss += float(torch.nn.functional.cross_entropy(logits[chosen].float(), targets, reduction="sum"))
-        correct += int((logits[chosen].argmax(-1) == targets).sum())
-        predicted += int(chosen.sum())
-    return {"loss": total_loss / predicted, "accuracy": correct / predicted, "predicted_tokens": predicted}
-
-
-def load_quietly(cls, folder: Path):
-    """``cls.from_pretrained(folder)`` without the expected warnings (a new classifier, unused MLM heads)."""
+def quietly(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` without the expected warnings of ``from_pretrained`` (a new head)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return cls.from_pretrained(folder)
+        return function(*args, **kwargs)
+
+
+def tfidf_logistic_regression(train, dev, test, c_grid) -> dict:
+    """tf-idf of word unigrams and bigrams, logistic regression; C chosen on dev. scikit-learn: an
+    implementation independent of bertlab."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
+    features = vectorizer.fit_transform([text for text, _ in train])
+    labels = [label for _, label in train]
+
+    def accuracy(model, examples):
+        predictions = model.predict(vectorizer.transform([text for text, _ in examples]))
+        return sum(int(p == label) for p, (_, label) in zip(predictions, examples)) / len(examples)
+
+    runs = {c: LogisticRegression(C=c, max_iter=2000).fit(features, labels) for c in c_grid}
+    dev_accuracy = {c: accuracy(model, dev) for c, model in runs.items()}
+    best = max(c_grid, key=lambda c: dev_accuracy[c])
+    return {"C": best, "dev_accuracy_by_C": dev_accuracy, "test_accuracy": accuracy(runs[best], test)}
+
+
+def summary(accuracies: list[float]) -> dict:
+    return {"test_accuracies": accuracies, "mean": statistics.mean(accuracies),
+            "std": statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0}
 
 
 def run(args: argparse.Namespace) -> dict:
-    settings = dict(SETTINGS["quick" if args.quick else "full"])
-    settings.update({name: value for name, value in vars(args).items() if name in settings and value is not None})
+    settings = SETTINGS["quick" if args.quick else "full"]
     device = resolve_device(args.device)
     watch = Stopwatch()
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bert-results-"))
-    print(f"work folder: {work}")
+    splits = load_sentiment("mr", root=args.data_root)
+    train = splits.train[: settings["max_train_examples"]]
+    dev, test = splits.dev, splits.test
+    print(f"MR: {len(train)} train, {len(dev)} dev, {len(test)} test ({splits.source})")
+    folder = course_bert_folder()
+    tokenizer = BertTokenizer(folder / "vocab.txt")
 
-    splits = find_sentiment_dataset(root=args.data_root, seed=args.seed)
-    train = splits.train[: settings["max_train_examples"]] if settings["max_train_examples"] else splits.train
-    print(f"dataset: {splits.name}: {splits.source}; {len(train)} train, {len(splits.dev)} dev, {len(splits.test)} test")
-    if splits.name == "synthetic":
-        print("NOTE: MR was not found: these results are on the SYNTHETIC sentiment set, not real reviews")
+    def pretrained_classifier() -> BertForSequenceClassification:
+        return quietly(BertForSequenceClassification.from_pretrained, folder)
 
-    # ---------------------------------------------------------------------------- (a) pretraining
-    pydoc = pretraining_corpus()
-    pydoc_train = [document for index, document in enumerate(pydoc) if index % HELD_OUT_EVERY]
-    pydoc_held_out = pydoc[::HELD_OUT_EVERY]
-    documents = pydoc_train + [[text] for text, _ in train]  # each snippet a document of one sentence
-    held_out = {"pydoc held-out documents": pydoc_held_out, f"{splits.name} dev texts": [[t for t, _ in splits.dev]]}
-    with watch.stage("vocabulary"):
-        sentences = [sentence for document in documents for sentence in document]
-        tokenizer = BertTokenizer(train_wordpiece_vocab(sentences, settings["vocab_size"]))
-    config = BertConfig.preset(PRESET, vocab_size=tokenizer.vocab_size)
-    seed_everything(args.seed)
-    model = BertForPreTraining(config)
-    seq_len = settings["pretrain_seq_len"]
-    before = {name: masked_lm_loss(model, tokenizer, docs, seq_len, device) for name, docs in held_out.items()}
-    with watch.stage("pretraining"):
-        pretrain(model, tokenizer, documents, output_dir=work / "pretrain", max_steps=settings["pretrain_steps"],
-                 batch_size=settings["pretrain_batch_size"], seq_len=seq_len, lr=settings["pretrain_lr"], nsp=False,
-                 masking="dynamic", device=device, seed=args.seed, log_every=10, resume=False,
-                 progress=not args.no_progress)
-    after = {name: masked_lm_loss(model, tokenizer, docs, seq_len, device) for name, docs in held_out.items()}
-    log = load_metrics(work / "pretrain" / "metrics.jsonl")
-    pretraining = {
-        "corpus": {"pydoc_documents": len(pydoc_train), "dataset_train_texts": len(train),
-                   "sentences": len(sentences)},
-        "vocab_size": tokenizer.vocab_size, "ln_vocab_size": math.log(tokenizer.vocab_size),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "held_out_before": before, "held_out_after": after,
-        "training_log_first": log[0], "training_log_last": log[-1],
-        "tokens_per_second": sum(r["tokens_per_second"] for r in log) / len(log),
-    }
+    def random_classifier() -> BertForSequenceClassification:
+        return BertForSequenceClassification(pretrained_classifier().config)  # seeded by the caller
 
-    # ---------------------------------------------------------------------------- (b) fine-tuning
-    def fine_tune(model: BertForSequenceClassification, name: str) -> tuple[BertForSequenceClassification, dict]:
-        with watch.stage(f"fine-tuning ({name})"):
-            history = finetune(model, tokenizer, train, splits.dev, epochs=settings["finetune_epochs"],
-                               batch_size=settings["finetune_batch_size"], encoder_lr=settings["finetune_lr"],
-                               max_length=settings["max_length"], device=device, seed=args.seed,
-                               progress=not args.no_progress)
-            test = evaluate(model, tokenizer, splits.test, max_length=settings["max_length"])
-        print(f"{name}: test accuracy {test['accuracy']:.4f}")
-        return model, {"history": history, "test": test}
+    def train_bert(make_model, examples, lr, seed, epochs, head_only=False):
+        seed_everything(seed)
+        model = make_model()
+        if head_only:
+            freeze_layers(model, 0)
+        finetune(model, tokenizer, examples, epochs=epochs, batch_size=settings["batch_size"], encoder_lr=lr,
+                 max_length=settings["max_length"], device=device, seed=seed, progress=not args.no_progress)
+        return model
 
-    teacher, pretrained_run = fine_tune(load_quietly(BertForSequenceClassification, work / "pretrain"),
-                                        "pretrained BERT-mini")
-    seed_everything(args.seed)
-    _, random_run = fine_tune(BertForSequenceClassification(config), "randomly initialised BERT-mini")
+    def compare(name, make_model, examples, learning_rates, seeds, head_only=False):
+        """Learning rate chosen on dev with seed 0, then every seed at that rate; test accuracies."""
+        epochs = max(settings["epochs"], math.ceil(settings["min_steps"] * settings["batch_size"] / len(examples)))
+        with watch.stage(f"{name}, {len(examples)} examples, {epochs} epochs"):
+            tuned = choose_learning_rate(
+                lambda lr: train_bert(make_model, examples, lr, seeds[0], epochs, head_only), learning_rates,
+                tokenizer, dev, max_length=settings["max_length"])
+            models = [tuned.model] + [train_bert(make_model, examples, tuned.learning_rate, seed, epochs, head_only)
+                                      for seed in seeds[1:]]
+            accuracies = [evaluate(model, tokenizer, test, max_length=settings["max_length"])["accuracy"]
+                          for model in models]
+        print(f"{name}: lr {tuned.learning_rate:g} (dev {tuned.dev_accuracy_by_learning_rate}); "
+              f"test {[round(a, 4) for a in accuracies]}")
+        record = {"learning_rate": tuned.learning_rate, "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
+                  "epochs": epochs, "train_examples": len(examples), **summary(accuracies)}
+        return record, tuned.model
+
+    # ---------------------------------------------------------------------------- (a) MR
+    classification = {}
+    with watch.stage("tf-idf logistic regression"):
+        classification["tfidf_logistic_regression"] = tfidf_logistic_regression(train, dev, test, settings["tfidf_c"])
     with watch.stage("bag of words"):
-        bag_of_words = train_bag_of_words(train, seed=args.seed).evaluate(splits.test)
-    finetuning = {"pretrained": pretrained_run, "random_init": random_run, "bag_of_words": {"test": bag_of_words}}
+        classification["bag_of_words"] = train_bag_of_words(train, seed=0).evaluate(test)
+    seeds, grid = settings["seeds"], settings["learning_rates"]
+    classification["random_init"], _ = compare("BERT-mini, random init", random_classifier, train, grid, seeds)
+    classification["course_bert_head_only"], _ = compare("course BERT, head only", pretrained_classifier, train,
+                                                         settings["head_only_learning_rates"], seeds, head_only=True)
+    classification["course_bert"], teacher = compare("course BERT, all weights", pretrained_classifier, train, grid,
+                                                     seeds)
+
+    # ---------------------------------------------------------------------------- (b) learning curve
+    curve = {"sizes": [*settings["curve_sizes"], len(train)], "pretrained": [], "random_init": []}
+    for size in settings["curve_sizes"]:
+        for key, make_model in (("pretrained", pretrained_classifier), ("random_init", random_classifier)):
+            record, _ = compare(f"curve: {key}", make_model, train[:size], grid, seeds[:1])
+            curve[key].append(record)
+    curve["pretrained"].append(classification["course_bert"])
+    curve["random_init"].append(classification["random_init"])
 
     # ---------------------------------------------------------------------------- (c) distillation
-    student = init_student_from_teacher(teacher)  # teacher layers 0 and 2
+    def student(lr: float, teacher_model=None) -> BertForSequenceClassification:
+        """The half-depth student: the course BERT's pretrained layers 0 and 2 and a new head, distilled
+        from ``teacher_model``, or fine-tuned on the labels alone when it is None."""
+        seed_everything(0)
+        model = init_student_from_teacher(pretrained_classifier())
+        options = dict(epochs=settings["epochs"], batch_size=settings["batch_size"], max_length=settings["max_length"],
+                       device=device, seed=0, progress=not args.no_progress)
+        if teacher_model is None:
+            finetune(model, tokenizer, train, encoder_lr=lr, **options)
+        else:
+            distill(teacher_model, model, tokenizer, train, lr=lr, alpha=settings["alpha"],
+                    temperature=settings["temperature"], **options)
+        return model
+
     with watch.stage("distillation"):
-        history = distill(teacher, student, tokenizer, train, splits.dev, epochs=settings["distill_epochs"],
-                          batch_size=settings["finetune_batch_size"], lr=settings["distill_lr"],
-                          alpha=settings["alpha"], temperature=settings["temperature"],
-                          max_length=settings["max_length"], device=device, seed=args.seed,
-                          progress=not args.no_progress)
+        distilled = choose_learning_rate(lambda lr: student(lr, teacher), grid, tokenizer, dev,
+                                         max_length=settings["max_length"])
+    with watch.stage("student on labels alone"):
+        labels_alone = choose_learning_rate(student, grid, tokenizer, dev, max_length=settings["max_length"])
     with watch.stage("comparison"):
-        comparison = compare_models(teacher, student, tokenizer, splits.test, batch_size=32,
+        comparison = compare_models(teacher, distilled.model, tokenizer, test, batch_size=32,
                                     max_length=settings["max_length"], repeats=settings["repeats"],
-                                    names=("teacher: BERT-mini, 4 layers", "student: 2 layers"))
-    distillation = {"student_layers_from_teacher": [0, 2], "history": history,
-                    "comparison": [vars(row) for row in comparison.rows], "comparison_markdown": comparison.to_markdown()}
+                                    names=("teacher: course BERT, 4 layers", "distilled student, 2 layers"))
+    distillation = {
+        "student_layers": [0, 2],
+        "distilled": {"learning_rate": distilled.learning_rate,
+                      "dev_accuracy_by_learning_rate": distilled.dev_accuracy_by_learning_rate},
+        "labels_alone": {"learning_rate": labels_alone.learning_rate,
+                         "dev_accuracy_by_learning_rate": labels_alone.dev_accuracy_by_learning_rate,
+                         "test_accuracy": evaluate(labels_alone.model, tokenizer, test,
+                                                   max_length=settings["max_length"])["accuracy"]},
+        "comparison": [vars(row) for row in comparison.rows],
+        "comparison_markdown": comparison.to_markdown(),
+    }
 
     results = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["python", *sys.argv]),
         "mode": "quick" if args.quick else "full",
         "settings": settings,
-        "seed": args.seed,
         "machine": machine(device),
-        "dataset": {"name": splits.name, "source": splits.source, "train": len(train), "dev": len(splits.dev),
-                    "test": len(splits.test)},
-        "pretraining": pretraining,
-        "finetuning": finetuning,
+        "dataset": {"name": splits.name, "source": splits.source, "train": len(train), "dev": len(dev),
+                    "test": len(test)},
+        "course_bert": json.loads(COURSE_BERT_RESULTS.read_text())["held_out"] if COURSE_BERT_RESULTS.is_file() else None,
+        "classification": classification,
+        "learning_curve": curve,
         "distillation": distillation,
         "seconds": watch.seconds,
-        "throughput": "see benchmarks/bert_throughput.py (tokens/s against Hugging Face BertForMaskedLM)",
     }
     results["checks"] = check_expectations(results)
     return results
@@ -226,88 +248,94 @@ def cpu_name() -> str:
 
 
 def check_expectations(results: dict) -> list[dict]:
-    """The issue's expectations (a) to (c), each with the measured numbers and whether it holds."""
-    pretraining, finetuning = results["pretraining"], results["finetuning"]
+    """The expectations of the course's BERT, each with the measured numbers and whether it holds."""
     checks = []
-    for name, before in pretraining["held_out_before"].items():
-        after = pretraining["held_out_after"][name]["loss"]
-        checks.append({"expectation": f"pretraining lowers the MLM loss ({name})",
-                       "measured": f"{before['loss']:.3f} -> {after:.3f} nats (ln V = {pretraining['ln_vocab_size']:.3f})",
-                       "holds": after < before["loss"] - 0.5})
-    pretrained, random_init = (finetuning[key]["test"]["accuracy"] for key in ("pretrained", "random_init"))
-    checks.append({"expectation": f"pretrained BERT-mini fine-tunes above random init ({results['dataset']['name']})",
-                   "measured": f"test accuracy {100 * pretrained:.1f}% vs {100 * random_init:.1f}%",
-                   "holds": pretrained > random_init})
+    held_out = results["course_bert"]
+    if held_out is not None:
+        model, unigram = held_out["model"], held_out["unigram"]
+        checks.append({"expectation": "held-out masked-token accuracy >= 30%",
+                       "measured": f"{100 * model['accuracy']:.1f}%", "holds": model["accuracy"] >= 0.30})
+        checks.append({"expectation": "held-out MLM loss >= 1.5 nats below the unigram predictor",
+                       "measured": f"{model['loss']:.3f} vs {unigram['loss']:.3f} nats "
+                                   f"({unigram['loss'] - model['loss']:.2f} below)",
+                       "holds": unigram["loss"] - model["loss"] >= 1.5})
+    classification = results["classification"]
+    pretrained, random_init = classification["course_bert"], classification["random_init"]
+    tfidf = classification["tfidf_logistic_regression"]["test_accuracy"]
+    checks.append({"expectation": "fine-tuned course BERT >= 3 points above the same BERT from random weights",
+                   "measured": f"{100 * pretrained['mean']:.1f}% vs {100 * random_init['mean']:.1f}% (means over "
+                               f"{len(pretrained['test_accuracies'])} seeds)",
+                   "holds": pretrained["mean"] - random_init["mean"] >= 0.03})
+    checks.append({"expectation": "fine-tuned course BERT above a tf-idf uni+bigram logistic regression",
+                   "measured": f"{100 * pretrained['mean']:.1f}% vs {100 * tfidf:.1f}%",
+                   "holds": pretrained["mean"] > tfidf})
     teacher, student = results["distillation"]["comparison"]
     checks.append({"expectation": "half-depth student keeps >= 95% of the teacher's accuracy",
                    "measured": f"{100 * student['accuracy']:.1f}% vs {100 * teacher['accuracy']:.1f}% "
-                   f"= {student['percent_of_teacher']:.1f}%",
+                               f"= {student['percent_of_teacher']:.1f}%",
                    "holds": student["percent_of_teacher"] >= 95})
     checks.append({"expectation": "half-depth student runs >= 1.6x faster (inference)",
                    "measured": f"{student['speedup']:.2f}x", "holds": student["speedup"] >= 1.6})
     return checks
 
 
+def percent(summary_record: dict) -> str:
+    spread = f" ± {100 * summary_record['std']:.1f}" if len(summary_record["test_accuracies"]) > 1 else ""
+    return f"{100 * summary_record['mean']:.1f}%{spread}"
+
+
 def markdown(results: dict) -> str:
-    pretraining, finetuning = results["pretraining"], results["finetuning"]
-    lines = ["**(a) Pretraining BERT-mini (MLM, held-out text, fixed masks)**", "",
-             f"Vocabulary {pretraining['vocab_size']} WordPieces: ln V = {pretraining['ln_vocab_size']:.3f} nats "
-             f"(chance). {results['settings']['pretrain_steps']} steps of {results['settings']['pretrain_batch_size']} x "
-             f"{results['settings']['pretrain_seq_len']} tokens; training log: MLM loss "
-             f"{pretraining['training_log_first']['mlm_loss']:.3f} (first 10 steps) -> "
-             f"{pretraining['training_log_last']['mlm_loss']:.3f} (last 10 steps).", "",
-             "| held-out text | MLM loss before | after | MLM accuracy before | after |", "|---|---:|---:|---:|---:|"]
-    for name, before in pretraining["held_out_before"].items():
-        after = pretraining["held_out_after"][name]
-        lines.append(f"| {name} ({before['predicted_tokens']} masked tokens) | {before['loss']:.3f} | "
-                     f"{after['loss']:.3f} | {100 * before['accuracy']:.1f}% | {100 * after['accuracy']:.1f}% |")
-    lines += ["", f"**(b) Fine-tuning on {results['dataset']['name']} (test split, {results['dataset']['test']} "
-              f"examples; {results['dataset']['train']} training examples)**", "",
-              "| model | test accuracy | test macro-F1 | dev accuracy per epoch |", "|---|---:|---:|---|"]
-    rows = [("BERT-mini, pretrained (a)", finetuning["pretrained"]),
-            ("BERT-mini, random init", finetuning["random_init"]),
-            ("bag-of-words logistic regression", finetuning["bag_of_words"])]
-    for name, run in rows:
-        dev = ", ".join(f"{100 * record['dev_accuracy']:.1f}%" for record in run.get("history", [])) or "-"
-        lines.append(f"| {name} | {100 * run['test']['accuracy']:.1f}% | {100 * run['test']['macro_f1']:.1f}% | {dev} |")
-    lines += ["", "**(c) Distillation into a half-depth student (test split)**", "",
-              results["distillation"]["comparison_markdown"], "",
+    classification, dataset = results["classification"], results["dataset"]
+    seeds = len(results["settings"]["seeds"])
+    lines = [f"**MR test accuracy** ({dataset['test']} test examples, {dataset['train']} training examples; BERTs: "
+             f"learning rate chosen on dev, mean ± standard deviation over {seeds} seed(s))", "",
+             "| model | learning rate (or C) | test accuracy |", "|---|---:|---:|",
+             f"| tf-idf uni+bigram logistic regression (scikit-learn) | C = "
+             f"{classification['tfidf_logistic_regression']['C']:g} | "
+             f"{100 * classification['tfidf_logistic_regression']['test_accuracy']:.1f}% |",
+             f"| bag-of-words logistic regression (bertlab) | - | {100 * classification['bag_of_words']['accuracy']:.1f}% |"]
+    for key, name in (("random_init", "BERT-mini from random weights"), ("course_bert_head_only", "course BERT, head only"),
+                      ("course_bert", "course BERT, all weights")):
+        record = classification[key]
+        lines.append(f"| {name} | {record['learning_rate']:g} | {percent(record)} |")
+    curve = results["learning_curve"]
+    lines += ["", "**Learning curve** (test accuracy; learning rate chosen on dev for each size; seed 0 for the "
+              "smaller sizes)", "", "| labelled examples | " + " | ".join(map(str, curve["sizes"])) + " |",
+              "|---|" + "---:|" * len(curve["sizes"])]
+    for key, name in (("pretrained", "course BERT"), ("random_init", "random init")):
+        lines.append(f"| {name} | " + " | ".join(percent(record) for record in curve[key]) + " |")
+    distillation = results["distillation"]
+    lines += ["", "**Distillation** (test split; students: 2 layers, from the course BERT's layers 0 and 2)", "",
+              distillation["comparison_markdown"], "",
+              f"The same student trained on the labels alone: "
+              f"{100 * distillation['labels_alone']['test_accuracy']:.1f}% "
+              f"(learning rate {distillation['labels_alone']['learning_rate']:g}).", "",
               "| expectation | measured | holds |", "|---|---|---|"]
     lines += [f"| {c['expectation']} | {c['measured']} | {'yes' if c['holds'] else 'NO'} |" for c in results["checks"]]
     seconds = ", ".join(f"{name} {value:.0f} s" for name, value in results["seconds"].items())
-    lines += ["", f"Wall-clock time per stage: {seconds}.", "",
-              "(d) Training throughput against Hugging Face: `benchmarks/bert_throughput.py`."]
+    lines += ["", f"Wall-clock time per stage: {seconds}."]
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller run: fewer steps, 2000 training examples")
+    parser.add_argument("--data-root", type=Path, help="folder holding rt-polarity/ (default: $BERTLAB_DATA)")
+    parser.add_argument("--quick", action="store_true", help="a small check of the script: 500 examples, 1 seed")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
-    parser.add_argument("--data-root", type=Path, help="folder holding rt-polarity/ (default: $BERTLAB_DATA)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--pretrain-steps", type=int, help="instead of the mode's (full 800, quick 200)")
-    parser.add_argument("--pretrain-lr", type=float, help="instead of the mode's (1e-3)")
-    parser.add_argument("--finetune-lr", type=float, help="instead of the mode's (5e-4)")
-    parser.add_argument("--finetune-epochs", type=int, help="instead of the mode's (3)")
-    parser.add_argument("--max-train-examples", type=int, help="instead of the mode's (full: all, quick: 2000)")
-    parser.add_argument("--work-dir", type=Path, help="folder for the models (default: a new temporary folder)")
     parser.add_argument("--out", type=Path, help="JSON file (default: benchmarks/results/bert-DEVICE[-quick].json)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args()
     if args.threads is not None:
-        if args.threads < 1:
-            parser.error("--threads must be >= 1")
         torch.set_num_threads(args.threads)
     try:
         results = run(args)
-    except (ValueError, FileNotFoundError) as error:  # e.g. --device cuda without a GPU
+    except (ValueError, FileNotFoundError) as error:  # no MR, no course model, --device cuda without a GPU
         parser.exit(1, f"error: {error}\n")
     table = markdown(results)
     print("\n" + table)
     suffix = "-quick" if args.quick else ""
-    out = args.out or Path(__file__).resolve().parent / "results" / f"bert-{resolve_device(args.device).type}{suffix}.json"
+    out = args.out or RESULTS / f"bert-{resolve_device(args.device).type}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     out.with_suffix(".md").write_text(table + "\n")

@@ -29,10 +29,10 @@ from pathlib import Path
 import torch
 
 from bertlab.bert import PRESETS, BertConfig, BertForPreTraining, BertForSequenceClassification
-from bertlab.data import SENTIMENT_DATASETS, load_sentiment, pretraining_corpus
+from bertlab.data import PRETRAINING_CORPORA, SENTIMENT_DATASETS, load_sentiment, pretraining_corpus
 from bertlab.distillation import compare_models, distill, init_student_from_teacher
 from bertlab.finetuning import encoder_layers, evaluate, finetune, format_record, freeze_layers
-from bertlab.pretraining import MASKING_KINDS, pretrain
+from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, pretrain
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import resolve_device, seed_everything
 
@@ -199,12 +199,23 @@ def run_pretrain(args: argparse.Namespace) -> int:
         raise UsageError("--dataset-text needs --no-nsp: a snippet is a single sentence, which has no next sentence")
     check_file("--vocab", args.vocab)
     resolve_device(args.device)  # a bad --device fails before the data is prepared
-    documents = pretraining_corpus(args.text)
+    try:
+        documents = pretraining_corpus(args.text, corpus=args.corpus, root=args.data_root)
+    except FileNotFoundError as error:
+        raise CommandLineError(f"{error} Or pass --data-root.") from error
     if args.dataset_text is not None:
         documents += [[text] for text, _ in load_dataset(args.dataset_text, args).train]  # a snippet per document
     sentences = [sentence for document in documents for sentence in document]
     say(f"corpus: {len(documents)} documents, {len(sentences)} sentences")
-    tokenizer = BertTokenizer(args.vocab) if args.vocab else learn_tokenizer(sentences, args.vocab_size)
+    run_vocab = args.output / "vocab.txt"
+    if args.vocab:
+        tokenizer = BertTokenizer(args.vocab)
+    elif not args.no_resume and (args.output / CHECKPOINT_FILE).is_file() and run_vocab.is_file():
+        say(f"resuming with the run's vocabulary, {run_vocab}")
+        tokenizer = BertTokenizer(run_vocab)
+    else:
+        tokenizer = learn_tokenizer(sentences, args.vocab_size)
+        tokenizer.save_vocabulary(args.output)  # a resumed run reads it instead of learning it again
     seed_everything(args.seed)
     model = BertForPreTraining(BertConfig.preset(args.preset, vocab_size=tokenizer.vocab_size))
     say(f"model: BERT-{args.preset}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
@@ -233,7 +244,7 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
         "pretrain", parents=[common], help="pretrain a BERT with masked language modelling (and NSP)",
         description="Pretrain a BERT from scratch with masked language modelling and next sentence prediction "
         "(Devlin et al., 2019), or MLM alone on full-sentence segments (--no-nsp, as RoBERTa), on the offline "
-        "corpus (the English prose of Python's pydoc topics) plus any text you add. The output folder receives "
+        "corpus (the English prose of Python's pydoc topics) or the IMDB reviews (--corpus imdb), plus any text you add. The output folder receives "
         "config.json, model.safetensors, vocab.txt, pretraining_args.json, metrics.jsonl, loss_curve.png and "
         "checkpoint.pt; running the same command again resumes from the checkpoint. On several processes: "
         "torchrun --nproc_per_node N -m bertlab pretrain ...",
@@ -259,6 +270,10 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab-size", type=positive_int, default=4096,
                         help="size of the WordPiece vocabulary learned from the corpus (default: 4096)")
     parser.add_argument("--vocab", type=Path, metavar="FILE", help="use this vocab.txt instead of learning one")
+    parser.add_argument("--corpus", choices=PRETRAINING_CORPORA, default="pydoc",
+                        help="pydoc: the English prose of Python's pydoc topics (offline, small); imdb: the 75,000 "
+                        "unlabelled and training reviews of the IMDB archive (aclImdb/) in --data-root, the text of "
+                        "the course's BERT (default: pydoc)")
     parser.add_argument("--text", type=Path, nargs="+", metavar="PATH",
                         help="more text: UTF-8 files, or folders of .txt files (blank lines separate documents)")
     parser.add_argument("--dataset-text", choices=SENTIMENT_DATASETS, metavar="NAME",

@@ -4,6 +4,9 @@
   sentence prediction. The default is the English reference text that ships with every Python, in
   the standard library's ``pydoc_data.topics`` (the Python Language Reference; PSF license), with
   code, tables and headings removed. Its exact content follows the Python version.
+- ``imdb_documents``: the reviews of the Large Movie Review Dataset (Maas et al., 2011) as documents,
+  read from the authors' folder layout; its unlabelled and training reviews are the pretraining text
+  of the course's BERT, its test reviews held-out text.
 - ``load_sentiment``: the sentence polarity dataset v1.0 ("MR"; Pang and Lee, 2005), SST-2 (GLUE;
   Socher et al., 2013; Wang et al., 2019) and IMDB (Maas et al., 2011), read in the formats their
   authors publish, from a data folder: the ``root`` argument, else ``$BERTLAB_DATA``, else
@@ -136,23 +139,98 @@ def _text_files(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[
     return files
 
 
+PRETRAINING_CORPORA = ("pydoc", "imdb")
+
+
 def pretraining_corpus(
     extra_paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
+    *,
+    corpus: str = "pydoc",
+    root: str | os.PathLike | None = None,
 ) -> list[list[str]]:
     """Documents for pretraining, each a list of sentences, in a fixed order.
 
-    The default corpus is the English prose of ``pydoc_data.topics`` (the Python Language Reference
-    as the ``help()`` system shows it; PSF license), which every Python installation has: on Python
-    3.11 about 200 documents (one per section) and 3,000 sentences, once code, grammar rules, tables
-    and headings are dropped. ``extra_paths`` adds the documents of user text files (UTF-8): a file,
-    or a folder whose ``*.txt`` files are read in sorted order. In a file, blank lines separate
-    documents; a file without blank lines is one document. Sentences are found by
+    ``corpus="pydoc"`` (the default) is the English prose of ``pydoc_data.topics`` (the Python
+    Language Reference as the ``help()`` system shows it; PSF license), which every Python
+    installation has: on Python 3.11 about 200 documents (one per section) and 3,000 sentences, once
+    code, grammar rules, tables and headings are dropped. ``corpus="imdb"`` is the 75,000 unlabelled
+    and training reviews of the IMDB archive in the data folder ``root`` (``imdb_documents``), the
+    pretraining text of the course's BERT. ``extra_paths`` adds the documents of user text files
+    (UTF-8): a file, or a folder whose ``*.txt`` files are read in sorted order. In a file, blank
+    lines separate documents; a file without blank lines is one document. Sentences are found by
     ``split_sentences``.
     """
-    documents = [document for name in sorted(topics) for document in _reference_documents(topics[name])]
+    if corpus not in PRETRAINING_CORPORA:
+        raise ValueError(f"unknown pretraining corpus {corpus!r}; choose one of {list(PRETRAINING_CORPORA)}")
+    if corpus == "imdb":
+        documents = imdb_documents(root)
+    else:
+        documents = [document for name in sorted(topics) for document in _reference_documents(topics[name])]
     if extra_paths is not None:
         documents += [document for path in _text_files(extra_paths) for document in _text_file_documents(path)]
     return documents
+
+
+# The folders of the IMDB archive (aclImdb/) whose reviews the course's BERT is pretrained on; the
+# test reviews (test/pos, test/neg) stay held out.
+IMDB_PRETRAINING_FOLDERS = ("train/unsup", "train/pos", "train/neg")
+IMDB_HELD_OUT_FOLDERS = ("test/pos", "test/neg")
+
+
+def read_imdb_review(path: Path) -> str:
+    """One review file of the IMDB archive as plain text: its HTML line breaks (``<br />``) become
+    spaces and runs of whitespace single spaces."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+    return " ".join(text.replace("<br />", " ").split())
+
+
+def imdb_documents(
+    root: str | os.PathLike | None = None,
+    folders: Sequence[str] = IMDB_PRETRAINING_FOLDERS,
+    max_reviews_per_folder: int | None = None,
+) -> list[list[str]]:
+    """Reviews of the Large Movie Review Dataset (Maas et al., 2011) as documents: one review, one
+    document, a list of sentences (``split_sentences``).
+
+    The reviews are read from the authors' layout, ``aclImdb/<folder>/<id>_<rating>.txt``, one review
+    per UTF-8 file, in the order of ``folders`` and, within a folder, of the review id. The default
+    folders are the 50,000 unlabelled reviews (``train/unsup``) and the 25,000 training reviews
+    (``train/pos``, ``train/neg``): the pretraining text of the course's BERT, about 20M WordPiece
+    tokens. ``IMDB_HELD_OUT_FOLDERS`` (``test/pos``, ``test/neg``) are reviews of other movies,
+    held out for evaluation.
+
+    Args:
+        root: the data folder holding ``aclImdb/`` (or the ``aclImdb`` folder itself); default
+            ``$BERTLAB_DATA``, else ``~/.cache/bertlab``.
+        folders: sub-folders of ``aclImdb/`` to read.
+        max_reviews_per_folder: read only the first reviews (by id) of each folder; None for all.
+
+    Raises:
+        FileNotFoundError: a folder is missing; the message says where the archive goes.
+    """
+    root = data_root(root)
+    base = next((root / name for name in ("aclImdb", ".") if all((root / name / f).is_dir() for f in folders)), None)
+    if base is None:
+        missing = [folder for folder in folders if not (root / "aclImdb" / folder).is_dir()]
+        raise FileNotFoundError(
+            f"the IMDB reviews were not found: {root / 'aclImdb'} lacks {', '.join(missing)}. Extract the authors' "
+            f"archive ({SENTIMENT_SOURCES['imdb'].url}) into {root}, or pass the folder that holds aclImdb/ "
+            "(the data folder is the root argument, else $BERTLAB_DATA, else ~/.cache/bertlab)."
+        )
+    documents = []
+    for folder in folders:
+        paths = sorted((base / folder).glob("*.txt"), key=_review_order)[:max_reviews_per_folder]
+        documents += [sentences for path in paths if (sentences := split_sentences(read_imdb_review(path)))]
+    return documents
+
+
+def _review_order(path: Path) -> tuple[int, str]:
+    """Review files ``<id>_<rating>.txt`` sort by their numeric id (other names last, by name)."""
+    identifier = path.stem.partition("_")[0]
+    return (int(identifier), "") if identifier.isdigit() else (1 << 62, path.name)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -430,8 +508,7 @@ def _read_imdb_split(folder: Path) -> list[Example]:
     examples = []
     for label, polarity in ((1, "pos"), (0, "neg")):
         for path in sorted((folder / polarity).glob("*.txt")):
-            text = path.read_text(encoding="utf-8").replace("<br />", " ")
-            examples.append((" ".join(text.split()), label))
+            examples.append((read_imdb_review(path), label))
     return examples
 
 

@@ -11,16 +11,17 @@ BERT (Devlin et al., 2019) learns from unlabelled text with two tasks at once:
 RoBERTa (Liu et al., 2019) kept MLM, dropped NSP for segments of contiguous full sentences, and drew
 new masks every time a sequence is fed to the model ("dynamic masking") where BERT masked its data
 once, offline ("static masking"). ``PretrainingDataset`` offers both choices, and ``pretrain`` runs
-the training loop (AdamW, linear warm-up and decay, gradient clipping and accumulation, bf16 on CUDA,
-checkpoints that resume exactly, a metrics log and a loss curve), on one device or on several with
-``torchrun`` (DistributedDataParallel). ``pretrained_small_bert`` pretrains and caches the small BERT
-that the later chapters fine-tune and distil.
+the training loop (AdamW, linear warm-up and decay, gradient clipping and accumulation, mixed
+precision on CUDA, checkpoints that resume exactly, a metrics log and a loss curve), on one device or
+on several with ``torchrun`` (DistributedDataParallel). ``pretrained_small_bert`` pretrains and caches
+the small BERT that the later chapters fine-tune and distil.
 
 Scale: BERT trained 1M steps at batch 256 (sequences of up to 512 tokens); RoBERTa trained 500K steps
 at batch 8K. The runs here last minutes on a laptop CPU, on the small offline corpus of
 ``bertlab.data``: enough to watch the losses fall, far from a useful general-purpose model.
 """
 
+import array
 import contextlib
 import dataclasses
 import json
@@ -34,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
@@ -43,7 +45,7 @@ from tqdm.auto import tqdm
 from bertlab.bert import BertConfig, BertForPreTraining
 from bertlab.data import pretraining_corpus
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
-from bertlab.utils import autocast, resolve_device, seed_everything
+from bertlab.utils import autocast, grad_scaler, resolve_device, seed_everything
 
 IGNORE_INDEX = -100  # label of the positions that are not predicted (ignored by cross-entropy)
 IS_NEXT, NOT_NEXT = 0, 1  # NSP labels, as in BERT and Hugging Face's BertForPreTraining
@@ -482,7 +484,8 @@ class _MetricsWindow:
         values = dict.fromkeys(self.NAMES, 0)
         values.update(loss=output.loss, mlm_loss=output.mlm_loss, micro_batches=1,
                       mlm_micro_batches=predicted.any(), mlm_predicted=predicted.sum(),
-                      mlm_correct=(output.mlm_logits.argmax(-1)[predicted] == batch["mlm_labels"][predicted]).sum(),
+                      # mlm_logits (M, V): the model predicts the labelled positions only (_train)
+                      mlm_correct=(output.mlm_logits.argmax(-1) == output.mlm_targets).sum(),
                       tokens=batch["attention_mask"].sum())
         if "nsp_labels" in batch:
             values.update(nsp_loss=output.nsp_loss, nsp_examples=len(batch["nsp_labels"]),
@@ -491,7 +494,8 @@ class _MetricsWindow:
                                   for name in self.NAMES])
 
     def summary(self, process: _Process, nsp: bool) -> dict[str, float | None]:
-        """Means over the window and over all processes, and the throughput in tokens/s (non-padding)."""
+        """Means over the window and over all processes, the throughput in tokens/s (non-padding) and
+        the window's wall-clock seconds."""
         if process.world_size > 1:
             dist.all_reduce(self.sums)
         sums = dict(zip(self.NAMES, self.sums.tolist()))
@@ -504,6 +508,7 @@ class _MetricsWindow:
             "mlm_accuracy": sums["mlm_correct"] / max(1.0, sums["mlm_predicted"]),
             "nsp_accuracy": sums["nsp_correct"] / sums["nsp_examples"] if nsp else None,
             "tokens_per_second": sums["tokens"] / seconds,
+            "seconds": seconds,
         }
 
 
@@ -628,8 +633,8 @@ def pretrain(
     norm to max_grad_norm, and takes an AdamW step (Loshchilov and Hutter, 2019; betas (0.9, 0.999),
     eps 1e-6 as in BERT; no weight decay on biases and LayerNorm weights) with a learning rate that
     rises linearly over warmup_steps and falls linearly to 0 at max_steps. The forward pass runs in
-    bf16 autocast on CUDA, in float32 on the CPU. One step sees batch_size * grad_accum_steps *
-    world_size examples.
+    bf16 autocast on CUDA (fp16 with a gradient scaler on GPUs without native bf16), in float32 on
+    the CPU. One step sees batch_size * grad_accum_steps * world_size examples.
 
     Multi-GPU: launched with ``torchrun --nproc_per_node P script.py``, each process trains a
     DistributedDataParallel replica on its own share of every epoch (``DistributedSampler``); NCCL on
@@ -638,12 +643,13 @@ def pretrain(
 
     Outputs in output_dir: ``config.json`` and the weights (``model.save_pretrained``), ``vocab.txt``,
     ``pretraining_args.json``, ``metrics.jsonl`` (one JSON line every log_every steps: step, epoch,
-    loss, mlm_loss, nsp_loss, mlm_accuracy, nsp_accuracy, lr, tokens_per_second; the metrics are means
-    over the steps since the previous line, mlm_loss over the micro-batches that predicted a token, None
-    if none did), ``loss_curve.png`` and ``checkpoint.pt`` (model,
-    optimizer, scheduler, step, random states of every process; the data order is a function of the
-    step). With ``resume=True`` a call continues from the checkpoint in output_dir and ends exactly as
-    one uninterrupted run would; ``resume=False`` starts over.
+    loss, mlm_loss, nsp_loss, mlm_accuracy, nsp_accuracy, lr, tokens_per_second, seconds; the metrics
+    are means over the steps since the previous line, mlm_loss over the micro-batches that predicted a
+    token, None if none did; seconds, the wall-clock time of those steps), ``loss_curve.png`` and
+    ``checkpoint.pt`` (model, optimizer, scheduler, gradient scaler, step, random states of every
+    process; the data order is a function of the step). With ``resume=True`` a call continues from
+    the checkpoint in output_dir and ends exactly as one uninterrupted run would; ``resume=False``
+    starts over.
 
     Args:
         model: a ``BertForPreTraining``; trained in place, left on ``device``.
@@ -703,7 +709,7 @@ def pretrain(
             dist.destroy_process_group()
 
 
-def _save_checkpoint(path: Path, step: int, model: nn.Module, optimizer, scheduler, settings: dict,
+def _save_checkpoint(path: Path, step: int, model: nn.Module, optimizer, scheduler, scaler, settings: dict,
                      process: _Process) -> None:
     """Write the training state atomically (rank 0); every process contributes its random states."""
     rng_states = [None] * process.world_size
@@ -713,16 +719,28 @@ def _save_checkpoint(path: Path, step: int, model: nn.Module, optimizer, schedul
         rng_states[0] = _rng_states(process.device)
     if process.is_main:
         state = {"step": step, "settings": settings, "model": model.state_dict(),
-                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng_states": rng_states,
+                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                 "scaler": scaler.state_dict(), "rng_states": rng_states,
                  "micro_batches_seen": step * settings["grad_accum_steps"]}
         temporary = path.with_suffix(".tmp")
         torch.save(state, temporary)
         os.replace(temporary, path)  # a crash while writing never leaves a broken checkpoint
 
 
-def _load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler, settings: dict, process: _Process) -> int:
-    """Restore the training state of ``path``; return its step. The run's settings must be the same."""
-    state = torch.load(path, map_location=process.device, weights_only=True)
+def _load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler, scaler, settings: dict,
+                     process: _Process) -> int:
+    """Restore the training state of ``path``; return its step. The run's settings must be the same.
+
+    The file is read onto the CPU: ``load_state_dict`` then copies the weights to the model's device
+    and the optimizer state next to its parameters (AdamW's step counts stay on the CPU, as in a
+    fresh run), and the random states must be CPU byte tensors for ``torch.set_rng_state`` and
+    ``torch.cuda.set_rng_state``.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # a truncated or foreign file: pickle, zip and torch raise many kinds
+        raise ValueError(f"cannot resume from {path}: it is not a readable checkpoint ({error}); delete it, "
+                         f"or pass resume=False (--no-resume) to start over") from None
     different = {name: (state["settings"].get(name), value) for name, value in settings.items()
                  if state["settings"].get(name) != value}
     if different:
@@ -735,6 +753,8 @@ def _load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler, setting
         raise ValueError(f"the checkpoint {path} does not fit this model (another config?): {error}") from None
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+    if state.get("scaler"):  # empty when the run that wrote it did not scale its losses
+        scaler.load_state_dict(state["scaler"])
     _set_rng_states(state["rng_states"][process.rank], process.device)
     return state["step"]
 
@@ -757,12 +777,13 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
     optimizer = torch.optim.AdamW(weight_decay_groups(model, settings["weight_decay"]), lr=settings["lr"],
                                   betas=(0.9, 0.999), eps=1e-6)
     scheduler = get_linear_schedule(optimizer, settings["warmup_steps"], settings["max_steps"])
+    scaler = grad_scaler(process.device)  # enabled for float16 autocast only
 
     output_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_path, metrics_path = output_dir / CHECKPOINT_FILE, output_dir / METRICS_FILE
     step, history = 0, []
     if resume and checkpoint_path.is_file():
-        step = _load_checkpoint(checkpoint_path, model, optimizer, scheduler, settings, process)
+        step = _load_checkpoint(checkpoint_path, model, optimizer, scheduler, scaler, settings, process)
         if metrics_path.is_file():  # drop the lines logged after the checkpoint by an interrupted run
             history = [record for record in load_metrics(metrics_path) if record["step"] <= step]
     if process.world_size > 1:
@@ -788,13 +809,15 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
             synchronize = micro_step == accumulation - 1 or process.world_size == 1
             with contextlib.nullcontext() if synchronize else network.no_sync():
                 with autocast(process.device):
-                    output = _without_empty_mlm_loss(network(**batch), batch)
-                (output.loss / accumulation).backward()
+                    output = _without_empty_mlm_loss(network(**batch, predict_labelled_only=True), batch)
+                scaler.scale(output.loss / accumulation).backward()
             window.update(output, batch)
         if settings["max_grad_norm"] is not None:
+            scaler.unscale_(optimizer)  # clip the true gradients
             nn.utils.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
         lr = scheduler.get_last_lr()[0]
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
@@ -810,7 +833,7 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
             bar.set_postfix(loss=f"{record['loss']:.3f}", mlm_acc=f"{record['mlm_accuracy']:.3f}")
             window = _MetricsWindow(process.device)
         if step % checkpoint_every == 0 or step == end_step:
-            _save_checkpoint(checkpoint_path, step, model, optimizer, scheduler, settings, process)
+            _save_checkpoint(checkpoint_path, step, model, optimizer, scheduler, scaler, settings, process)
     bar.close()
 
     if process.is_main:
@@ -821,6 +844,133 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
     if process.world_size > 1:
         dist.barrier()  # the outputs are complete when pretrain returns, on every process
     return history
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation on held-out text
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskedLMScores:
+    """Masked-token prediction on held-out text: ``loss`` = -(1/|M|) sum_{i in M} log p(x_i) in nats and
+    ``accuracy`` = share of i in M with argmax_v p(v) = x_i, over the |M| = ``predicted_tokens``
+    predicted positions."""
+
+    loss: float
+    accuracy: float
+    predicted_tokens: int
+
+
+def _fixed_masks(tokenizer, documents, seq_len: int, seed: int) -> PretrainingDataset:
+    """Full-sentence segments of ``documents`` masked once with ``seed``: every model is scored on the
+    same masked tokens."""
+    return PretrainingDataset(tokenizer, documents, seq_len=seq_len, nsp=False, masking="static", seed=seed)
+
+
+@torch.inference_mode()
+def evaluate_masked_lm(model: BertForPreTraining, tokenizer, documents: Sequence[Sequence[str]], *,
+                       seq_len: int = 128, batch_size: int = 64, seed: int = 1234) -> MaskedLMScores:
+    """Score ``model`` at masked-token prediction on ``documents`` (held-out text), on its device.
+
+    The documents are cut into full-sentence segments of at most ``seq_len`` tokens
+    (``pack_full_sentences``) and masked once with BERT's recipe and a fixed ``seed``
+    (``mask_tokens``), so that two models, or a model and ``unigram_masked_lm``, are scored on the
+    same positions. A model that learned nothing scores about ln V nats.
+    """
+    dataset = _fixed_masks(tokenizer, documents, seq_len, seed)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    loss, correct, predicted = torch.zeros((), dtype=torch.float64, device=device), 0, 0
+    for start in range(0, len(dataset), batch_size):
+        items = [dataset[index] for index in range(start, min(start + batch_size, len(dataset)))]
+        batch = {name: tensor.to(device) for name, tensor in dataset.collate(items).items()}
+        output = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                       mlm_labels=batch["mlm_labels"], predict_labelled_only=True)
+        logits, targets = output.mlm_logits.float(), output.mlm_targets  # (M, V), (M,)
+        loss += F.cross_entropy(logits, targets, reduction="sum")
+        correct += int((logits.argmax(-1) == targets).sum())
+        predicted += len(targets)
+    model.train(was_training)
+    if predicted == 0:
+        raise ValueError("no token was chosen for prediction: the documents are too short to score")
+    return MaskedLMScores(loss=float(loss) / predicted, accuracy=correct / predicted, predicted_tokens=predicted)
+
+
+def token_frequencies(tokenizer, documents: Sequence[Sequence[str]]) -> torch.Tensor:
+    """How often each token of the vocabulary occurs in ``documents``: a (V,) float64 tensor of counts."""
+    ids = array.array("q")  # 8 bytes a token: 20M tokens in 160 MB, where a list of ints takes 720 MB
+    for document in _check_documents(documents):
+        for sentence in document:
+            ids.extend(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(sentence)))
+    if not ids:
+        return torch.zeros(tokenizer.vocab_size, dtype=torch.float64)
+    return torch.bincount(torch.frombuffer(ids, dtype=torch.int64), minlength=tokenizer.vocab_size).double()
+
+
+def unigram_masked_lm(counts: torch.Tensor, tokenizer, documents: Sequence[Sequence[str]], *, seq_len: int = 128,
+                      seed: int = 1234) -> MaskedLMScores:
+    """Score the unigram predictor, which ignores the context, on the positions ``evaluate_masked_lm``
+    scores with the same ``seq_len`` and ``seed``.
+
+    It predicts every masked token with the same distribution q_v = (c_v + 1) / sum_u (c_u + 1), the
+    ``counts`` c of a training corpus (``token_frequencies``) with add-one smoothing: its loss is the
+    cross-entropy of the held-out tokens under q, its accuracy the share of the most frequent token.
+    A model that uses the context scores below this loss.
+    """
+    if counts.shape != (tokenizer.vocab_size,):
+        raise ValueError(f"counts must have shape ({tokenizer.vocab_size},), one per token, got {tuple(counts.shape)}")
+    log_q = ((counts.double() + 1) / (counts.double() + 1).sum()).log()  # (V,)
+    dataset = _fixed_masks(tokenizer, documents, seq_len, seed)
+    targets = torch.cat([labels[labels != IGNORE_INDEX] for _, labels in dataset.static_masks])  # (M,)
+    if len(targets) == 0:
+        raise ValueError("no token was chosen for prediction: the documents are too short to score")
+    return MaskedLMScores(loss=float(-log_q[targets].mean()), accuracy=float((targets == log_q.argmax()).double().mean()),
+                          predicted_tokens=len(targets))
+
+
+# --------------------------------------------------------------------------------------------------
+# The course's BERT, shipped with the package
+# --------------------------------------------------------------------------------------------------
+
+COURSE_BERT_FOLDER = Path(__file__).resolve().parent / "course_bert"
+TOKEN_COUNTS_FILE = "token_counts.txt"
+
+
+def course_bert_folder() -> Path:
+    """The folder of the course's BERT, shipped with the package (no download).
+
+    BERT-mini (4 layers of width 256) pretrained with masked language modelling on the 75,000
+    unlabelled and training reviews of the IMDB dataset (Maas et al., 2011), with a WordPiece
+    vocabulary of 8,192 pieces learned from them; ``README.md`` in the folder is its model card (data,
+    settings, hardware, time, held-out scores) and ``tools/course_bert.py`` the script that made it.
+    The folder holds ``config.json``, ``model.safetensors`` (float16), ``vocab.txt`` and
+    ``tokenizer_config.json``: ``BertForPreTraining.from_pretrained(folder)`` (or
+    ``BertForSequenceClassification`` to fine-tune) and ``BertTokenizer(folder / "vocab.txt")`` load it,
+    and so do Hugging Face's ``transformers.BertForPreTraining.from_pretrained(folder)`` and
+    ``BertTokenizerFast.from_pretrained(folder)``.
+    """
+    if not (COURSE_BERT_FOLDER / "config.json").is_file():
+        raise FileNotFoundError(f"the course's BERT is missing from {COURSE_BERT_FOLDER}: reinstall bertlab, or "
+                                "make it with tools/course_bert.py")
+    return COURSE_BERT_FOLDER
+
+
+def course_bert_token_counts() -> torch.Tensor:
+    """How often each token of the course BERT's vocabulary occurs in its training text: a (V,)
+    float64 tensor of counts (``token_frequencies``, stored with the model as ``token_counts.txt``),
+    for the unigram baseline ``unigram_masked_lm`` without reading the 20M tokens again."""
+    path = course_bert_folder() / TOKEN_COUNTS_FILE
+    return torch.tensor([float(line) for line in path.read_text().split()], dtype=torch.float64)
+
+
+def course_bert(device: str | torch.device | None = None) -> tuple[BertForPreTraining, BertTokenizer]:
+    """The course's BERT (``course_bert_folder``) in eval mode on ``device`` (None: CUDA when
+    available), in float32, and its tokenizer."""
+    folder = course_bert_folder()
+    model = BertForPreTraining.from_pretrained(folder).to(resolve_device(device)).eval()
+    return model, BertTokenizer(folder / "vocab.txt")
 
 
 # --------------------------------------------------------------------------------------------------

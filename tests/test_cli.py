@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from bertlab.bert import BertConfig, BertForPreTraining, BertForSequenceClassification
+from bertlab import cli
 from bertlab.cli import CommandLineError, main
 from bertlab.pretraining import load_metrics
 from bertlab.tokenization import BertTokenizer
@@ -18,11 +20,11 @@ from bertlab.utils import seed_everything
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# Small enough for seconds on a 2-core CPU.
+# Small enough for seconds on a 2-core CPU, and pinned to it (a GPU would be picked by default).
 PRETRAIN = ["pretrain", "--preset", "tiny", "--steps", "4", "--batch-size", "8", "--seq-len", "32",
-            "--vocab-size", "300", "--log-every", "2", "--no-progress"]
+            "--vocab-size", "300", "--log-every", "2", "--no-progress", "--device", "cpu"]
 SYNTHETIC = ["--dataset", "synthetic", "--max-train-examples", "64", "--epochs", "1", "--batch-size", "16",
-             "--seq-len", "32", "--no-progress"]
+             "--seq-len", "32", "--no-progress", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -82,6 +84,22 @@ def test_each_command_has_help(capsys, command, options):
     status, out, _ = run(capsys, command, "--help")
     assert status == 0
     assert all(option in out for option in options)
+
+
+def test_pretrain_resumes_with_the_vocabulary_of_the_run(tmp_path, capsys, monkeypatch):
+    """A resumed run reads the run's vocab.txt (written before training) instead of learning it again."""
+    arguments = [*PRETRAIN, "--no-nsp", "--output", tmp_path]
+    status, _, _ = run(capsys, *arguments)
+    assert status == 0
+    vocab = (tmp_path / "vocab.txt").read_text()
+
+    def no_learning(*args):
+        raise AssertionError("the vocabulary was learned again")
+
+    monkeypatch.setattr(cli, "learn_tokenizer", no_learning)
+    status, out, _ = run(capsys, *arguments)  # the run is finished: it resumes at its last step
+    assert status == 0 and "resuming with the run's vocabulary" in out
+    assert (tmp_path / "vocab.txt").read_text() == vocab
 
 
 def test_pretrain_writes_the_model_metrics_and_plot_with_the_given_settings(pipeline):
@@ -165,7 +183,8 @@ def test_only_rank_0_prints(tmp_path, capsys, monkeypatch):
     (["finetune", "--dataset", "sst2", "--data-root", "{tmp}"], 1, "train.tsv and dev.tsv"),
 ])
 def test_bad_input_gives_one_line_and_no_traceback(tmp_path, capsys, argv, status, message):
-    code, out, err = run(capsys, *[arg.replace("{tmp}", str(tmp_path)) for arg in argv])
+    pinned = ["--device", "cpu"] if argv else []  # a command's errors, not the device's
+    code, out, err = run(capsys, *[arg.replace("{tmp}", str(tmp_path)) for arg in argv], *pinned)
     assert code == status
     assert err.count("\n") == 1 and err.startswith("bertlab") and "Traceback" not in err
     assert message in err
@@ -189,6 +208,19 @@ def test_runtime_errors_about_model_folders(pipeline, tmp_path, capsys):
     assert code == 1 and err.count("\n") == 1 and "has no vocab.txt" in err
 
 
+def test_corrupt_model_files_are_named_in_one_line(pipeline, tmp_path, capsys):
+    folder = tmp_path / "model"
+    shutil.copytree(pipeline["finetune"], folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    code, _, err = run(capsys, "finetune", "--model", folder, *SYNTHETIC, "--output", tmp_path / "out")
+    assert code == 1 and err.count("\n") == 1 and f"{weights} is not a readable weights file" in err
+    shutil.copy(pipeline["finetune"] / "model.safetensors", weights)
+    (folder / "vocab.txt").write_bytes(b"[PAD]\n\xff\xfe\n")
+    code, _, err = run(capsys, "finetune", "--model", folder, *SYNTHETIC, "--output", tmp_path / "out")
+    assert code == 1 and err.count("\n") == 1 and f"vocabulary file {folder / 'vocab.txt'} is not UTF-8" in err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given when CUDA is missing")
 def test_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
     code, _, err = run(capsys, *PRETRAIN, "--device", "cuda", "--output", tmp_path)
@@ -197,7 +229,7 @@ def test_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
 
 def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(CommandLineError, match="rt-polarity") as error:
-        main(["finetune", "--dataset", "mr", "--data-root", str(tmp_path), "--debug"])
+        main(["finetune", "--dataset", "mr", "--data-root", str(tmp_path), "--debug", "--device", "cpu"])
     assert isinstance(error.value.__cause__, FileNotFoundError)  # the library's error, in the traceback
 
 

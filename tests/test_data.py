@@ -20,7 +20,9 @@ from bertlab.data import (
     POSITIVE_WORDS,
     SentimentSplits,
     download_and_extract,
+    IMDB_HELD_OUT_FOLDERS,
     find_sentiment_dataset,
+    imdb_documents,
     load_sentiment,
     pretraining_corpus,
     split_examples,
@@ -250,6 +252,46 @@ def test_load_imdb_from_small_files(tmp_path):
     assert splits.name == "imdb" and "Maas" in splits.source
     assert sorted(splits.test) == sorted(reviews["test"])
     assert sorted(splits.train + splits.dev) == sorted(reviews["train"]) and len(splits.dev) == 2
+
+
+def write_imdb_tree(root) -> None:
+    """A small aclImdb/ in the authors' layout: ids out of lexical order, ratings in the names."""
+    texts = {
+        "train/unsup": {10: "Unlabelled ten. It has two sentences.", 2: "Unlabelled two!<br /><br />Next line here."},
+        "train/pos": {1: "A fine film. Really."},
+        "train/neg": {0: "Dull.<br />Very dull."},
+        "test/pos": {3: "Held out. Not for training."},
+        "test/neg": {4: "Also held out."},
+    }
+    for folder, reviews in texts.items():
+        (root / "aclImdb" / folder).mkdir(parents=True)
+        for identifier, text in reviews.items():
+            (root / "aclImdb" / folder / f"{identifier}_{identifier % 10}.txt").write_text(text, encoding="utf-8")
+
+
+def test_imdb_documents_reads_the_authors_layout(tmp_path):
+    write_imdb_tree(tmp_path)
+    assert imdb_documents(tmp_path) == [  # train/unsup (by numeric id), train/pos, train/neg; no test review
+        ["Unlabelled two!", "Next line here."],
+        ["Unlabelled ten.", "It has two sentences."],
+        ["A fine film.", "Really."],
+        ["Dull.", "Very dull."],
+    ]
+    assert imdb_documents(tmp_path / "aclImdb", IMDB_HELD_OUT_FOLDERS) == [["Held out.", "Not for training."],
+                                                                          ["Also held out."]]
+    assert imdb_documents(tmp_path, ("train/unsup",), max_reviews_per_folder=1) == [["Unlabelled two!", "Next line here."]]
+    assert pretraining_corpus(corpus="imdb", root=tmp_path) == imdb_documents(tmp_path)
+
+
+def test_imdb_documents_say_what_is_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"lacks train/unsup, train/pos, train/neg.*aclImdb_v1\.tar\.gz"):
+        imdb_documents(tmp_path)
+    write_imdb_tree(tmp_path)
+    (tmp_path / "aclImdb" / "train" / "pos" / "9_9.txt").write_bytes(b"caf\xe9")
+    with pytest.raises(ValueError, match=r"9_9\.txt is not UTF-8"):
+        imdb_documents(tmp_path)
+    with pytest.raises(ValueError, match="unknown pretraining corpus 'wiki'"):
+        pretraining_corpus(corpus="wiki")
 
 
 def test_missing_dataset_says_where_to_put_which_files(tmp_path):

@@ -21,7 +21,9 @@ from bertlab.pretraining import (
     IGNORE_INDEX,
     IS_NEXT,
     NOT_NEXT,
+    MaskedLMScores,
     PretrainingDataset,
+    evaluate_masked_lm,
     get_linear_schedule,
     load_metrics,
     make_nsp_examples,
@@ -31,9 +33,12 @@ from bertlab.pretraining import (
     pretrain,
     pretrained_small_bert,
     pretrained_small_bert_folder,
+    token_frequencies,
+    unigram_masked_lm,
     weight_decay_groups,
 )
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
+from bertlab.utils import grad_scaler
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB_SIZE = 1000
@@ -376,14 +381,15 @@ def test_pretraining_lowers_the_mlm_loss_and_writes_its_outputs(tokenizer, corpu
     model = tiny_model(tokenizer)
     steps = 80
     history = pretrain(model, tokenizer, corpus, output_dir=tmp_path, max_steps=steps, batch_size=16, seq_len=64,
-                       lr=2e-3, warmup_steps=10, log_every=1, checkpoint_every=1000, progress=False)
+                       lr=2e-3, warmup_steps=10, log_every=1, checkpoint_every=1000, progress=False, device="cpu")
     initial, final = history[0]["mlm_loss"], sum(r["mlm_loss"] for r in history[-10:]) / 10
     assert abs(initial - math.log(tokenizer.vocab_size)) < 0.3  # starts at chance, ln V
     assert final < initial - 1.0, (initial, final)  # perplexity divided by e and more
     assert sum(r["mlm_accuracy"] for r in history[-10:]) / 10 > 20 / tokenizer.vocab_size  # chance is 1 / V
     assert [record["step"] for record in history] == list(range(1, steps + 1))
     assert load_metrics(tmp_path / "metrics.jsonl") == history
-    fields = {"step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "lr", "tokens_per_second"}
+    fields = {"step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "lr", "tokens_per_second",
+              "seconds"}
     assert fields <= set(history[0])
     assert history[0]["loss"] == pytest.approx(history[0]["mlm_loss"] + history[0]["nsp_loss"])
     assert (tmp_path / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -397,7 +403,7 @@ def test_pretraining_lowers_the_mlm_loss_and_writes_its_outputs(tokenizer, corpu
 @pytest.mark.parametrize("masking, nsp", [("dynamic", True), ("static", False)])
 def test_resuming_gives_exactly_the_uninterrupted_run(tokenizer, corpus, tmp_path, masking, nsp):
     arguments = dict(max_steps=6, batch_size=4, seq_len=32, grad_accum_steps=2, masking=masking, nsp=nsp,
-                     log_every=1, checkpoint_every=3, progress=False, seed=3)
+                     log_every=1, checkpoint_every=3, progress=False, seed=3, device="cpu")
     documents = corpus[:3]
     straight = tiny_model(tokenizer)
     straight_history = pretrain(straight, tokenizer, documents, output_dir=tmp_path / "straight", **arguments)
@@ -419,7 +425,7 @@ def test_resuming_gives_exactly_the_uninterrupted_run(tokenizer, corpus, tmp_pat
 
 
 def test_resuming_with_other_settings_is_refused(tokenizer, corpus, tmp_path):
-    arguments = dict(max_steps=2, batch_size=4, seq_len=32, log_every=1, progress=False)
+    arguments = dict(max_steps=2, batch_size=4, seq_len=32, log_every=1, progress=False, device="cpu")
     pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, **arguments)
     with pytest.raises(ValueError, match=r"other settings \(batch_size 4 -> 8\)"):
         pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, **{**arguments, "batch_size": 8})
@@ -431,13 +437,14 @@ def test_resuming_with_other_settings_is_refused(tokenizer, corpus, tmp_path):
 def test_pretrain_rejects_bad_arguments(tokenizer, corpus, tmp_path):
     model = tiny_model(tokenizer)
     with pytest.raises(ValueError, match="max_position_embeddings"):
-        pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, seq_len=128)
+        pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, seq_len=128, device="cpu")
     with pytest.raises(ValueError, match="stop_at_step"):
-        pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, stop_at_step=5)
+        pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, stop_at_step=5, device="cpu")
     with pytest.raises(ValueError, match="batch_size"):
-        pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, batch_size=0)
+        pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, batch_size=0, device="cpu")
     with pytest.raises(ValueError, match="fewer than one batch"):
-        pretrain(model, tokenizer, corpus[:2], output_dir=tmp_path, max_steps=2, batch_size=4096, seq_len=32)
+        pretrain(model, tokenizer, corpus[:2], output_dir=tmp_path, max_steps=2, batch_size=4096, seq_len=32,
+                 device="cpu")
     with pytest.raises(FileNotFoundError, match="metrics log"):
         plot_metrics(tmp_path / "missing.jsonl", tmp_path / "plot.png")
 
@@ -455,7 +462,7 @@ def test_micro_batches_without_chosen_tokens_add_no_mlm_loss(tokenizer, corpus, 
     # the mean cross-entropy is 0/0 = NaN; such a micro-batch must add no MLM loss and no gradient.
     model = tiny_model(tokenizer)
     history = pretrain(model, tokenizer, corpus[:2], output_dir=tmp_path / "short", max_steps=12, batch_size=1,
-                       seq_len=8, nsp=False, log_every=1, progress=False, seed=1)
+                       seq_len=8, nsp=False, log_every=1, progress=False, seed=1, device="cpu")
     empty = [record for record in history if record["mlm_loss"] is None]
     assert empty and len(empty) < len(history)  # both kinds of micro-batch occurred
     assert all(record["loss"] == 0.0 and record["mlm_accuracy"] == 0.0 for record in empty)
@@ -468,12 +475,73 @@ def test_micro_batches_without_chosen_tokens_add_no_mlm_loss(tokenizer, corpus, 
                 if name.startswith("mlm_head.") and name != "mlm_head.decoder.weight"}
     assert mlm_only
     history = pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path / "nsp", max_steps=3, batch_size=4,
-                       seq_len=32, mlm_probability=0.0, weight_decay=0.0, log_every=1, progress=False)
+                       seq_len=32, mlm_probability=0.0, weight_decay=0.0, log_every=1, progress=False, device="cpu")
     assert all(record["mlm_loss"] is None and math.isfinite(record["nsp_loss"]) for record in history)
     assert all(record["loss"] == record["nsp_loss"] for record in history)
     state = model.state_dict()
     assert all(torch.equal(state[name], tensor) for name, tensor in mlm_only.items())
     assert all(torch.isfinite(parameter).all() for parameter in model.parameters())
+
+
+def test_a_checkpoint_loads_for_a_process_on_another_device(tokenizer, corpus, tmp_path):
+    """Regression: the checkpoint was read onto the process's device, which put the saved random states
+    on the GPU, where ``torch.set_rng_state`` refuses them (TypeError: RNG state must be a
+    torch.ByteTensor), and AdamW's step counts with them. On ``meta`` the same TypeError was raised."""
+    pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, batch_size=4,
+             seq_len=32, log_every=1, progress=False, device="cpu")
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    with torch.device("meta"):
+        model = BertForPreTraining(tiny_config(tokenizer.vocab_size))
+    optimizer = torch.optim.AdamW(weight_decay_groups(model, 0.01), lr=1e-3)
+    scheduler = get_linear_schedule(optimizer, 0, 2)
+    torch.manual_seed(99)
+    process = pretraining._Process(rank=0, world_size=1, device=torch.device("meta"), started_group=False)
+    step = pretraining._load_checkpoint(tmp_path / "checkpoint.pt", model, optimizer, scheduler,
+                                        grad_scaler(process.device), saved["settings"], process)
+    assert step == 2
+    assert torch.equal(torch.get_rng_state(), saved["rng_states"][0]["torch"])
+    states = list(optimizer.state.values())
+    assert states and all(state["exp_avg"].device.type == "meta" for state in states)
+    assert all(state["step"].device.type == "cpu" for state in states)  # as in a run that never stopped
+
+
+def test_a_corrupt_checkpoint_is_named_in_a_clear_error(tokenizer, corpus, tmp_path):
+    (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match=r"checkpoint\.pt: it is not a readable checkpoint"):
+        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, batch_size=4,
+                 seq_len=32, progress=False, device="cpu")
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+
+
+def test_evaluate_masked_lm_scores_the_fixed_masked_tokens(tokenizer, corpus):
+    """Against the cross-entropy of the full (B, N, V) logits at the masked positions, and against
+    counting by hand for the unigram predictor."""
+    model = tiny_model(tokenizer).eval()
+    held_out = corpus[10:13]
+    scores = evaluate_masked_lm(model, tokenizer, held_out, seq_len=32, batch_size=8, seed=5)
+    assert isinstance(scores, MaskedLMScores) and scores.predicted_tokens > 50
+    dataset = PretrainingDataset(tokenizer, held_out, seq_len=32, nsp=False, masking="static", seed=5)
+    batch = dataset.collate([dataset[index] for index in range(len(dataset))])
+    with torch.no_grad():
+        logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).mlm_logits
+    chosen = batch["mlm_labels"] != IGNORE_INDEX
+    expected = nn.functional.cross_entropy(logits[chosen], batch["mlm_labels"][chosen])
+    assert scores.loss == pytest.approx(float(expected), rel=1e-5)
+    assert scores.predicted_tokens == int(chosen.sum())
+    assert scores.accuracy == pytest.approx(float((logits[chosen].argmax(-1) == batch["mlm_labels"][chosen]).double().mean()))
+    assert abs(scores.loss - math.log(tokenizer.vocab_size)) < 0.5  # an untrained model: about ln V
+
+    counts = token_frequencies(tokenizer, corpus[:10])
+    words = [token for document in corpus[:10] for sentence in document for token in tokenizer.tokenize(sentence)]
+    assert counts.sum() == len(words) and counts[tokenizer.convert_tokens_to_ids(words[0])] == words.count(words[0])
+    unigram = unigram_masked_lm(counts, tokenizer, held_out, seq_len=32, seed=5)
+    targets = batch["mlm_labels"][chosen]
+    probabilities = (counts + 1) / (counts + 1).sum()
+    assert unigram.loss == pytest.approx(float(-probabilities[targets].log().mean()))
+    assert unigram.predicted_tokens == scores.predicted_tokens  # the same positions
+    assert unigram.accuracy == pytest.approx(float((targets == counts.argmax()).double().mean()))
 
 
 # ---------------------------------------------------------------------------------------------- torchrun
@@ -526,9 +594,10 @@ def test_torchrun_two_processes_train_identical_replicas(tokenizer, tmp_path):
         assert not all(torch.equal(rank0["initial"][name], rank1["initial"][name]) for name in rank0["initial"])
         assert all(torch.equal(rank0["final"][name], rank1["final"][name]) for name in rank0["final"])
         assert not all(torch.equal(rank0["final"][name], rank0["initial"][name]) for name in rank0["final"])
-        # the metrics are averaged over both processes; the speed is each one's own
+        # the metrics are averaged over both processes; the speed and time are each one's own
         for record0, record1 in zip(rank0["history"], rank1["history"], strict=True):
-            assert {**record0, "tokens_per_second": 0} == {**record1, "tokens_per_second": 0}
+            own = {"tokens_per_second": 0, "seconds": 0}
+            assert {**record0, **own} == {**record1, **own}
         # only rank 0 writes: one line per logged step
         assert [r["step"] for r in load_metrics(tmp_path / f"nsp{nsp}" / "metrics.jsonl")] == [1, 2, 3]
         assert (rank0["history"][0]["nsp_loss"] is None) == (not nsp)
@@ -539,7 +608,8 @@ def test_torchrun_two_processes_train_identical_replicas(tokenizer, tmp_path):
 
 def test_pretrained_small_bert_trains_once_then_loads_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("BERTLAB_CACHE", str(tmp_path))
-    arguments = dict(preset="tiny", max_steps=2, vocab_size=500, seq_len=32, batch_size=8, progress=False)
+    arguments = dict(preset="tiny", max_steps=2, vocab_size=500, seq_len=32, batch_size=8, progress=False,
+                     device="cpu")
     model, tokenizer = pretrained_small_bert(**arguments)
     folders = list((tmp_path / "pretrained").iterdir())
     assert folders == [pretrained_small_bert_folder(**arguments)]  # complete: no ".partial" left
@@ -554,3 +624,4 @@ def test_pretrained_small_bert_trains_once_then_loads_the_cache(tmp_path, monkey
     state = model.state_dict()
     assert all(torch.equal(tensor, state[name].cpu()) for name, tensor in cached_model.state_dict().items())
     assert cached_tokenizer.tokenize("Return the value of x.") == tokenizer.tokenize("Return the value of x.")
+
