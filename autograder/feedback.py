@@ -26,6 +26,10 @@ from autograder.results import NotebookResult
 CONTENT_SECURITY_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
                            "base-uri 'none'; form-action 'none'")
 _POLICY_TAG = f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'.encode()
+SAFE_TAGS = {"a", "abbr", "b", "blockquote", "br", "code", "dd", "del", "div", "dl", "dt", "em", "h1", "h2", "h3", "h4",
+             "h5", "h6", "hr", "i", "li", "ol", "p", "pre", "span", "strong", "sub", "sup", "table", "tbody", "td",
+             "th", "thead", "tr", "ul"}
+SAFE_ATTRIBUTES = {"a": ["href", "title", "class"], "*": ["id", "class"], "th": ["align"], "td": ["align"]}
 
 
 def markdown_text(text: str) -> str:
@@ -78,11 +82,21 @@ def lock(page: bytes) -> bytes:
     return page[:at] + _POLICY_TAG + page[at:]
 
 
+def sanitized_html(html_text: str) -> str:
+    """HTML rendered from Markdown, with what a page needs for text kept (headings, paragraphs, lists,
+    tables, code, links to http, https and mailto) and everything else removed: scripts, event
+    handlers, styles, frames, forms, images, other link schemes."""
+    import bleach
+
+    return bleach.clean(html_text, tags=SAFE_TAGS, attributes=SAFE_ATTRIBUTES, protocols=["http", "https", "mailto"],
+                        strip=True)
+
+
 def render(course, view, result: NotebookResult, chapter: Chapter) -> bytes:
     """The feedback page of a student's view, rendered by nbgrader's feedback exporter and locked."""
     from autograder.nbgrader_adapter import render_feedback
 
-    return lock(render_feedback(course, view, result, chapter.notebook))
+    return lock(render_feedback(course, view, result, chapter.notebook, sanitized_html))
 
 
 def plain_page(result: NotebookResult, why: str) -> bytes:

@@ -102,12 +102,19 @@ def store_grades(gradebook, result: NotebookResult, notebook: str) -> None:
     gradebook.db.commit()
 
 
-def render_feedback(course: Path, notebook, result: NotebookResult, notebook_name: str) -> bytes:
+def render_feedback(course: Path, notebook, result: NotebookResult, notebook_name: str, sanitized_html) -> bytes:
     """nbgrader's feedback page of ``notebook`` (the graded notebook as the student may see it), made in
     ``course``, a private nbgrader course holding the chapter's source and a gradebook that knows it.
-    HTML in outputs and Markdown is sanitized by nbconvert (``HTMLExporter.sanitize_html``)."""
+
+    nbgrader's feedback converter renders it with nbconvert's HTML sanitizer on
+    (``HTMLExporter.sanitize_html``) and with the template ``autograder/templates/sanitized_feedback``,
+    nbgrader's own feedback template whose Markdown cells also pass through ``sanitized_html``.
+    """
     import nbformat
+    import nbgrader
     from nbgrader.api import Gradebook
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.utils import capture_log
     from traitlets.config import Config
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
@@ -117,8 +124,16 @@ def render_feedback(course: Path, notebook, result: NotebookResult, notebook_nam
     nbformat.write(notebook, path)
     config = Config()
     config.HTMLExporter.sanitize_html = True
+    config.HTMLExporter.template_name = "sanitized_feedback"
+    config.HTMLExporter.extra_template_basedirs = [
+        str(Path(__file__).parent / "templates"),
+        str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")]
+    config.HTMLExporter.filters = {"sanitized_html": sanitized_html}
     api = nbgrader_api(course, f"sqlite:///{course / 'gradebook.db'}", config)
-    outcome = api.generate_feedback(result.chapter, result.student)
+    api.coursedir.assignment_id, api.coursedir.student_id = result.chapter, result.student
+    converter = GenerateFeedback(coursedir=api.coursedir, parent=api)
+    converter.force = True
+    outcome = capture_log(converter)
     html = course / "feedback" / result.student / result.chapter / f"{notebook_name}.html"
     if not outcome["success"] or not html.exists():
         raise RuntimeError(f"nbgrader could not render the feedback:\n{(outcome.get('error') or '')[-3000:]}")

@@ -32,6 +32,7 @@ from autograder.wire import GraderObject, Handle, dumps_reply, printable, read_f
 
 MAX_CELL_OUTPUT_CHARS = 1_000_000  # of the outputs of one cell sent to the grader (which caps them again)
 MAX_LIST_ITEMS = 1_000_000  # of an iterator listed for the grader
+MAX_ERROR_LINES, MAX_ERROR_LINE_CHARS = 200, 10_000  # of a cell's error: its traceback, and its message
 
 
 class _Outputs:
@@ -43,16 +44,19 @@ class _Outputs:
 
     def add(self, output: dict, size: int) -> None:
         self.size += size
-        if self.size <= MAX_CELL_OUTPUT_CHARS:
+        if self.size <= MAX_CELL_OUTPUT_CHARS or output["output_type"] == "error":  # errors are cut, not dropped
             self.items.append(output)
 
     def stream(self, name: str, text: str) -> None:
-        if self.items and self.items[-1]["output_type"] == "stream" and self.items[-1]["name"] == name:
-            self.size += len(text)
-            if self.size <= MAX_CELL_OUTPUT_CHARS:
-                self.items[-1]["text"] += text
+        """Printed text: cut where the cell's outputs reach their cap."""
+        text = text[: max(0, MAX_CELL_OUTPUT_CHARS - self.size)]
+        self.size += len(text)
+        if not text:
             return
-        self.add({"output_type": "stream", "name": name, "text": text}, len(text))
+        if self.items and self.items[-1]["output_type"] == "stream" and self.items[-1]["name"] == name:
+            self.items[-1]["text"] += text
+        else:
+            self.items.append({"output_type": "stream", "name": name, "text": text})
 
     def display(self, kind: str, data: dict) -> None:
         data = {str(key): value if isinstance(value, str) else repr(value) for key, value in (data or {}).items()}
@@ -109,8 +113,9 @@ def _shell():
         display_pub_class = Type(Publisher)
 
         def _showtraceback(self, etype, evalue, stb) -> None:
-            OUTPUTS.add({"output_type": "error", "ename": getattr(etype, "__name__", str(etype)),
-                         "evalue": safe_str(evalue), "traceback": list(stb)}, sum(map(len, stb)))
+            lines = [str(line)[:MAX_ERROR_LINE_CHARS] for line in stb[:MAX_ERROR_LINES]]
+            OUTPUTS.add({"output_type": "error", "ename": str(getattr(etype, "__name__", etype))[:200],
+                         "evalue": safe_str(evalue)[:MAX_ERROR_LINE_CHARS], "traceback": lines}, sum(map(len, lines)))
 
     config = Config()
     config.HistoryManager.enabled = False
