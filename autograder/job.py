@@ -157,16 +157,17 @@ def grade_job(job: Job) -> JobOutput:
     graded = graded_notebook.build(notebook, instructor, chapter, run, result)
     nbformat.write(graded, folder / "graded.ipynb")
     before_feedback = time.perf_counter()
-    page = _feedback_page(job, graded, run, result)
+    page, problem = _feedback_page(job, graded, run, result)
     (folder / "feedback.html").write_bytes(page)
     seconds["feedback"] = time.perf_counter() - before_feedback
     seconds["total"] = time.perf_counter() - start
-    result = replace(result, seconds={name: round(value, 2) for name, value in seconds.items()})
+    result = replace(result, notes=result.notes + ((problem,) if problem else ()),
+                     seconds={name: round(value, 2) for name, value in seconds.items()})
     return JobOutput(result, str(folder / "graded.ipynb"), str(folder / "feedback.html"))
 
 
-def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookResult) -> bytes:
-    """The feedback page, or a plain one when nbconvert fails or runs out of time."""
+def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookResult) -> tuple[bytes, str | None]:
+    """The feedback page, or a plain one and why, when nbconvert fails or runs out of time."""
     course = Path(job.folder) / "course"
     shutil.copytree(job.chapter_source, course / "source" / job.chapter.name)
     shutil.copyfile(job.template, course / "gradebook.db")
@@ -174,9 +175,10 @@ def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookRe
                                                               (run.outcomes.items() if run else ())})
     try:
         with time_limit(FEEDBACK_SECONDS, "rendering the feedback"):
-            return feedback.render(course, view, result, job.chapter)
+            return feedback.render(course, view, result, job.chapter), None
     except (StageTimeout, RuntimeError) as error:
-        return feedback.plain_page(result, f"The full feedback page could not be made: {error}"[:300])
+        problem = f"the feedback page is a plain one: {error}"[:500]
+        return feedback.plain_page(result, problem), problem
 
 
 def _copy_chapter_files(source: Path, work: Path) -> None:

@@ -125,6 +125,7 @@ def render_feedback(course: Path, notebook, result: NotebookResult, notebook_nam
     config = Config()
     config.HTMLExporter.sanitize_html = True
     config.HTMLExporter.template_name = "sanitized_feedback"
+    config.HTMLExporter.template_file = "sanitized_feedback.html.j2"
     config.HTMLExporter.extra_template_basedirs = [
         str(Path(__file__).parent / "templates"),
         str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")]
@@ -136,7 +137,8 @@ def render_feedback(course: Path, notebook, result: NotebookResult, notebook_nam
     outcome = capture_log(converter)
     html = course / "feedback" / result.student / result.chapter / f"{notebook_name}.html"
     if not outcome["success"] or not html.exists():
-        raise RuntimeError(f"nbgrader could not render the feedback:\n{(outcome.get('error') or '')[-3000:]}")
+        detail = (outcome.get("log") or "") + (outcome.get("error") or "")
+        raise RuntimeError(f"nbgrader could not render the feedback:\n{detail[-3000:]}")
     return html.read_bytes()
 
 

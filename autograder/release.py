@@ -178,20 +178,24 @@ def _cell_name(cell) -> str:
     return grade_id(cell) or cell.get("id", "?")
 
 
-def execute(notebook: nbformat.NotebookNode, directory: Path, timeout: int, grading: bool = True) -> list[CellError]:
+def execute(notebook: nbformat.NotebookNode, directory: Path, timeout: int, grading: bool = True,
+            figures: bool = False) -> list[CellError]:
     """Run every cell in a fresh kernel, in ``directory``, and return the errors. With ``grading`` the
     kernel sees ``NBGRADER_EXECUTION`` as when nbgrader grades (heavy cells do less); without, it runs as
-    a reader's Jupyter does. The outputs are written into ``notebook``."""
+    a reader's Jupyter does. Figures become PNG outputs, as in Jupyter, with ``figures``; else they are
+    not drawn (matplotlib's Agg backend). The outputs are written into ``notebook``."""
     from nbclient import NotebookClient
 
     client = NotebookClient(
         notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
         resources={"metadata": {"path": str(directory)}},
     )
-    environment = {name: value for name, value in os.environ.items() if name != "NBGRADER_EXECUTION"}
+    environment = {name: value for name, value in os.environ.items() if name not in ("NBGRADER_EXECUTION", "MPLBACKEND")}
     if grading:
         environment["NBGRADER_EXECUTION"] = "autograde"
-    client.execute(env={**environment, "MPLBACKEND": "Agg"})
+    if not figures:
+        environment["MPLBACKEND"] = "Agg"
+    client.execute(env=environment)
     return [
         CellError(_cell_name(cell), output.get("ename", ""), output.get("evalue", ""))
         for cell in notebook.cells if cell.cell_type == "code"

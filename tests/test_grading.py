@@ -200,6 +200,7 @@ def test_feedback_shows_outcomes_but_not_hidden_tests(graded):
     pages = feedback_pages(out)
     assert {ZOLA, "blank", "forger", "bob", "carol", "broken", "hooker", "deleter"} <= set(pages)
     for page in pages.values():
+        assert "nbgrader_cell" in page  # nbgrader's feedback page, not the plain one made when rendering fails
         assert not [line for line in HIDDEN_LINES if line in page]
     assert "this assertion failed: assert double(2) == 4" in pages["bob"] and "not valid JSON" in pages["broken"]
 
@@ -485,3 +486,36 @@ def test_solutions_get_full_marks_and_released_chapters_zero(book_graded, chapte
     assert solved and all(test.status == "passed" and test.points == test.max_points for test in solved), solved
     assert len(blank) == len(solved)
     assert all(test.status == "error" and test.points == 0 and "NotImplementedError" in test.message for test in blank), blank
+
+
+# --------------------------------------------------------------------------------------------------
+# The grader's own code, wherever it runs
+# --------------------------------------------------------------------------------------------------
+
+
+def _report_package_paths(connection) -> None:
+    import autograder
+    import bertlab
+
+    connection.send((autograder.__file__, bertlab.__file__))
+
+
+def test_workers_and_sandboxes_import_the_grader_s_own_packages():
+    import multiprocessing
+
+    import autograder
+    import bertlab
+
+    here = (autograder.__file__, bertlab.__file__)
+    context = multiprocessing.get_context("forkserver")  # as autograder.grade starts its workers
+    context.set_forkserver_preload(["autograder.job"])
+    receiver, sender = context.Pipe(duplex=False)
+    worker = context.Process(target=_report_package_paths, args=(sender,))
+    worker.start()
+    sender.close()
+    assert receiver.recv() == here
+    worker.join()
+    steps = [("code", "def where():\n    import autograder, bertlab\n    return autograder.__file__, bertlab.__file__")]
+    test = f"assert where() == {here!r}, where()"
+    outcome = run_in_grader([*steps, ("test", "test_where")], {"test_where": test}, ["where"], LIMITS)["test_where"]
+    assert outcome.status == "passed", outcome
