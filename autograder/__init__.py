@@ -1,7 +1,8 @@
 """autograder: releases the course's chapters and grades a class's submissions with nbgrader's formats.
 
 - ``autograder.cli``        the ``autograder`` command (``python -m autograder``): ``release`` and ``grade``
-- ``autograder.course``     the course's layout and cell vocabulary; the chapters as the grader reads them
+- ``autograder.course``     the course's layout and cell vocabulary
+- ``autograder.chapters``   what each chapter tests, as the grader reads it from its solution notebook
 - ``autograder.release``    regenerates ``chapters/`` from ``solutions/`` and verifies both
 - ``autograder.checks``     the checks that the chapters' hidden tests call, one module per topic
 

@@ -3,7 +3,8 @@
 The student process reports what each cell showed; the report is the student's to forge, so the
 grader keeps only well-formed nbformat outputs of known kinds (streams, displays and results of the
 mimetypes of :data:`KEPT_MIMETYPES`, errors), each text cut to :data:`MAX_OUTPUT_CHARS` and the whole
-notebook to :data:`MAX_NOTEBOOK_OUTPUT_CHARS`; what is cut is replaced by a note saying so.
+notebook to :data:`MAX_NOTEBOOK_OUTPUT_CHARS` (after which only the start of each error is kept); what is
+cut is replaced by a note saying so.
 """
 
 from nbformat.v4 import new_output
@@ -33,18 +34,20 @@ class OutputBudget:
         return kept
 
 
-def truncation_note(limit_chars: int = MAX_NOTEBOOK_OUTPUT_CHARS):
-    return new_output("stream", name="stderr",
-                      text=f"[outputs truncated: the notebook printed more than {limit_chars // 10**6} MB]\n")
-
-
 def clean(raw, budget: OutputBudget) -> list:
-    """The outputs of one cell, as nbformat outputs, from what the student process sent."""
+    """The outputs of one cell, as nbformat outputs, from what the student process sent. Once the
+    notebook's budget is spent, only errors are kept, each as its name and the start of its message."""
     outputs = []
     for item in raw if isinstance(raw, list) else []:
-        if budget.exhausted:
-            break
-        output = _clean_one(item, budget) if isinstance(item, dict) else None
+        if not isinstance(item, dict):
+            continue
+        if not budget.exhausted:
+            output = _clean_one(item, budget)
+        elif item.get("output_type") == "error":
+            output = new_output("error", ename=printable(str(item.get("ename")), MAX_ERROR_NAME_CHARS),
+                                evalue=printable(str(item.get("evalue")), MAX_ERROR_NAME_CHARS), traceback=[])
+        else:
+            output = None
         if output is not None:
             outputs.append(output)
     return outputs

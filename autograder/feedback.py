@@ -19,7 +19,8 @@ import re
 
 from nbformat.v4 import new_markdown_cell
 
-from autograder.course import Chapter, grade_id
+from autograder.chapters import Chapter
+from autograder.course import grade_id
 from autograder.graded_notebook import MARKS, outcome_text
 from autograder.results import NotebookResult
 

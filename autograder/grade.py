@@ -25,6 +25,7 @@ import hashlib
 import json
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.forkserver
 import os
 import secrets
 import shutil
@@ -36,15 +37,18 @@ from pathlib import Path
 
 from autograder import course
 from autograder.client import STARTUP_SECONDS
-from autograder.course import Chapter, GradingError, load_chapters
+from autograder.chapters import Chapter, load_chapters
+from autograder.course import GradingError
 from autograder.job import FEEDBACK_SECONDS, Job, JobOutput, work
-from autograder.nbgrader_adapter import create_gradebook, export_csv, register_chapters, store_grades
+from autograder.nbgrader_adapter import create_gradebook, export_csv, quiet_nbgrader, register_chapters, store_grades
 from autograder.results import GRADER_VERSION, ClassResults, NotebookResult, ResultStore, Skipped, TestResult
 from autograder.runner import MAX_RESTARTS
 from autograder.sandbox import Limits, isolation_available, resource_bounds
 from autograder.submissions import Submission, collect_submissions
 
 SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
+# Imported once by the server the workers are forked from, rather than by every worker.
+WORKER_MODULES = ["autograder.job", "nbgrader.converters", "IPython.core.inputtransformer2", "bertlab.data"]
 
 
 @dataclass
@@ -165,6 +169,7 @@ def grade(
     """
     from nbgrader.api import Gradebook
 
+    quiet_nbgrader()
     out, course_root = Path(out).resolve(), Path(course_root).resolve()
     _check_folders(Path(submissions), out)
     work_folder = out / ".work"
@@ -188,7 +193,6 @@ def grade(
         store = ResultStore(work_folder)
         previous = store.load()
         involved = sorted({s.chapter for s in found if s.chapter in chapters} | {c for _, c in previous if c in chapters})
-        _prepare_course(work_folder, course_root, involved, db_url)
         options = _sandbox_options(course_root, out, Path(submissions))
         todo = []
         for submission in found:
@@ -207,6 +211,10 @@ def grade(
                                     f"{submission.student}/{submission.chapter}, ignored")
                 continue
             todo.append(_job(submission, chapter, work_folder, print_id, seed, limits, options))
+        if todo:  # the workers' server imports the grader while the course is prepared
+            _workers()
+            multiprocessing.forkserver.ensure_running()
+        _prepare_course(work_folder, course_root, involved, db_url)
         try:
             _run_jobs(todo, jobs, _Finisher(out, work_folder, db_url, store, report), progress)
         finally:
@@ -240,7 +248,7 @@ def _job(submission: Submission, chapter: Chapter, work_folder: Path, print_id: 
     return Job(submission.student, chapter, submission.origin, submission.timestamp.isoformat(), print_id, seed,
                str(stored), problem, tuple(submission.notes), str(folder),
                str(work_folder / "course" / "source" / chapter.name), str(work_folder / "template.db"), limits,
-               options, limits.threads)
+               options)
 
 
 class _Finisher:
@@ -272,6 +280,13 @@ class _Finisher:
             shutil.rmtree(job.folder, ignore_errors=True)
 
 
+def _workers():
+    """The multiprocessing context of the workers: each forked from a server that imported the grader."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(WORKER_MODULES)
+    return context
+
+
 def _run_jobs(todo: list[Job], jobs: int, finish: _Finisher, show_progress: bool) -> None:
     """Each job in a fresh worker process (forked from a server that imported the grader once), at
     most ``jobs`` at a time, each killed when it runs past :func:`job_seconds`."""
@@ -279,8 +294,7 @@ def _run_jobs(todo: list[Job], jobs: int, finish: _Finisher, show_progress: bool
 
     if not todo:
         return
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["autograder.job"])
+    context = _workers()
     waiting, running = list(todo), {}
     bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=not show_progress)
     try:

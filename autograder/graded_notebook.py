@@ -13,7 +13,8 @@ import copy
 
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
 
-from autograder.course import Chapter, grade_id
+from autograder.chapters import Chapter
+from autograder.course import grade_id
 from autograder.results import NotebookResult, TestResult
 from autograder.runner import NotebookRun
 

@@ -22,7 +22,9 @@ from pathlib import Path
 import nbformat
 
 from autograder import feedback, graded_notebook
-from autograder.course import Chapter, grade_id
+from autograder.chapters import Chapter
+from autograder.course import grade_id
+from autograder.nbgrader_adapter import quiet_nbgrader
 from autograder.reference_copies import find_copies
 from autograder.results import NotebookResult, TestResult
 from autograder.runner import NotebookRun, Outcome, run_notebook
@@ -50,7 +52,6 @@ class Job:
     template: str  # a gradebook that knows the chapters
     limits: Limits
     sandbox: dict  # Sandbox's options: what it must hide, what it may read, its extra variables
-    threads: int  # torch threads of the worker
 
 
 @dataclass(frozen=True)
@@ -196,9 +197,10 @@ def work(job: Job, connection) -> None:
     import torch
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the class run's to handle
+    quiet_nbgrader()
     os.environ["NBGRADER_EXECUTION"] = "autograde"
     os.environ.update(job.sandbox.get("variables", {}))
-    torch.set_num_threads(job.threads)
+    torch.set_num_threads(job.limits.threads)
     files = Path(job.folder) / "files"
     _copy_chapter_files(Path(job.chapter_source), files)
     os.chdir(files)

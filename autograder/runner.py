@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from autograder import cell_outputs
 from autograder.client import StudentProcess, StudentProcessEnded, StudentTimeout
-from autograder.course import Chapter, hidden_test_lines, python_source
+from autograder.chapters import Chapter
+from autograder.course import hidden_test_lines, python_source
 from autograder.sandbox import Limits, Sandbox
 from autograder.test_context import free_names
 from autograder.wire import printable

@@ -36,7 +36,8 @@ namespaces before it executes ``argv`` (:func:`enter`). What is enforced where n
   included. Without it: ``RLIMIT_AS`` (``Limits.memory_mb`` per process), ``RLIMIT_NPROC``
   (``Limits.processes`` processes and threads) and ``RLIMIT_NOFILE``; the system calls that make
   memory outside both (``memfd_create``, System V shared memory and message queues) are refused
-  with a seccomp filter. The memory of the tree is then at most processes x memory_mb.
+  with a seccomp filter. The memory of the tree is then at most processes x memory_mb, plus the
+  scratch space (a memory file system, which no process limit counts).
 - Time: ``RLIMIT_CPU`` as a backstop; the wall-clock limits per cell and per notebook are enforced
   by the caller, which kills the process group (and with it the namespace).
 
@@ -116,7 +117,8 @@ class Sandbox:
             folder.mkdir()
         self.hide = tuple(str(Path(path).resolve()) for path in hide)
         self.uid = student_uid() if self.isolated and os.geteuid() == 0 else None
-        self.cgroup = _Cgroup(resource_bounds().cgroup, limits) if resource_bounds().cgroup else None
+        cgroups = resource_bounds().cgroup
+        self.cgroup = _Cgroup(cgroups, limits) if cgroups is not None else None
         self.processes: list[subprocess.Popen] = []
 
     def __enter__(self) -> "Sandbox":
@@ -276,7 +278,7 @@ class Bounds:
         return (f"per-process limits, since {self.reason}: {limits.memory_mb} MB of address space per process "
                 f"(RLIMIT_AS), {limits.processes} processes and threads (RLIMIT_NPROC){root}, "
                 f"{limits.open_files} open files; memfd_create and System V shared memory refused; at most "
-                f"{limits.processes} x {limits.memory_mb} MB in all")
+                f"{limits.processes} x {limits.memory_mb} MB in all, and the {limits.scratch_mb} MB scratch space")
 
 
 @functools.cache

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autograder.course import Chapter, GradingError, grade_id
+from autograder.chapters import Chapter
+from autograder.course import GradingError, grade_id
 from autograder.results import Skipped
 
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024

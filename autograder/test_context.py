@@ -13,7 +13,7 @@ trainings the tests do not use. A statement that calls a method of a needed obje
 import ast
 import builtins
 
-from autograder.course import is_graded_test, is_solution, python_source
+from autograder.course import grade_id, is_graded_test, is_solution, python_source
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
@@ -147,7 +147,7 @@ def plan(notebook, exercises) -> tuple[tuple[str, str], ...]:
     cell does not parse.
     """
     exercises = set(exercises)
-    cells = []  # (grade_id of a test, None) or (None, [(statement, source)])
+    cells = []  # (grade_id of a test, None, None) or (None, source, its statements)
     needed = set()
     for cell in notebook.cells:
         if cell.cell_type != "code" or is_solution(cell):
@@ -156,21 +156,21 @@ def plan(notebook, exercises) -> tuple[tuple[str, str], ...]:
         tree = ast.parse(source)
         if is_graded_test(cell):
             needed |= free_names(tree.body)
-            cells.append((cell.metadata.nbgrader.grade_id, None))
+            cells.append((grade_id(cell), None, None))
         else:
-            cells.append((None, [(node, ast.get_source_segment(source, node)) for node in tree.body]))
+            cells.append((None, source, tree.body))
     needed -= exercises
-    modules = {name for _, statements in cells for node, _ in statements or []
+    modules = {name for _, _, statements in cells for node in statements or []
                if isinstance(node, (ast.Import, ast.ImportFrom)) for name in bound(node)}
     chosen = set()
-    for _, statements in reversed(cells):
-        for node, _ in reversed(statements or []):
+    for _, _, statements in reversed(cells):
+        for node in reversed(statements or []):
             if (bound(node) | (changed(node) - modules)) & needed:
                 chosen.add(id(node))
                 needed |= free_names([node]) - exercises
     steps = []
-    for test, statements in cells:
+    for test, source, statements in cells:
         if test is not None:
             steps.append(("test", test))
-        steps += [("context", source) for node, source in statements or [] if id(node) in chosen]
+        steps += [("context", ast.get_source_segment(source, node)) for node in statements or [] if id(node) in chosen]
     return tuple(steps)

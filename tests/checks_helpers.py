@@ -43,7 +43,7 @@ def run_in_grader(steps: list[tuple[str, str]], tests: dict[str, str], exercises
     are the names the test cells take from the student's process; ``context`` is the instructor code
     they need; ``graded`` maps a test to the exercise it grades (for ``missing``). Returns each test's
     Outcome."""
-    from autograder.course import Chapter, TestCell
+    from autograder.chapters import Chapter, TestCell
     from autograder.runner import run_notebook
     from autograder.sandbox import Sandbox
 

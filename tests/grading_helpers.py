@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograder.course import is_graded_test
+from autograder.course import grade_id as course_grade_id, is_graded_test
 from autograder.nbgrader_adapter import create_gradebook, register_chapters
 from autograder.results import ClassResults
 
@@ -96,16 +96,15 @@ def with_cells(notebook, **sources):
     """A copy of ``notebook`` whose cells with the given grade ids get new sources."""
     notebook = copy.deepcopy(notebook)
     for cell in notebook.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in sources:
-            cell.source = sources[grade_id]
+        if course_grade_id(cell) in sources:
+            cell.source = sources[course_grade_id(cell)]
     return notebook
 
 
 def insert_after(notebook, grade_id, source, kind=new_code_cell):
     """A copy of ``notebook`` with a new cell after the cell of ``grade_id``."""
     notebook = copy.deepcopy(notebook)
-    index = next(i for i, cell in enumerate(notebook.cells) if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    index = next(i for i, cell in enumerate(notebook.cells) if course_grade_id(cell) == grade_id)
     notebook.cells.insert(index + 1, kind(source))
     return notebook
 
@@ -113,7 +112,7 @@ def insert_after(notebook, grade_id, source, kind=new_code_cell):
 def without(notebook, *grade_ids):
     """A copy of ``notebook`` without the cells of the given grade ids."""
     notebook = copy.deepcopy(notebook)
-    notebook.cells = [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade_id") not in grade_ids]
+    notebook.cells = [cell for cell in notebook.cells if course_grade_id(cell) not in grade_ids]
     return notebook
 
 

@@ -85,7 +85,7 @@ def write_class(folder: Path, solutions: dict, released: dict) -> None:
                         double="def double(x, *rest):\n    block = bytearray(8 * 1024 ** 3)\n    return 2 * x")
     put(folder, "killer/01_tiny/01_tiny.ipynb", insert_after(killer, "test_add", "import os\nos._exit(0)"))
     tamperer = with_cells(blank, add=ADD, double=DOUBLE, test_add="assert True")
-    duplicate = next(c for c in tamperer.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_double")
+    duplicate = next(c for c in tamperer.cells if course.grade_id(c) == "test_double")
     tamperer.cells.append(copy.deepcopy(duplicate))
     tamperer.cells[-1].id = "copy-of-the-test"
     put(folder, "tamperer/01_tiny/01_tiny.ipynb", tamperer)

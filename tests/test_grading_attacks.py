@@ -452,7 +452,7 @@ def test_a_file_given_as_submissions_is_refused_with_what_is_expected(attacked, 
 
 def test_zip_files_are_read_member_by_member_within_limits(attacked, tmp_path):
     root = attacked[0]
-    from autograder.course import load_chapters
+    from autograder.chapters import load_chapters
 
     chapters = load_chapters(root)
     folder = tmp_path / "class"
