@@ -158,11 +158,11 @@ def grade_job(job: Job) -> JobOutput:
     graded = graded_notebook.build(notebook, instructor, chapter, run, result)
     nbformat.write(graded, folder / "graded.ipynb")
     before_feedback = time.perf_counter()
-    page, problem = _feedback_page(job, graded, run, result)
+    page, page_problem = _feedback_page(job, graded, run, result)
     (folder / "feedback.html").write_bytes(page)
     seconds["feedback"] = time.perf_counter() - before_feedback
     seconds["total"] = time.perf_counter() - start
-    result = replace(result, notes=result.notes + ((problem,) if problem else ()),
+    result = replace(result, notes=result.notes + ((page_problem,) if page_problem else ()),
                      seconds={name: round(value, 2) for name, value in seconds.items()})
     return JobOutput(result, str(folder / "graded.ipynb"), str(folder / "feedback.html"))
 

@@ -557,6 +557,10 @@ def enter(config: dict, argv: list[str]) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"],) * 2)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the file size limit fails, not kills
+    # A grader started in the background has SIGINT ignored, and a Python that inherits that never raises
+    # KeyboardInterrupt: the interrupt that ends a cell past its time limit would not reach the code.
+    for number in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(number, signal.SIG_DFL)
     if config["isolated"]:
         _build_root(config)
     resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)  # counted for the final user

@@ -328,3 +328,11 @@ def test_a_cgroup_is_used_only_where_memory_and_pids_are_delegated(tmp_path, mon
         assert resource_bounds().cgroup == tmp_path
     finally:
         resource_bounds.cache_clear()
+
+
+def test_interrupt_reaches_the_code_even_when_the_grader_ignores_it():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a grader started with `&`
+    try:
+        test_interrupt_reaches_the_code()
+    finally:
+        signal.signal(signal.SIGINT, previous)
