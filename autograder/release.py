@@ -24,10 +24,9 @@ from pathlib import Path
 import nbformat
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTIONS = "solutions"
-CHAPTERS = "chapters"
-INSTALL_TAG = "install"
+from autograder.course import CHAPTERS, INSTALL_TAG, ROOT, SOLUTIONS, chapter_names, grade_id, is_graded_test
+from autograder.nbgrader_adapter import create_gradebook
+
 URL_PLACEHOLDER = "{repository_url}"
 #: Cell metadata kept in a released notebook; everything else (execution times, scroll state) goes.
 KEPT_CELL_METADATA = ("nbgrader", "tags", "editable", "deletable")
@@ -40,12 +39,6 @@ class ReleaseError(RuntimeError):
 # --------------------------------------------------------------------------------------------------
 # Generation
 # --------------------------------------------------------------------------------------------------
-
-
-def chapter_names(root: Path = ROOT) -> list[str]:
-    """The chapters that have a solution notebook: folders of ``solutions/`` holding an .ipynb."""
-    source = Path(root) / SOLUTIONS
-    return sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.ipynb"))) if source.is_dir() else []
 
 
 def _resolve_names(names, root: Path) -> list[str]:
@@ -79,26 +72,6 @@ def nbgrader_config(root: Path, release_directory: Path, gradebook: Path):
     config.CourseDirectory.release_directory = str(release_directory)
     config.CourseDirectory.db_url = f"sqlite:///{gradebook}"
     return config
-
-
-def create_gradebook(path: Path) -> None:
-    """An empty nbgrader gradebook at ``path``, stamped with nbgrader's schema version.
-
-    nbgrader stamps a new gradebook by running the ``alembic`` command in a subprocess, which takes
-    many seconds; this asks alembic's Python API for the same version instead.
-    """
-    import nbgrader
-    import nbgrader.api
-    from alembic.script import ScriptDirectory
-    from sqlalchemy import create_engine, text
-
-    version = ScriptDirectory(str(Path(nbgrader.__file__).parent / "alembic")).get_current_head()
-    engine = create_engine(f"sqlite:///{path}")
-    nbgrader.api.Base.metadata.create_all(bind=engine)
-    with engine.begin() as connection:
-        connection.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
-        connection.execute(text("INSERT INTO alembic_version (version_num) VALUES (:version)"), {"version": version})
-    engine.dispose()
 
 
 def normalize(notebook: nbformat.NotebookNode, url: str) -> nbformat.NotebookNode:
@@ -202,29 +175,27 @@ class CellError:
 
 
 def _cell_name(cell) -> str:
-    return cell.metadata.get("nbgrader", {}).get("grade_id") or cell.get("id", "?")
+    return grade_id(cell) or cell.get("id", "?")
 
 
-def is_graded_test(cell) -> bool:
-    """A test cell that nbgrader grades (autograder tests)."""
-    info = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and info.get("grade", False) and not info.get("solution", False)
-
-
-def execute(notebook: nbformat.NotebookNode, directory: Path, timeout: int, grading: bool = True) -> list[CellError]:
+def execute(notebook: nbformat.NotebookNode, directory: Path, timeout: int, grading: bool = True,
+            figures: bool = False) -> list[CellError]:
     """Run every cell in a fresh kernel, in ``directory``, and return the errors. With ``grading`` the
     kernel sees ``NBGRADER_EXECUTION`` as when nbgrader grades (heavy cells do less); without, it runs as
-    a reader's Jupyter does. The outputs are written into ``notebook``."""
+    a reader's Jupyter does. Figures become PNG outputs, as in Jupyter, with ``figures``; else they are
+    not drawn (matplotlib's Agg backend). The outputs are written into ``notebook``."""
     from nbclient import NotebookClient
 
     client = NotebookClient(
         notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
         resources={"metadata": {"path": str(directory)}},
     )
-    environment = {name: value for name, value in os.environ.items() if name != "NBGRADER_EXECUTION"}
+    environment = {name: value for name, value in os.environ.items() if name not in ("NBGRADER_EXECUTION", "MPLBACKEND")}
     if grading:
         environment["NBGRADER_EXECUTION"] = "autograde"
-    client.execute(env={**environment, "MPLBACKEND": "Agg"})
+    if not figures:
+        environment["MPLBACKEND"] = "Agg"
+    client.execute(env=environment)
     return [
         CellError(_cell_name(cell), output.get("ename", ""), output.get("evalue", ""))
         for cell in notebook.cells if cell.cell_type == "code"

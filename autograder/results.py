@@ -1,0 +1,194 @@
+"""What grading produces, as typed records: one :class:`NotebookResult` per (student, chapter), what
+the collector skipped (:class:`Skipped`), and the class's :class:`ClassResults`, which
+``results.json`` holds and whose :meth:`ClassResults.summary` the command prints.
+
+``results.json``::
+
+    {"grader_version": ..., "bounds": "how memory and processes were bounded",
+     "notebooks": [{"student", "chapter", "origin", "timestamp", "fingerprint", "seed", "problem",
+                    "notes": [...], "copies": [{"exercise", "reason"}],
+                    "tests": [{"grade_id", "points", "max_points", "status", "message"}],
+                    "feedback", "seconds": {...}}, ...],
+     "skipped": [{"path", "student", "reason"}, ...]}
+
+``seed`` is the run seed the notebook's hidden tests drew their inputs from (a regrade with it meets
+the same inputs). A (student, chapter) without a submission appears with ``origin`` null and every
+test ``missing``.
+
+:class:`ResultStore` keeps each graded notebook's result under ``DIR/.work/results``, signed with a
+key of the output folder (which no sandbox sees): a later run reuses a result only when its
+signature holds and its fingerprint is the new submission's.
+"""
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from autograder.wire import printable
+
+GRADER_VERSION = "2"  # with the grader's and the reference's sources, part of every fingerprint
+STATUSES = ("passed", "failed", "error", "timeout", "tampered", "missing")
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """The grade of one test cell."""
+
+    grade_id: str
+    points: float
+    max_points: float
+    status: str  # one of STATUSES
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ReferenceCopy:
+    """An exercise whose code looks like the reference's, for the instructor to look at."""
+
+    exercise: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class NotebookResult:
+    """The grade of one (student, chapter)."""
+
+    student: str
+    chapter: str
+    tests: tuple[TestResult, ...]
+    origin: str | None = None  # where the submission came from, in SUBMISSIONS; None: no submission
+    timestamp: str | None = None  # of the submission, ISO 8601
+    fingerprint: str | None = None  # of what the grade depends on (see grade.fingerprint)
+    seed: int | None = None  # the run seed of the hidden tests' inputs
+    problem: str | None = None  # why the notebook could not be graded as one of its chapter
+    notes: tuple[str, ...] = ()
+    copies: tuple[ReferenceCopy, ...] = ()
+    feedback: str | None = None  # the feedback page, relative to the output folder
+    seconds: dict[str, float] = field(default_factory=dict, compare=False)
+
+    @property
+    def score(self) -> float:
+        return sum(test.points for test in self.tests)
+
+    @property
+    def max_score(self) -> float:
+        return sum(test.max_points for test in self.tests)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "NotebookResult":
+        known = {item.name for item in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        values["tests"] = tuple(TestResult(**test) for test in data["tests"])
+        values["copies"] = tuple(ReferenceCopy(**copy) for copy in data.get("copies", ()))
+        values["notes"] = tuple(data.get("notes", ()))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Something in SUBMISSIONS that was not graded, and why."""
+
+    path: str  # relative to SUBMISSIONS (a zip member after a colon)
+    reason: str
+    student: str | None = None
+
+
+@dataclass
+class ClassResults:
+    """What a grading run knows of the class: results.json."""
+
+    notebooks: list[NotebookResult]
+    skipped: list[Skipped]
+    bounds: str
+
+    def to_json(self) -> str:
+        return json.dumps({"grader_version": GRADER_VERSION, "bounds": self.bounds,
+                           "notebooks": [result.to_json() for result in self.notebooks],
+                           "skipped": [asdict(item) for item in self.skipped]}, indent=1, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ClassResults":
+        data = json.loads(text)
+        return cls([NotebookResult.from_json(item) for item in data["notebooks"]],
+                   [Skipped(**item) for item in data["skipped"]], data["bounds"])
+
+    def summary(self) -> str:
+        """Markdown: per chapter the students, the mean score and the count of each status; then the
+        exercises flagged as copies of the reference, and what was skipped."""
+        by_chapter = defaultdict(list)
+        for result in self.notebooks:
+            by_chapter[result.chapter].append(result)
+        lines = ["| chapter | students | mean score | " + " | ".join(STATUSES) + " | copies |",
+                 "|---|---:|---:|" + "---:|" * (len(STATUSES) + 1)]
+        for chapter in sorted(by_chapter):
+            results = by_chapter[chapter]
+            statuses = Counter(test.status for result in results for test in result.tests)
+            mean = sum(result.score for result in results) / len(results)
+            maximum = max(result.max_score for result in results)
+            lines.append(f"| {_cell(chapter)} | {len(results)} | {mean:.2f} / {maximum:g} | "
+                         + " | ".join(str(statuses[status]) for status in STATUSES)
+                         + f" | {sum(len(result.copies) for result in results)} |")
+        copies = [(result, copy) for result in self.notebooks for copy in result.copies]
+        if copies:
+            lines += ["", "Exercises that may be the reference's code (for the instructor to look at):"]
+            lines += [f"- {_text(result.student)}/{_text(result.chapter)}, {_text(copy.exercise)}: {_text(copy.reason)}"
+                      for result, copy in copies]
+        if self.skipped:
+            lines += ["", "Not graded:"]
+            lines += [f"- {_text(item.path)}: {_text(item.reason)}" for item in self.skipped]
+        return "\n".join(lines)
+
+
+def _text(value: str) -> str:
+    """A name or message of a submission, safe to print: one line, no control characters."""
+    return printable(str(value).replace("\n", " "), 300)
+
+
+def _cell(value: str) -> str:
+    return _text(value).replace("|", "/")
+
+
+class ResultStore:
+    """The graded notebooks' results under ``work/results``, signed with the key ``work/key``."""
+
+    def __init__(self, work: Path):
+        self.folder = work / "results"
+        key = work / "key"
+        if not key.exists():
+            descriptor = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(secrets.token_hex(32))
+        self.key = bytes.fromhex(key.read_text().strip())
+
+    def path(self, student: str, chapter: str) -> Path:
+        return self.folder / student / f"{chapter}.json"
+
+    def _signature(self, body: str) -> str:
+        return hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest()
+
+    def encode(self, result: NotebookResult) -> str:
+        body = json.dumps(result.to_json(), sort_keys=True)
+        return json.dumps({"result": body, "signature": self._signature(body)})
+
+    def load(self) -> dict[tuple[str, str], NotebookResult]:
+        """Every result this grader wrote (a file whose signature fails is ignored: graded again)."""
+        results = {}
+        for path in sorted(self.folder.glob("*/*.json")):
+            try:
+                stored = json.loads(path.read_text())
+                if not hmac.compare_digest(self._signature(stored["result"]), stored["signature"]):
+                    continue
+                result = NotebookResult.from_json(json.loads(stored["result"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if self.path(result.student, result.chapter) == path:
+                results[result.student, result.chapter] = result
+        return results
