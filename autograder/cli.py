@@ -18,6 +18,9 @@ from autograder.sandbox import Limits
 
 def _run_release(args: argparse.Namespace) -> int:
     try:
+        warning = release.placeholder_warning(args.root)
+        if warning:
+            print(f"autograder release: {warning}", file=sys.stderr)
         if args.dry_run:
             differences = release.stale_chapters(args.root)
             for line in differences:
