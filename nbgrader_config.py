@@ -28,3 +28,6 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.GenerateAssignment.preprocessors = ["autograder.release.InstallCell",
                                       *GenerateAssignment.class_traits()["preprocessors"].default()]
 c.InstallCell.root = str(ROOT)
+# Seconds per cell when nbgrader executes a notebook (autograde, validate): chapter 07's pretraining
+# takes a minute on a quiet 2-core CPU; nbgrader's default, 30 s, would fail it.
+c.ExecutePreprocessor.timeout = 600

@@ -2,7 +2,7 @@
 
     autograder release [CHAPTER ...] [--check] [--dry-run] [--jobs N] [--timeout S] [--root DIR]
     autograder grade SUBMISSIONS --out DIR [--jobs N] [--timeout S] [--notebook-timeout S] [--memory MB]
-                     [--db URL] [--root DIR] [--seed N]
+                     [--db URL] [--root DIR] [--seed N] [--regrade]
 
 A subcommand is a function ``add_<name>_command(subcommands)`` that declares its arguments and sets
 ``handler``, a function of the parsed arguments returning the exit status.
@@ -66,11 +66,12 @@ def add_release_command(subcommands) -> None:
 def _run_grade(args: argparse.Namespace) -> int:
     from autograder.course import GradingError
     from autograder.grade import grade
+    from autograder.nbgrader_adapter import hidden_password
 
     limits = Limits(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout, memory_mb=args.memory)
     try:
         report = grade(args.submissions, args.out, jobs=args.jobs, limits=limits, db=args.db, course_root=args.root,
-                       progress=sys.stderr.isatty(), seed=args.seed)
+                       progress="bar" if sys.stderr.isatty() else "lines", seed=args.seed, regrade=args.regrade)
     except GradingError as error:
         print(f"autograder grade: {error}", file=sys.stderr)
         return 2
@@ -80,7 +81,11 @@ def _run_grade(args: argparse.Namespace) -> int:
     for note in report.notes:
         print(note, file=sys.stderr)
     print(report.results.summary())
-    print(f"\ngraded {report.graded}, unchanged {report.reused}; results in {args.out.resolve()}")
+    out = args.out.resolve()
+    print(f"\ngraded {report.graded}, unchanged {report.reused}")
+    print(f"results:  {out / 'results.json'} (every test's points, status, cause and message)")
+    print(f"grades:   {out / 'grades.csv'} and the gradebook {hidden_password(args.db) if args.db else out / 'gradebook.db'}")
+    print(f"feedback: {out / 'feedback'}/ (<student>/<chapter>/<notebook>.html, to hand to each student)")
     for failure in report.failures:
         print(failure, file=sys.stderr)
     return report.exit_status
@@ -111,6 +116,8 @@ def add_grade_command(subcommands) -> None:
     parser.add_argument("--seed", type=int, metavar="N",
                         help="the seed of the hidden tests' inputs (default: a new random one for each run; "
                         "results.json records the seed of every graded notebook)")
+    parser.add_argument("--regrade", action="store_true",
+                        help="grade every submission again, even those graded before and unchanged since")
     parser.set_defaults(handler=_run_grade)
 
 

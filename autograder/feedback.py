@@ -11,15 +11,21 @@ HTML sanitizer on the notebook (Markdown, HTML and SVG outputs cleaned, JavaScri
 outputs dropped) and nbgrader's feedback exporter with sanitizing on, escapes what the grader writes
 itself (messages, names), and puts a Content-Security-Policy in the page that allows no script, no
 remote resource and no form: whatever slipped through would not run.
+
+Since no script runs, the Markdown cells' math is rendered to MathML and their citations to text on
+the grader (:mod:`autograder.book_markdown`); the page loads no MathJax.
 """
 
 import copy
+import functools
 import html
 import re
 
 from nbformat.v4 import new_markdown_cell
 
+from autograder import book_markdown
 from autograder.chapters import Chapter
+from autograder.citations import Reference
 from autograder.course import grade_id
 from autograder.graded_notebook import MARKS, outcome_text
 from autograder.results import NotebookResult
@@ -34,9 +40,10 @@ SAFE_ATTRIBUTES = {"a": ["href", "title", "class"], "*": ["id", "class"], "th": 
 
 
 def markdown_text(text: str) -> str:
-    """``text`` as literal Markdown on one line: HTML escaped, Markdown's punctuation backslashed."""
+    """``text`` as literal Markdown on one line: HTML escaped, Markdown's punctuation (and the ``$`` of
+    math) backslashed."""
     escaped = html.escape(" ".join(str(text).split()), quote=False)
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|~])", r"\\\1", escaped)
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|~$])", r"\\\1", escaped)
 
 
 def summary(result: NotebookResult) -> str:
@@ -85,19 +92,23 @@ def lock(page: bytes) -> bytes:
 
 def sanitized_html(html_text: str) -> str:
     """HTML rendered from Markdown, with what a page needs for text kept (headings, paragraphs, lists,
-    tables, code, links to http, https and mailto) and everything else removed: scripts, event
-    handlers, styles, frames, forms, images, other link schemes."""
+    tables, code, links to http, https and mailto, MathML's presentation elements) and everything else
+    removed: scripts, event handlers, styles, frames, forms, images, other link schemes."""
     import bleach
 
-    return bleach.clean(html_text, tags=SAFE_TAGS, attributes=SAFE_ATTRIBUTES, protocols=["http", "https", "mailto"],
-                        strip=True)
+    return bleach.clean(html_text, tags=SAFE_TAGS | book_markdown.MATHML_TAGS,
+                        attributes={**SAFE_ATTRIBUTES, **book_markdown.MATHML_ATTRIBUTES},
+                        protocols=["http", "https", "mailto"], strip=True)
 
 
-def render(course, view, result: NotebookResult, chapter: Chapter) -> bytes:
-    """The feedback page of a student's view, rendered by nbgrader's feedback exporter and locked."""
+def render(course, view, result: NotebookResult, chapter: Chapter, references: dict[str, Reference]) -> bytes:
+    """The feedback page of a student's view, rendered by nbgrader's feedback exporter and locked;
+    ``references`` are the course's, for the citations of its Markdown cells."""
     from autograder.nbgrader_adapter import render_feedback
 
-    return lock(render_feedback(course, view, result, chapter.notebook, sanitized_html))
+    filters = {"book_markdown": functools.partial(book_markdown.render, references=references),
+               "sanitized_html": sanitized_html}
+    return lock(render_feedback(course, view, result, chapter.notebook, filters))
 
 
 def plain_page(result: NotebookResult, why: str) -> bytes:

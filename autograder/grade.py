@@ -17,7 +17,13 @@ The run, step by step (:func:`grade`):
    (``DIR/feedback/<student>/<chapter>/<notebook>.html``), the signed result and the gradebook's
    scores (``DIR/gradebook.db`` or ``--db``); at the end ``DIR/results.json`` and ``DIR/grades.csv``.
 
-An interrupted run keeps what it finished; the next run resumes where it stopped.
+An interrupted run keeps what it finished; the next run resumes where it stopped. ``regrade`` grades
+every submission again, whatever was stored.
+
+Permissions: what is handed to students, the feedback pages and their folders, is readable by all
+(0644, 0755); what holds the class's grades (``results.json``, ``grades.csv``, the SQLite gradebook,
+the graded notebooks and the stored results) by the instructor only (0600). An output folder inside
+the course's git repository is refused unless git ignores it: the grades must never be committed.
 """
 
 import functools
@@ -29,6 +35,8 @@ import multiprocessing.forkserver
 import os
 import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -38,10 +46,13 @@ from pathlib import Path
 from autograder import course
 from autograder.client import STARTUP_SECONDS
 from autograder.chapters import Chapter, load_chapters
+from autograder.citations import read_references
 from autograder.course import GradingError
 from autograder.job import FEEDBACK_SECONDS, Job, JobOutput, work
-from autograder.nbgrader_adapter import create_gradebook, export_csv, quiet_nbgrader, register_chapters, store_grades
-from autograder.results import GRADER_VERSION, ClassResults, NotebookResult, ResultStore, Skipped, TestResult
+from autograder.nbgrader_adapter import (
+    create_gradebook, export_csv, prepare_gradebook, quiet_nbgrader, register_chapters, store_grades)
+from autograder.results import (
+    GRADER_VERSION, NO_SUBMISSION, ClassResults, NotebookResult, ResultStore, Skipped, TestResult)
 from autograder.runner import MAX_RESTARTS
 from autograder.sandbox import Limits, isolation_available, resource_bounds
 from autograder.submissions import Submission, collect_submissions
@@ -49,6 +60,9 @@ from autograder.submissions import Submission, collect_submissions
 SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
 # Imported once by the server the workers are forked from, rather than by every worker.
 WORKER_MODULES = ["autograder.job", "nbgrader.converters", "IPython.core.inputtransformer2", "bertlab.data"]
+PRIVATE, SHARED = 0o600, 0o644  # files for the instructor only; files handed to students
+SHARED_FOLDER = 0o755
+PROGRESS = ("bar", "lines", "none")  # a bar on a terminal; a line per finished job (logs, pipes); nothing
 
 
 @dataclass
@@ -66,11 +80,13 @@ class Report:
         return 1 if self.failures else 0
 
 
-def write_atomically(path: Path, data: bytes | str) -> None:
-    """Write a file so that it is either the old one or the complete new one, even after a crash."""
+def write_atomically(path: Path, data: bytes | str, mode: int = PRIVATE) -> None:
+    """Write a file so that it is either the old one or the complete new one, even after a crash; its
+    permissions are ``mode``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(descriptor, mode)
         with os.fdopen(descriptor, "wb") as file:
             file.write(data.encode() if isinstance(data, str) else data)
             file.flush()
@@ -106,6 +122,15 @@ def job_seconds(limits: Limits) -> float:
     return limits.notebook_timeout + (MAX_RESTARTS + 1) * STARTUP_SECONDS + FEEDBACK_SECONDS + 300
 
 
+def _shared_folder(folder: Path, top: Path) -> None:
+    """``folder`` and its parents up to ``top``, made where missing, readable and searchable by all."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for each in (folder, *folder.parents):
+        each.chmod(SHARED_FOLDER)
+        if each == top:
+            break
+
+
 def _prepare_course(work_folder: Path, course_root: Path, chapter_names: list[str], db_url: str) -> None:
     """The private nbgrader course (source/ from solutions/) and the gradebooks that know its chapters."""
     source = work_folder / "course" / "source"
@@ -117,8 +142,6 @@ def _prepare_course(work_folder: Path, course_root: Path, chapter_names: list[st
     template.unlink(missing_ok=True)
     create_gradebook(template)
     register_chapters(work_folder / "course", f"sqlite:///{template}", chapter_names)
-    if db_url.startswith("sqlite:///") and not Path(db_url.removeprefix("sqlite:///")).exists():
-        create_gradebook(Path(db_url.removeprefix("sqlite:///")))
     register_chapters(work_folder / "course", db_url, chapter_names)
 
 
@@ -138,15 +161,32 @@ def _missing(results: dict[tuple[str, str], NotebookResult], chapters: dict[str,
     students = sorted({student for student, _ in results})
     graded = sorted({name for _, name in results if name in chapters})
     return [NotebookResult(student, name, tests=tuple(TestResult(test.grade_id, 0.0, test.points, "missing",
-                                                                 f"no submission for {name}")
+                                                                 f"no submission for {name}", NO_SUBMISSION)
                                                       for test in chapters[name].tests))
             for student in students for name in graded if (student, name) not in results]
 
 
-def _check_folders(submissions: Path, out: Path) -> None:
+def _check_folders(submissions: Path, out: Path, course_root: Path) -> None:
+    """SUBMISSIONS and ``out`` apart; ``out`` not where git would commit it (see :func:`_committable`)."""
     submissions = submissions.resolve()
     if out == submissions or submissions in out.parents or out in submissions.parents:
         raise GradingError(f"--out {out} and SUBMISSIONS {submissions} must not be inside one another")
+    if _committable(out, course_root):
+        raise GradingError(f"--out {out} is inside the course repository {course_root}, where git would commit the "
+                           "students' grades: grade into a folder outside it, or into grading/, which .gitignore covers")
+
+
+def _committable(out: Path, course_root: Path) -> bool:
+    """Whether ``out`` lies in the course's git work tree and git does not ignore what grading writes
+    there (False where git or the repository is absent)."""
+    if out != course_root and course_root not in out.parents:
+        return False
+    try:
+        check = subprocess.run(["git", "-C", str(course_root), "check-ignore", "-q", str(out / "results.json")],
+                               capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return check.returncode == 1  # 0: ignored; 1: not ignored; 128: not a repository
 
 
 def grade(
@@ -157,21 +197,25 @@ def grade(
     limits: Limits | None = None,
     db: str | None = None,
     course_root: Path = course.ROOT,
-    progress: bool = False,
+    progress: str = "none",
     seed: int | None = None,
+    regrade: bool = False,
 ) -> Report:
     """Grade every submission in ``submissions`` into ``out``; see the module's docstring.
 
     ``limits`` bound each notebook; ``db`` is a SQLAlchemy URL of the gradebook (default: SQLite at
-    ``out/gradebook.db``); ``seed`` is the run seed of the hidden tests' inputs (default: a new
-    random one). Raises :class:`GradingError` when grading cannot start; a submission that fails is
-    graded with the reason instead.
+    ``out/gradebook.db``); ``progress`` is one of :data:`PROGRESS`, shown on stderr; ``seed`` is the
+    run seed of the hidden tests' inputs (default: a new random one); ``regrade`` grades every
+    submission again, reusing no stored result. Raises :class:`GradingError` when grading cannot
+    start; a submission that fails is graded with the reason instead.
     """
     from nbgrader.api import Gradebook
 
+    if progress not in PROGRESS:
+        raise ValueError(f"progress={progress!r}: one of {', '.join(PROGRESS)}")
     quiet_nbgrader()
     out, course_root = Path(out).resolve(), Path(course_root).resolve()
-    _check_folders(Path(submissions), out)
+    _check_folders(Path(submissions), out, course_root)
     work_folder = out / ".work"
     work_folder.mkdir(parents=True, exist_ok=True)
     limits = limits or Limits()
@@ -180,6 +224,9 @@ def grade(
     db_url = db or f"sqlite:///{out / 'gradebook.db'}"
     seed = secrets.randbits(62) if seed is None else seed
     with _exclusive(work_folder):
+        prepare_gradebook(db_url)
+        if not db:
+            (out / "gradebook.db").chmod(PRIVATE)
         chapters = load_chapters(course_root)
         if not chapters:
             raise GradingError(f"no chapter to grade: {course_root / course.SOLUTIONS} has no notebooks")
@@ -194,6 +241,7 @@ def grade(
         previous = store.load()
         involved = sorted({s.chapter for s in found if s.chapter in chapters} | {c for _, c in previous if c in chapters})
         options = _sandbox_options(course_root, out, Path(submissions))
+        references = read_references(course_root / "references.bib")
         todo = []
         for submission in found:
             if submission.chapter not in chapters:
@@ -202,7 +250,7 @@ def grade(
                 continue
             chapter = chapters[submission.chapter]
             print_id = fingerprint(submission, chapter, limits)
-            old = previous.get((submission.student, submission.chapter))
+            old = None if regrade else previous.get((submission.student, submission.chapter))
             if old and old.fingerprint == print_id:
                 report.reused += 1
                 continue
@@ -210,11 +258,14 @@ def grade(
                 report.notes.append(f"{submission.origin}: older than the submission already graded for "
                                     f"{submission.student}/{submission.chapter}, ignored")
                 continue
-            todo.append(_job(submission, chapter, work_folder, print_id, seed, limits, options))
+            todo.append(_job(submission, chapter, work_folder, print_id, seed, limits, options, references))
         if todo:  # the workers' server imports the grader while the course is prepared
             _workers()
             multiprocessing.forkserver.ensure_running()
         _prepare_course(work_folder, course_root, involved, db_url)
+        if progress == "lines":
+            print(f"grading {len(todo)} notebook(s), {max(1, jobs)} at a time ({report.reused} unchanged)",
+                  file=sys.stderr, flush=True)
         try:
             _run_jobs(todo, jobs, _Finisher(out, work_folder, db_url, store, report), progress)
         finally:
@@ -233,7 +284,7 @@ def grade(
 
 
 def _job(submission: Submission, chapter: Chapter, work_folder: Path, print_id: str, seed: int, limits: Limits,
-         options: dict) -> Job:
+         options: dict, references: dict) -> Job:
     """The job of one submission, whose bytes are copied into the private course first."""
     stored = work_folder / "course" / "submitted" / submission.student / submission.chapter / "submission.bin"
     problem = submission.problem
@@ -248,7 +299,7 @@ def _job(submission: Submission, chapter: Chapter, work_folder: Path, print_id: 
     return Job(submission.student, chapter, submission.origin, submission.timestamp.isoformat(), print_id, seed,
                str(stored), problem, tuple(submission.notes), str(folder),
                str(work_folder / "course" / "source" / chapter.name), str(work_folder / "template.db"), limits,
-               options)
+               options, references)
 
 
 class _Finisher:
@@ -257,7 +308,8 @@ class _Finisher:
     def __init__(self, out: Path, work_folder: Path, db_url: str, store: ResultStore, report: Report):
         self.out, self.work_folder, self.db_url, self.store, self.report = out, work_folder, db_url, store, report
 
-    def __call__(self, job: Job, output: JobOutput | None, failure: str | None) -> None:
+    def __call__(self, job: Job, output: JobOutput | None, failure: str | None) -> str:
+        """Put the job's files in place; return a line saying how it went."""
         from nbgrader.api import Gradebook
 
         name = f"{job.student}/{job.chapter.name}"
@@ -266,7 +318,8 @@ class _Finisher:
                 raise RuntimeError(failure)
             notebook = job.chapter.notebook
             page = self.out / "feedback" / job.student / job.chapter.name / f"{notebook}.html"
-            write_atomically(page, Path(output.feedback).read_bytes())
+            _shared_folder(page.parent, self.out / "feedback")
+            write_atomically(page, Path(output.feedback).read_bytes(), SHARED)
             graded = self.work_folder / "course" / "autograded" / job.student / job.chapter.name / f"{notebook}.ipynb"
             write_atomically(graded, Path(output.graded).read_bytes())
             result = replace(output.result, feedback=str(page.relative_to(self.out)))
@@ -274,8 +327,10 @@ class _Finisher:
             with Gradebook(self.db_url) as gradebook:
                 store_grades(gradebook, result, job.chapter.notebook)
             self.report.graded += 1
+            return f"{result.line()} ({result.seconds.get('total', 0):.0f} s)"
         except Exception as error:
             self.report.failures.append(f"{name}: the grader failed: {error}")
+            return f"{name}: the grader failed (see the end of the run)"
         finally:
             shutil.rmtree(job.folder, ignore_errors=True)
 
@@ -287,16 +342,17 @@ def _workers():
     return context
 
 
-def _run_jobs(todo: list[Job], jobs: int, finish: _Finisher, show_progress: bool) -> None:
+def _run_jobs(todo: list[Job], jobs: int, finish: _Finisher, progress: str) -> None:
     """Each job in a fresh worker process (forked from a server that imported the grader once), at
-    most ``jobs`` at a time, each killed when it runs past :func:`job_seconds`."""
+    most ``jobs`` at a time, each killed when it runs past :func:`job_seconds`; ``progress`` (one of
+    :data:`PROGRESS`) on stderr."""
     from tqdm import tqdm
 
     if not todo:
         return
     context = _workers()
-    waiting, running = list(todo), {}
-    bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=not show_progress)
+    waiting, running, done = list(todo), {}, 0
+    bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=progress != "bar")
     try:
         while waiting or running:
             while waiting and len(running) < max(1, jobs):
@@ -314,8 +370,11 @@ def _run_jobs(todo: list[Job], jobs: int, finish: _Finisher, show_progress: bool
                     del running[receiver]
                     receiver.close()
                     process.join(timeout=10)
-                    finish(job, *outcome)
+                    line = finish(job, *outcome)
+                    done += 1
                     bar.update()
+                    if progress == "lines":
+                        print(f"[{done}/{len(todo)}] {line}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         for process, _, _ in running.values():
             process.kill()

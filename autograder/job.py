@@ -23,10 +23,11 @@ import nbformat
 
 from autograder import feedback, graded_notebook
 from autograder.chapters import Chapter
+from autograder.citations import Reference
 from autograder.course import grade_id
 from autograder.nbgrader_adapter import quiet_nbgrader
 from autograder.reference_copies import find_copies
-from autograder.results import NotebookResult, TestResult
+from autograder.results import UNREADABLE, NotebookResult, TestResult
 from autograder.runner import NotebookRun, Outcome, run_notebook
 from autograder.sandbox import Limits, Sandbox
 from autograder.submissions import read_notebook
@@ -52,6 +53,7 @@ class Job:
     template: str  # a gradebook that knows the chapters
     limits: Limits
     sandbox: dict  # Sandbox's options: what it must hide, what it may read, its extra variables
+    references: dict[str, Reference]  # the course's references.bib, for the feedback's citations
 
 
 @dataclass(frozen=True)
@@ -125,11 +127,11 @@ def steps_of(notebook, chapter: Chapter) -> list[tuple]:
 def grade_of(test, outcome: Outcome, problem: str | None, notes: tuple[str, ...]) -> TestResult:
     """A test cell's grade: the grader's outcome sets the points; an edited test cell is ``tampered``."""
     points = test.points if outcome.status == "passed" else 0.0
-    status, message = outcome.status, outcome.message
+    status, message, cause = outcome.status, outcome.message, outcome.cause
     if problem:
         verdict = "your code passed this test" if outcome.status == "passed" else f"{outcome.status}: {outcome.message}"
-        status, message = "tampered", f"{problem}; graded with the instructor's version ({verdict})"
-    return TestResult(test.grade_id, points, test.points, status, "\n".join([message, *notes]).strip())
+        status, message, cause = "tampered", f"{problem}; graded with the instructor's version ({verdict})", ""
+    return TestResult(test.grade_id, points, test.points, status, "\n".join([message, *notes]).strip(), cause)
 
 
 def grade_job(job: Job) -> JobOutput:
@@ -148,8 +150,8 @@ def grade_job(job: Job) -> JobOutput:
                 {test.grade_id for test in chapter.tests}]
         copies = tuple(find_copies(code, chapter.exercises))
     seconds = {"run": time.perf_counter() - start}
-    outcomes = run.outcomes if run else {test.grade_id: Outcome("error", f"this submission cannot be graded: {problem}")
-                                          for test in chapter.tests}
+    outcomes = run.outcomes if run else {test.grade_id: Outcome("error", f"this submission cannot be graded: {problem}",
+                                                                cause=UNREADABLE) for test in chapter.tests}
     notes = job.notes + (("the outputs of the notebook were cut at their limit",) if run and run.truncated else ())
     result = NotebookResult(
         student=job.student, chapter=chapter.name, origin=job.origin, timestamp=job.timestamp,
@@ -176,7 +178,7 @@ def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookRe
                                                               (run.outcomes.items() if run else ())})
     try:
         with time_limit(FEEDBACK_SECONDS, "rendering the feedback"):
-            return feedback.render(course, view, result, job.chapter), None
+            return feedback.render(course, view, result, job.chapter, job.references), None
     except (StageTimeout, RuntimeError) as error:
         problem = f"the feedback page is a plain one: {error}"[:500]
         return feedback.plain_page(result, problem), problem

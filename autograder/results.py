@@ -7,13 +7,14 @@ the collector skipped (:class:`Skipped`), and the class's :class:`ClassResults`,
     {"grader_version": ..., "bounds": "how memory and processes were bounded",
      "notebooks": [{"student", "chapter", "origin", "timestamp", "fingerprint", "seed", "problem",
                     "notes": [...], "copies": [{"exercise", "reason"}],
-                    "tests": [{"grade_id", "points", "max_points", "status", "message"}],
+                    "tests": [{"grade_id", "points", "max_points", "status", "message", "cause"}],
                     "feedback", "seconds": {...}}, ...],
      "skipped": [{"path", "student", "reason"}, ...]}
 
 ``seed`` is the run seed the notebook's hidden tests drew their inputs from (a regrade with it meets
 the same inputs). A (student, chapter) without a submission appears with ``origin`` null and every
-test ``missing``.
+test ``missing`` (cause ``no submission``). A test's ``cause`` tells apart what its status covers
+(:data:`CAUSES`).
 
 :class:`ResultStore` keeps each graded notebook's result under ``DIR/.work/results``, signed with a
 key of the output folder (which no sandbox sees): a later run reuses a result only when its
@@ -25,14 +26,22 @@ import hmac
 import json
 import os
 import secrets
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from autograder.wire import printable
 
-GRADER_VERSION = "2"  # with the grader's and the reference's sources, part of every fingerprint
+GRADER_VERSION = "3"  # with the grader's and the reference's sources, part of every fingerprint
 STATUSES = ("passed", "failed", "error", "timeout", "tampered", "missing")
+# The causes of a test's status, where an instructor tells them apart: an error is an exercise left
+# blank (it still raises NotImplementedError), a crash (any other exception, the memory limit, the
+# student's process ending) or a notebook that cannot be read as the chapter's; a missing test is an
+# exercise not defined in the notebook (renamed or deleted) or a chapter with no submission at all.
+BLANK, CRASH, UNREADABLE = "blank", "crash", "unreadable"
+NOT_DEFINED, NO_SUBMISSION = "not defined", "no submission"
+CAUSES = {"error": (BLANK, CRASH, UNREADABLE), "missing": (NOT_DEFINED, NO_SUBMISSION)}
+SUMMARY_MESSAGE_CHARS = 120  # of a test's message, in the summary's line of its student
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,12 @@ class TestResult:
     max_points: float
     status: str  # one of STATUSES
     message: str = ""
+    cause: str = ""  # for an error or a missing test, one of CAUSES[status]
+
+    @property
+    def kind(self) -> str:
+        """The status, or for an error or a missing test its cause: what the summary groups by."""
+        return self.cause or self.status
 
 
 @dataclass(frozen=True)
@@ -78,6 +93,24 @@ class NotebookResult:
     @property
     def max_score(self) -> float:
         return sum(test.max_points for test in self.tests)
+
+    def line(self) -> str:
+        """One line for the instructor: the student, the chapter, the points, and what did not pass and
+        why, grouped by kind (failed, blank, crash, not defined, ...), each test with the start of its
+        message; "no submission" or why the notebook could not be read, once, for the whole chapter."""
+        head = f"{_text(self.student)}, {_text(self.chapter)}: {self.score:g} / {self.max_score:g}"
+        if self.origin is None:
+            return f"{head}; {NO_SUBMISSION}"
+        if self.problem:
+            return f"{head}; {UNREADABLE}: {_short(self.problem)}"
+        groups = defaultdict(list)
+        for test in self.tests:
+            if test.status != "passed":
+                groups[test.kind].append(test)
+        parts = [f"{kind}: " + ", ".join(test.grade_id if kind == BLANK or not test.message else
+                                         f"{test.grade_id} ({_short(test.message)})" for test in tests)
+                 for kind, tests in groups.items()]
+        return "; ".join([head, *map(_text, parts)])
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -121,21 +154,24 @@ class ClassResults:
                    [Skipped(**item) for item in data["skipped"]], data["bounds"])
 
     def summary(self) -> str:
-        """Markdown: per chapter the students, the mean score and the count of each status; then the
+        """Markdown: per chapter the students, those who handed it in, the mean score, full marks and
+        the exercises flagged; then one line per student and chapter (:meth:`NotebookResult.line`), the
         exercises flagged as copies of the reference, and what was skipped."""
         by_chapter = defaultdict(list)
         for result in self.notebooks:
             by_chapter[result.chapter].append(result)
-        lines = ["| chapter | students | mean score | " + " | ".join(STATUSES) + " | copies |",
-                 "|---|---:|---:|" + "---:|" * (len(STATUSES) + 1)]
+        lines = ["| chapter | students | handed in | mean score | full marks | copies |",
+                 "|---|---:|---:|---:|---:|---:|"]
         for chapter in sorted(by_chapter):
             results = by_chapter[chapter]
-            statuses = Counter(test.status for result in results for test in result.tests)
             mean = sum(result.score for result in results) / len(results)
             maximum = max(result.max_score for result in results)
-            lines.append(f"| {_cell(chapter)} | {len(results)} | {mean:.2f} / {maximum:g} | "
-                         + " | ".join(str(statuses[status]) for status in STATUSES)
-                         + f" | {sum(len(result.copies) for result in results)} |")
+            lines.append(f"| {_cell(chapter)} | {len(results)} | {sum(result.origin is not None for result in results)} "
+                         f"| {mean:.2f} / {maximum:g} | {sum(result.score == result.max_score for result in results)} "
+                         f"| {sum(len(result.copies) for result in results)} |")
+        if self.notebooks:
+            lines += ["", "Per student and chapter:"]
+            lines += [f"- {result.line()}" for result in sorted(self.notebooks, key=lambda r: (r.student, r.chapter))]
         copies = [(result, copy) for result in self.notebooks for copy in result.copies]
         if copies:
             lines += ["", "Exercises that may be the reference's code (for the instructor to look at):"]
@@ -150,6 +186,11 @@ class ClassResults:
 def _text(value: str) -> str:
     """A name or message of a submission, safe to print: one line, no control characters."""
     return printable(str(value).replace("\n", " "), 300)
+
+
+def _short(message: str) -> str:
+    """The first line of a message, cut for the summary."""
+    return printable(message.strip().split("\n", 1)[0], SUMMARY_MESSAGE_CHARS)
 
 
 def _cell(value: str) -> str:

@@ -13,7 +13,8 @@ code cannot compute the hidden cases ahead of time.
 
 Each test cell's outcome is ``passed`` (no exception), ``failed`` (an assertion, e.g. a
 ``CheckFailed``), ``error`` (any other exception: ``NotImplementedError``, the memory limit, the
-student process ending), ``timeout`` or ``missing`` (the exercise it grades is not defined).
+student process ending), ``timeout`` or ``missing`` (the exercise it grades is not defined); an error's
+cause is ``blank`` (NotImplementedError) or ``crash`` (:data:`autograder.results.CAUSES`).
 """
 
 import contextlib
@@ -26,6 +27,7 @@ from autograder import cell_outputs
 from autograder.client import StudentProcess, StudentProcessEnded, StudentTimeout
 from autograder.chapters import Chapter
 from autograder.course import hidden_test_lines, python_source
+from autograder.results import BLANK, CRASH, NOT_DEFINED
 from autograder.sandbox import Limits, Sandbox
 from autograder.test_context import free_names
 from autograder.wire import printable
@@ -42,6 +44,7 @@ class Outcome:
     status: str  # passed, failed, error, timeout or missing
     message: str = ""
     output: str = ""  # what the cell printed (the checks print a summary)
+    cause: str = ""  # of an error or a missing exercise (autograder.results.CAUSES)
 
 
 @dataclass
@@ -141,7 +144,7 @@ class _TestCells:
         try:
             self.prepare(grade_id)
             if self.context_error:
-                return Outcome("error", f"the grader could not prepare this test ({self.context_error})")
+                return Outcome("error", f"the grader could not prepare this test ({self.context_error})", cause=CRASH)
             code = compile(python_source(test.source), filename, "exec")
             self.bind_exercises(test.source)
             with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
@@ -217,14 +220,14 @@ def _classify(error: BaseException, source: str, filename: str, exercise: str | 
     if isinstance(error, StudentTimeout):
         return Outcome("timeout", f"your code ran too long: {error}", output)
     if isinstance(error, StudentProcessEnded):
-        return Outcome("error", _cap(f"the Python process running your code ended: {error}"), output)
+        return Outcome("error", _cap(f"the Python process running your code ended: {error}"), output, CRASH)
     if any(_is_memory_error(link) for link in _exception_chain(error)):
-        return Outcome("error", "your code ran out of memory (the sandbox's memory limit was reached)", output)
+        return Outcome("error", "your code ran out of memory (the sandbox's memory limit was reached)", output, CRASH)
     if isinstance(error, NameError) and exercise and f"'{exercise}'" in str(error):
-        return Outcome("missing", f"`{exercise}` is not defined in your notebook", output)
+        return Outcome("missing", f"`{exercise}` is not defined in your notebook", output, NOT_DEFINED)
     if isinstance(error, NotImplementedError):
         return Outcome("error", _cap(f"not implemented yet (NotImplementedError{': ' + str(error) if str(error) else ''})"),
-                       output)
+                       output, BLANK)
     where = _failing_line(error, source, filename)
     if isinstance(error, AssertionError):
         message = str(error) or (f"this assertion failed: {where}" if where else "an assertion failed")
@@ -233,7 +236,7 @@ def _classify(error: BaseException, source: str, filename: str, exercise: str | 
     student_traceback = getattr(error, "student_traceback", "")
     if student_traceback:
         message += "\nwhere your code raised it:\n" + student_traceback
-    return Outcome("error", _cap(message), output)
+    return Outcome("error", _cap(message), output, CRASH)
 
 
 def _cap(message: str) -> str:
