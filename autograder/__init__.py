@@ -15,6 +15,7 @@ Grading, step by step (``autograder.grade`` runs them for a class):
 - ``client``, ``server``, ``wire``   the grader's side, the student process's side, and the data between them
 - ``sandbox``               namespaces, the scratch space and the bounds the student's code runs in
 - ``cell_outputs``, ``graded_notebook``, ``feedback``   outputs kept, the instructor's notebook, the student's page
+- ``book_markdown``, ``citations``   the feedback's Markdown cells: math as MathML, citations from references.bib
 - ``reference_copies``      exercises whose code may be the reference's, flagged for the instructor
 - ``results``               typed results, ``results.json``, the summary, signed result files
 - ``nbgrader_adapter``      nbgrader's gradebook and feedback exporter
