@@ -80,6 +80,7 @@ class FeedbackRenderer(IPythonRenderer):
         self.references = references
 
     def _math(self, tex: str, display: bool, delimiter: str) -> str:
+        tex = html.unescape(tex)  # as a browser's MathJax reads it: the sanitized cell has &lt; for <, &amp; for &
         mathml = tex_to_mathml(tex, display)
         if mathml is not None:
             return mathml

@@ -31,6 +31,18 @@ def test_math_becomes_mathml_and_citations_text():
     assert "$" not in html and "{cite" not in html
 
 
+def test_math_of_a_sanitized_cell_is_read_as_written():
+    from nbconvert.preprocessors.sanitize import SanitizeHTML
+    from nbformat.v4 import new_markdown_cell, new_notebook
+
+    notebook = new_notebook(cells=[new_markdown_cell("Masked where $j > i$, kept where $j < i$:\n\n"
+                                                     "$$\\begin{aligned} a &= b \\\\ c &= d \\end{aligned}$$")])
+    notebook, _ = SanitizeHTML(strip=True).preprocess(notebook, {})  # as feedback.student_view does
+    assert "&gt;" in notebook.cells[0].source and "&amp;" in notebook.cells[0].source
+    html = page(notebook.cells[0].source)
+    assert "<mo>&gt;</mo>" in html and "<mo>&lt;</mo>" in html and "<mtable" in html and "&amp;" not in html
+
+
 def test_what_cannot_be_converted_is_shown_as_written_and_code_stays_code():
     html = page("$x^{$ and $\\nosuchcommand{y}$ and `$z$ {cite:t}`, {cite:p}`unknown`\n\n$$\\frac{1}{$$")
     assert "<code>$x^{$</code>" in html and "<code>$\\nosuchcommand{y}$</code>" in html

@@ -26,8 +26,8 @@ BIB = """@inproceedings{vaswani2017attention,
   year = {2017}
 }
 """
-PROSE = ("Scores are divided by $\\sqrt{d_k}$, as {cite:t}`vaswani2017attention` do {cite:p}`vaswani2017attention`:\n\n"
-         "$$\\mathrm{softmax}\\left(\\frac{QK^\\top}{\\sqrt{d_k}}\\right)V$$")
+PROSE = ("Scores are divided by $\\sqrt{d_k}$, as {cite:t}`vaswani2017attention` do {cite:p}`vaswani2017attention`,"
+         " and masked where $j > i$:\n\n$$\\mathrm{softmax}\\left(\\frac{QK^\\top}{\\sqrt{d_k}}\\right)V$$")
 LIMITS = ["--timeout", "20", "--notebook-timeout", "300", "--memory", "3072"]
 
 
@@ -117,8 +117,8 @@ def test_what_students_get_is_readable_by_all_and_the_grades_by_the_instructor_o
 
 def test_feedback_renders_math_as_mathml_and_citations_as_text_with_no_script(graded):
     page = feedback_pages(graded[1])["honest"]
-    assert "Vaswani et al. (2017) do (Vaswani et al., 2017)" in page
-    assert page.count("<math") >= 2 and "<msqrt>" in page and "<mfrac>" in page
+    assert "Vaswani et al. (2017) do (Vaswani et al., 2017), and masked" in page
+    assert page.count("<math") >= 3 and "<msqrt>" in page and "<mfrac>" in page and "<mo>&gt;</mo>" in page
     assert "\\sqrt" not in page and "{cite:" not in page
     assert not re.findall(r"<script", page, re.IGNORECASE) and "MathJax.Hub" not in page and "cdnjs" not in page
 
