@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import wraps
+from typing import NoReturn
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -340,6 +341,12 @@ def failure_message(check: str, context: str, difference: str, hint: str | None,
     if inputs:
         lines.append("  " + inputs)
     return "\n".join(lines)
+
+
+def fail(check: str, context: str, problem: str, hint: str | None = None) -> NoReturn:
+    """Raise :class:`CheckFailed` with :func:`failure_message`: the checks that compare more than one
+    output (a module's parameters, then its outputs, then its dropout) fail with it."""
+    raise CheckFailed(failure_message(check, context, problem, hint))
 
 
 # --------------------------------------------------------------------------------------------------
