@@ -281,7 +281,8 @@ def test_grading_results_and_feedback_show_the_hint_and_the_failing_line(graded,
     from grading_helpers import feedback_pages, records
 
     chapter, exercise, hint = GRADED_MISTAKES[student]
-    results = {grade_id: test for (who, _, grade_id), test in records(graded).items() if who == student}
+    results = {grade_id: test for (who, graded_chapter, grade_id), test in records(graded).items()
+               if (who, graded_chapter) == (student, chapter)}
     test = results[f"test_{exercise}"]
     assert test.status == "failed" and hint in test.message, test
     assert test.message.startswith("line ") and f"visible_check(check_{exercise}, {exercise})" in test.message.splitlines()[0]
