@@ -1,15 +1,18 @@
-"""nbgrader's configuration for the course.
+"""nbgrader's configuration for the course (see instructors.md, "Plain nbgrader").
 
-``solutions/`` is nbgrader's source directory and ``chapters/`` its release directory; an assignment
-is a chapter folder, e.g. ``01_attention`` (``solutions/01_attention/01_attention.ipynb`` becomes
-``chapters/01_attention/01_attention.ipynb``). Regenerate the chapters with ``autograder release``,
-which runs nbgrader's generate_assignment with this configuration and normalizes the result.
-
-The gradebook is ``gradebook.db`` at the root, a file git ignores; ``autograder release`` uses a
-throwaway gradebook of its own, and ``autograder grade`` takes ``--db``.
+``solutions/`` is nbgrader's source directory; an assignment is a chapter folder, e.g.
+``01_attention``. Plain nbgrader works from the repository's root and writes only where git does not
+look (``.gitignore``): ``nbgrader generate_assignment 01_attention`` writes ``release/01_attention``
+and registers the chapter in the gradebook, ``gradebook.db``; ``nbgrader autograde``,
+``generate_feedback`` and ``export`` read ``submitted/`` and write ``autograded/``, ``feedback/`` and
+``grades.csv``. The student notebooks of the book, ``chapters/``, are ``autograder release``'s: it
+runs generate_assignment with this configuration into a folder of its own, with a throwaway gradebook,
+and normalizes the result. Both fill the install cell with :class:`autograder.release.InstallCell`.
 """
 
 from pathlib import Path
+
+from nbgrader.converters import GenerateAssignment
 
 c = get_config()  # noqa: F821 (nbgrader provides get_config when it loads this file)
 
@@ -18,6 +21,13 @@ ROOT = Path(__file__).resolve().parent
 c.CourseDirectory.root = str(ROOT)
 c.CourseDirectory.course_id = "bertlab"
 c.CourseDirectory.source_directory = "solutions"
-c.CourseDirectory.release_directory = "chapters"
+c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'gradebook.db'}"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".jupyter_cache"]
+# The install cell filled first; "autograder.release.InstallCell" is imported when a command generates.
+c.GenerateAssignment.preprocessors = ["autograder.release.InstallCell",
+                                      *GenerateAssignment.class_traits()["preprocessors"].default()]
+c.InstallCell.root = str(ROOT)
+# Seconds per cell when nbgrader executes a notebook (autograde, validate): chapter 07's pretraining
+# takes a minute on a quiet 2-core CPU; nbgrader's default, 30 s, would fail it.
+c.ExecutePreprocessor.timeout = 600

@@ -1,6 +1,22 @@
-"""autograder: releases the course's chapters and grades a class's submissions with nbgrader.
+"""autograder: releases the course's chapters and grades a class's submissions with nbgrader's formats.
 
-- ``autograder.release``   regenerates ``chapters/`` from ``solutions/`` and verifies both
-- ``autograder.checks``    the checks that the chapters' hidden tests call, one module per topic
-- ``autograder.cli``       the ``autograder`` command (``python -m autograder``)
+- ``autograder.cli``        the ``autograder`` command (``python -m autograder``): ``release`` and ``grade``
+- ``autograder.course``     the course's layout and cell vocabulary
+- ``autograder.chapters``   what each chapter tests, as the grader reads it from its solution notebook
+- ``autograder.release``    regenerates ``chapters/`` from ``solutions/`` and verifies both
+- ``autograder.checks``     the checks that the chapters' hidden tests call, one module per topic
+
+Grading, step by step (``autograder.grade`` runs them for a class):
+
+- ``submissions``           what SUBMISSIONS holds, read without following links, and what was skipped
+- ``job``                   one (student, chapter) in a fresh worker: run, grade, graded notebook, feedback
+- ``runner``                the notebook run once: its cells in the student process, its tests in the grader
+- ``test_context``          the instructor code the tests need, sliced from the solution notebook
+- ``client``, ``server``, ``wire``   the grader's side, the student process's side, and the data between them
+- ``sandbox``               namespaces, the scratch space and the bounds the student's code runs in
+- ``cell_outputs``, ``graded_notebook``, ``feedback``   outputs kept, the instructor's notebook, the student's page
+- ``book_markdown``, ``citations``   the feedback's Markdown cells: math as MathML, citations from references.bib
+- ``reference_copies``      exercises whose code may be the reference's, flagged for the instructor
+- ``results``               typed results, ``results.json``, the summary, signed result files
+- ``nbgrader_adapter``      nbgrader's gradebook and feedback exporter
 """

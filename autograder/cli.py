@@ -1,7 +1,8 @@
 """The ``autograder`` command (also ``python -m autograder``), one subcommand per job.
 
     autograder release [CHAPTER ...] [--check] [--dry-run] [--jobs N] [--timeout S] [--root DIR]
-    autograder grade SUBMISSIONS --out DIR [--jobs N] [--timeout S] [--memory MB] [--db URL]
+    autograder grade SUBMISSIONS --out DIR [--jobs N] [--timeout S] [--notebook-timeout S] [--memory MB]
+                     [--db URL] [--root DIR] [--seed N] [--regrade]
 
 A subcommand is a function ``add_<name>_command(subcommands)`` that declares its arguments and sets
 ``handler``, a function of the parsed arguments returning the exit status.
@@ -11,12 +12,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from autograder import release
-from autograder.grade import add_grade_command
+from autograder import course, release
+from autograder.sandbox import Limits
 
 
 def _run_release(args: argparse.Namespace) -> int:
     try:
+        warning = release.placeholder_warning(args.root)
+        if warning:
+            print(f"autograder release: {warning}", file=sys.stderr)
         if args.dry_run:
             differences = release.stale_chapters(args.root)
             for line in differences:
@@ -53,10 +57,68 @@ def add_release_command(subcommands) -> None:
                         help="write nothing; list what differs between chapters/ and a fresh generation "
                         "(exit status 1 when something does)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="notebooks executed at once by --check (default 1)")
-    parser.add_argument("--root", type=Path, default=release.ROOT, metavar="DIR",
+    parser.add_argument("--root", type=Path, default=course.ROOT, metavar="DIR",
                         help="the course repository (default: the one this package is installed from)")
     parser.add_argument("--timeout", type=int, default=600, metavar="S", help="time limit per cell for --check, in seconds (default 600)")
     parser.set_defaults(handler=_run_release)
+
+
+def _run_grade(args: argparse.Namespace) -> int:
+    from autograder.course import GradingError
+    from autograder.grade import grade
+    from autograder.nbgrader_adapter import hidden_password
+
+    limits = Limits(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout, memory_mb=args.memory)
+    try:
+        report = grade(args.submissions, args.out, jobs=args.jobs, limits=limits, db=args.db, course_root=args.root,
+                       progress="bar" if sys.stderr.isatty() else "lines", seed=args.seed, regrade=args.regrade)
+    except GradingError as error:
+        print(f"autograder grade: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("autograder grade: interrupted; what was graded is saved, run again to resume", file=sys.stderr)
+        return 130
+    for note in report.notes:
+        print(note, file=sys.stderr)
+    print(report.results.summary())
+    out = args.out.resolve()
+    print(f"\ngraded {report.graded}, unchanged {report.reused}")
+    print(f"results:  {out / 'results.json'} (every test's points, status, cause and message)")
+    print(f"grades:   {out / 'grades.csv'} and the gradebook {hidden_password(args.db) if args.db else out / 'gradebook.db'}")
+    print(f"feedback: {out / 'feedback'}/ (<student>/<chapter>/<notebook>.html, to hand to each student)")
+    for failure in report.failures:
+        print(failure, file=sys.stderr)
+    return report.exit_status
+
+
+def add_grade_command(subcommands) -> None:
+    defaults = Limits()
+    parser = subcommands.add_parser(
+        "grade",
+        help="grade a class's submissions: each notebook run once in a sandbox, the tests run by the grader",
+        description="Grade every submission in SUBMISSIONS (a folder of <student>/<chapter>/<notebook>.ipynb "
+        "as nbgrader collects them, of zip files or of notebooks named by student) into DIR: the gradebook, "
+        "grades.csv, results.json and feedback/. Re-running grades only what changed.",
+    )
+    parser.add_argument("submissions", type=Path, metavar="SUBMISSIONS")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the results go")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="notebooks graded at once (default 1)")
+    parser.add_argument("--timeout", type=float, default=defaults.cell_timeout, metavar="S",
+                        help=f"time limit per cell, in seconds (default {defaults.cell_timeout:g})")
+    parser.add_argument("--notebook-timeout", type=float, default=defaults.notebook_timeout, metavar="S",
+                        help=f"time limit per notebook, in seconds (default {defaults.notebook_timeout:g})")
+    parser.add_argument("--memory", type=int, default=defaults.memory_mb, metavar="MB",
+                        help=f"memory of a submission, in MB (default {defaults.memory_mb}): of all its processes "
+                        "where cgroup v2 is delegated, else per process; a Python with PyTorch takes about 1 GB")
+    parser.add_argument("--db", metavar="URL", help="SQLAlchemy URL of the gradebook (default: DIR/gradebook.db)")
+    parser.add_argument("--root", type=Path, default=course.ROOT, metavar="DIR",
+                        help="the course repository, whose solutions/ are graded against (default: this one)")
+    parser.add_argument("--seed", type=int, metavar="N",
+                        help="the seed of the hidden tests' inputs (default: a new random one for each run; "
+                        "results.json records the seed of every graded notebook)")
+    parser.add_argument("--regrade", action="store_true",
+                        help="grade every submission again, even those graded before and unchanged since")
+    parser.set_defaults(handler=_run_grade)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,120 +1,122 @@
-"""Feedback for a student: the graded notebook, each test's outcome, and no hidden test.
+"""Feedback for a student: the graded notebook without any hidden test, sanitized, in a locked page.
 
-nbgrader's feedback shows the executed test cells, hidden tests and the tracebacks through them
-included. Here the feedback notebook is the executed notebook in which every test cell holds the
-released source (hidden tests removed, as the student received it) and, as its only output, the
-grader's outcome: status, points and message. A table of all outcomes opens the notebook. nbgrader's
-generate_feedback then renders it to HTML with the scores from the gradebook.
+:func:`student_view` turns the graded notebook (:mod:`autograder.graded_notebook`) into what the
+student may see: every test cell holds the released source (the hidden tests removed, as the
+student received it) and, as its only output, the grader's outcome; a summary of the grades opens
+the notebook. The hidden tests never ran in the student's process, so no output of the student's
+code can hold them.
 
-The student's own cells keep their outputs only up to the first test cell: in nbgrader's run the
-hidden tests executed in the student's kernel, so any later output could show them (``print(In)``).
+Everything in it that comes from the submission is treated as hostile: :func:`render` runs nbconvert's
+HTML sanitizer on the notebook (Markdown, HTML and SVG outputs cleaned, JavaScript and other active
+outputs dropped) and nbgrader's feedback exporter with sanitizing on, escapes what the grader writes
+itself (messages, names), and puts a Content-Security-Policy in the page that allows no script, no
+remote resource and no form: whatever slipped through would not run.
+
+Since no script runs, the Markdown cells' math is rendered to MathML and their citations to text on
+the grader (:mod:`autograder.book_markdown`); the page loads no MathJax.
 """
 
 import copy
-from pathlib import Path
+import functools
+import html
+import re
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+from nbformat.v4 import new_markdown_cell
 
-HIDDEN_TESTS = "BEGIN HIDDEN TESTS"
-MARKS = {"passed": "✔", "failed": "✘", "error": "✘", "timeout": "⧗", "tampered": "⚠", "missing": "∅"}
+from autograder import book_markdown
+from autograder.chapters import Chapter
+from autograder.citations import Reference
+from autograder.course import grade_id
+from autograder.graded_notebook import MARKS, outcome_text
+from autograder.results import NotebookResult
 
-
-def _strip_hidden_tests(source: str) -> str:
-    """Remove every hidden test region (nbgrader's delimiters) from a cell's source."""
-    from nbgrader.preprocessors import ClearHiddenTests
-
-    cell = new_code_cell(source=source)
-    try:
-        ClearHiddenTests()._remove_hidden_test_region(cell)
-    except RuntimeError:  # an unterminated region: drop everything from its start
-        return source[: source.index(HIDDEN_TESTS)].rsplit("\n", 1)[0]
-    return cell.source
-
-
-def _outcome_output(record: dict, printed: str):
-    mark = MARKS.get(record["status"], "")
-    text = f"{mark} {record['status']}: {record['points']:g} / {record['max_points']:g} points\n"
-    if record["message"]:
-        text += record["message"].rstrip() + "\n"
-    if printed:
-        text += "\n" + printed.rstrip() + "\n"
-    return new_output("stream", name="stdout" if record["status"] == "passed" else "stderr", text=text)
+CONTENT_SECURITY_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
+                           "base-uri 'none'; form-action 'none'")
+_POLICY_TAG = f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'.encode()
+SAFE_TAGS = {"a", "abbr", "b", "blockquote", "br", "code", "dd", "del", "div", "dl", "dt", "em", "h1", "h2", "h3", "h4",
+             "h5", "h6", "hr", "i", "li", "ol", "p", "pre", "span", "strong", "sub", "sup", "table", "tbody", "td",
+             "th", "thead", "tr", "ul"}
+SAFE_ATTRIBUTES = {"a": ["href", "title", "class"], "*": ["id", "class"], "th": ["align"], "td": ["align"]}
 
 
-def _summary(records: list[dict], problem: str | None) -> str:
-    total, maximum = sum(r["points"] for r in records), sum(r["max_points"] for r in records)
-    lines = [f"## Grading: {total:g} / {maximum:g} points", ""]
-    if problem:
-        lines += [f"**This submission could not be graded:** {problem}", ""]
-    lines += ["Outputs of your cells after the first test are not shown here; run your notebook to see them.", ""]
-    lines += ["| test | status | points | message |", "|---|---|---:|---|"]
-    for record in records:
-        message = record["message"].splitlines()[0] if record["message"] else ""
-        lines.append(f"| `{record['grade_id']}` | {MARKS.get(record['status'], '')} {record['status']} | "
-                     f"{record['points']:g} / {record['max_points']:g} | {message.replace('|', '/')} |")
+def markdown_text(text: str) -> str:
+    """``text`` as literal Markdown on one line: HTML escaped, Markdown's punctuation (and the ``$`` of
+    math) backslashed."""
+    escaped = html.escape(" ".join(str(text).split()), quote=False)
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|~$])", r"\\\1", escaped)
+
+
+def summary(result: NotebookResult) -> str:
+    """The Markdown that opens the feedback: the score, why the notebook could not be graded, and
+    each test's status, points and the first line of its message."""
+    lines = [f"## Grading: {result.score:g} / {result.max_score:g} points", ""]
+    if result.problem:
+        lines += [f"**This submission could not be graded:** {markdown_text(result.problem)}", ""]
+    lines += [markdown_text(note) for note in result.notes]
+    lines += ["", "| test | status | points | message |", "|---|---|---:|---|"]
+    for test in result.tests:
+        message = test.message.splitlines()[0] if test.message else ""
+        lines.append(f"| {markdown_text(test.grade_id)} | {MARKS.get(test.status, '')} {test.status} | "
+                     f"{test.points:g} / {test.max_points:g} | {markdown_text(message)} |")
     return "\n".join(lines)
 
 
-def feedback_notebook(base, source, records: list[dict], outputs: dict[str, str], problem: str | None):
-    """The notebook shown to the student.
+def student_view(graded, chapter: Chapter, result: NotebookResult, printed: dict[str, str]):
+    """The graded notebook as the student may see it (see the module's docstring)."""
+    from nbconvert.preprocessors.sanitize import SanitizeHTML
 
-    ``base`` is the executed notebook (or the submission, or None); ``source`` the instructor's
-    notebook, whose nbgrader metadata the graded cells get back (so the gradebook's scores attach
-    to them); ``outputs`` what each test printed in the grader's run.
-    """
-    notebook = copy.deepcopy(base) if base is not None else new_notebook()
-    notebook.metadata = copy.deepcopy(source.metadata)
-    metadata = {cell.metadata.nbgrader["grade_id"]: cell.metadata.nbgrader
-                for cell in source.cells if "grade_id" in cell.metadata.get("nbgrader", {})}
-    released = {cell.metadata.nbgrader["grade_id"]: _strip_hidden_tests(cell.source)
-                for cell in source.cells if "grade_id" in cell.metadata.get("nbgrader", {})}
-    by_test = {record["grade_id"]: record for record in records}
-    seen = set()
-    after_a_test = False  # the hidden tests have run in the kernel: later outputs could show them
+    notebook = copy.deepcopy(graded)
+    tests = {test.grade_id: test for test in result.tests}
     for cell in notebook.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        cell.metadata.pop("nbgrader", None)
-        if grade_id in metadata and grade_id not in seen:
-            seen.add(grade_id)
-            cell.metadata["nbgrader"] = copy.deepcopy(metadata[grade_id])
-        if grade_id in by_test and cell.cell_type == "code":
-            cell.source = released[grade_id]
-            cell.outputs = [_outcome_output(by_test[grade_id], outputs.get(grade_id, ""))]
-            after_a_test = True
-            continue
-        hidden = HIDDEN_TESTS in cell.source
-        if hidden:
-            cell.source = _strip_hidden_tests(cell.source)
-        if cell.cell_type == "code" and (after_a_test or hidden):
-            cell.outputs = []
-    for grade_id, record in by_test.items():  # test cells the submission lacks
-        if grade_id not in seen and grade_id in metadata:
-            cell = new_code_cell(source=released[grade_id], metadata={"nbgrader": copy.deepcopy(metadata[grade_id])})
-            cell.outputs = [_outcome_output(record, outputs.get(grade_id, ""))]
-            notebook.cells.append(cell)
-    notebook.cells.insert(0, new_markdown_cell(_summary(records, problem)))
+        name = grade_id(cell)
+        if name in tests and cell.cell_type == "code":
+            cell.source = chapter.test(name).released
+            cell.outputs = [_stream(outcome_text(tests[name], printed.get(name, "")), tests[name].status)]
+    notebook.cells.insert(0, new_markdown_cell(summary(result)))
+    notebook, _ = SanitizeHTML(strip=True).preprocess(notebook, {})
     return notebook
 
 
-def generate(course: Path, chapter, student: str, executed: Path | None, submission, records: list[dict],
-             outputs: dict[str, str], problem: str | None) -> bytes:
-    """The feedback HTML of one (student, chapter), made in the job's nbgrader ``course``.
+def _stream(text: str, status: str):
+    from nbformat.v4 import new_output
 
-    The feedback notebook replaces the executed one in ``autograded/`` and nbgrader's
-    generate_feedback renders it with the scores of the course's gradebook (which must hold them).
-    """
-    from autograder.grade import nbgrader_api
+    return new_output("stream", name="stdout" if status == "passed" else "stderr", text=text)
 
-    source = nbformat.read(course / "source" / chapter.name / f"{chapter.notebook}.ipynb", as_version=4)
-    base = nbformat.read(executed, as_version=4) if executed is not None else submission
-    notebook = feedback_notebook(base, source, records, outputs, problem)
-    path = course / "autograded" / student / chapter.name / f"{chapter.notebook}.ipynb"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    nbformat.write(notebook, path)
-    result = nbgrader_api(course, f"sqlite:///{course / 'gradebook.db'}").generate_feedback(chapter.name, student)
-    html = course / "feedback" / student / chapter.name / f"{chapter.notebook}.html"
-    if not result["success"] or not html.exists():
-        raise RuntimeError(f"nbgrader could not generate the feedback:\n{(result.get('error') or '')[-3000:]}")
-    return html.read_bytes()
+
+def lock(page: bytes) -> bytes:
+    """The page with its Content-Security-Policy, first thing in its head."""
+    match = re.search(rb"<head[^>]*>", page, re.IGNORECASE)
+    at = match.end() if match else 0
+    return page[:at] + _POLICY_TAG + page[at:]
+
+
+def sanitized_html(html_text: str) -> str:
+    """HTML rendered from Markdown, with what a page needs for text kept (headings, paragraphs, lists,
+    tables, code, links to http, https and mailto, MathML's presentation elements) and everything else
+    removed: scripts, event handlers, styles, frames, forms, images, other link schemes."""
+    import bleach
+
+    return bleach.clean(html_text, tags=SAFE_TAGS | book_markdown.MATHML_TAGS,
+                        attributes={**SAFE_ATTRIBUTES, **book_markdown.MATHML_ATTRIBUTES},
+                        protocols=["http", "https", "mailto"], strip=True)
+
+
+def render(course, view, result: NotebookResult, chapter: Chapter, references: dict[str, Reference]) -> bytes:
+    """The feedback page of a student's view, rendered by nbgrader's feedback exporter and locked;
+    ``references`` are the course's, for the citations of its Markdown cells."""
+    from autograder.nbgrader_adapter import render_feedback
+
+    filters = {"book_markdown": functools.partial(book_markdown.render, references=references),
+               "sanitized_html": sanitized_html}
+    return lock(render_feedback(course, view, result, chapter.notebook, filters))
+
+
+def plain_page(result: NotebookResult, why: str) -> bytes:
+    """A feedback page made without nbconvert (when rendering failed or ran out of time): the grades."""
+    rows = "".join(f"<tr><td>{html.escape(test.grade_id)}</td><td>{html.escape(test.status)}</td>"
+                   f"<td>{test.points:g} / {test.max_points:g}</td><td><pre>{html.escape(test.message)}</pre></td></tr>"
+                   for test in result.tests)
+    page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{html.escape(result.chapter)}</title></head>"
+            f"<body><h2>{html.escape(result.chapter)}: {result.score:g} / {result.max_score:g} points</h2>"
+            f"<p>{html.escape(why)}</p><table>{rows}</table></body></html>")
+    return lock(page.encode())

@@ -3,7 +3,11 @@
 - :func:`generate` runs nbgrader's generate_assignment (Python API) for each chapter, with the
   configuration in ``nbgrader_config.py`` and a throwaway gradebook, then normalizes the student
   notebooks so that generating twice gives identical bytes: no outputs, no execution counts, only
-  the metadata the notebook needs, the repository URL of ``_config.yml`` in the install cell.
+  the metadata the notebook needs.
+- :class:`InstallCell`, one of generate_assignment's preprocessors (``nbgrader_config.py`` adds it,
+  so plain ``nbgrader generate_assignment`` does the same): the repository URL of ``_config.yml``
+  in the install cell, which the book's pages leave out (:data:`BOOK_HIDDEN_TAG`).
+  :func:`placeholder_warning` says when that URL is still the template's placeholder.
 - :func:`stale_chapters` says which chapters differ from what generation produces.
 - :func:`verify` executes notebooks: every solution notebook must run with all its tests passing,
   and every released chapter, graded with its hidden tests restored as nbgrader does, must fail in
@@ -23,12 +27,17 @@ from pathlib import Path
 
 import nbformat
 import yaml
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Unicode
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTIONS = "solutions"
-CHAPTERS = "chapters"
-INSTALL_TAG = "install"
+from autograder.course import CHAPTERS, INSTALL_TAG, ROOT, SOLUTIONS, chapter_names, grade_id, is_graded_test
+from autograder.nbgrader_adapter import create_gradebook
+
 URL_PLACEHOLDER = "{repository_url}"
+#: ``repository.url`` of the course template's ``_config.yml``: to be replaced by the course's own.
+PLACEHOLDER_REPOSITORY = "https://github.com/your-org/bertlab"
+#: Jupyter Book 1 leaves a cell with this tag out of the HTML page; the downloaded notebook keeps it.
+BOOK_HIDDEN_TAG = "remove-cell"
 #: Cell metadata kept in a released notebook; everything else (execution times, scroll state) goes.
 KEPT_CELL_METADATA = ("nbgrader", "tags", "editable", "deletable")
 
@@ -40,12 +49,6 @@ class ReleaseError(RuntimeError):
 # --------------------------------------------------------------------------------------------------
 # Generation
 # --------------------------------------------------------------------------------------------------
-
-
-def chapter_names(root: Path = ROOT) -> list[str]:
-    """The chapters that have a solution notebook: folders of ``solutions/`` holding an .ipynb."""
-    source = Path(root) / SOLUTIONS
-    return sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.ipynb"))) if source.is_dir() else []
 
 
 def _resolve_names(names, root: Path) -> list[str]:
@@ -70,6 +73,33 @@ def repository_url(root: Path = ROOT) -> str:
     return url
 
 
+def placeholder_warning(root: Path = ROOT) -> str | None:
+    """A one-line warning when ``repository.url`` is still the template's placeholder, else None."""
+    if repository_url(root).rstrip("/") != PLACEHOLDER_REPOSITORY:
+        return None
+    return (f"warning: repository.url in {Path(root) / '_config.yml'} is the placeholder {PLACEHOLDER_REPOSITORY}: "
+            "every chapter's install cell installs from it; set it to your course's repository")
+
+
+class InstallCell(NbGraderPreprocessor):
+    """generate_assignment's preprocessor of the install cell (tagged ``install``): ``{repository_url}``
+    replaced by ``repository.url`` of ``_config.yml``, and the tag that keeps the cell out of the
+    book's pages added."""
+
+    root = Unicode(help="the course repository, whose _config.yml names its URL (default: the working "
+                   "folder, which nbgrader sets to the course's root)").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        url = repository_url(Path(self.root or os.getcwd()))
+        for cell in nb.cells:
+            tags = cell.metadata.get("tags", [])
+            if cell.cell_type == "code" and INSTALL_TAG in tags:
+                cell.source = cell.source.replace(URL_PLACEHOLDER, url)
+                if BOOK_HIDDEN_TAG not in tags:
+                    cell.metadata["tags"] = [*tags, BOOK_HIDDEN_TAG]
+        return nb, resources
+
+
 def nbgrader_config(root: Path, release_directory: Path, gradebook: Path):
     """The configuration of ``nbgrader_config.py``, writing into ``release_directory``."""
     from traitlets.config.loader import PyFileConfigLoader
@@ -81,28 +111,8 @@ def nbgrader_config(root: Path, release_directory: Path, gradebook: Path):
     return config
 
 
-def create_gradebook(path: Path) -> None:
-    """An empty nbgrader gradebook at ``path``, stamped with nbgrader's schema version.
-
-    nbgrader stamps a new gradebook by running the ``alembic`` command in a subprocess, which takes
-    many seconds; this asks alembic's Python API for the same version instead.
-    """
-    import nbgrader
-    import nbgrader.api
-    from alembic.script import ScriptDirectory
-    from sqlalchemy import create_engine, text
-
-    version = ScriptDirectory(str(Path(nbgrader.__file__).parent / "alembic")).get_current_head()
-    engine = create_engine(f"sqlite:///{path}")
-    nbgrader.api.Base.metadata.create_all(bind=engine)
-    with engine.begin() as connection:
-        connection.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
-        connection.execute(text("INSERT INTO alembic_version (version_num) VALUES (:version)"), {"version": version})
-    engine.dispose()
-
-
-def normalize(notebook: nbformat.NotebookNode, url: str) -> nbformat.NotebookNode:
-    """Strip what changes from run to run, and write the repository URL into the install cell."""
+def normalize(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Strip what changes from run to run."""
     notebook.metadata = nbformat.from_dict({
         key: notebook.metadata[key] for key in ("kernelspec", "language_info") if key in notebook.metadata
     })
@@ -113,8 +123,6 @@ def normalize(notebook: nbformat.NotebookNode, url: str) -> nbformat.NotebookNod
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
-            if INSTALL_TAG in cell.metadata.get("tags", []):
-                cell.source = cell.source.replace(URL_PLACEHOLDER, url)
     return notebook
 
 
@@ -136,7 +144,7 @@ def generate(names=None, *, root: Path = ROOT, output: Path | None = None) -> li
     root = Path(root).resolve()
     names = _resolve_names(names, root)
     output = Path(output) if output is not None else root / CHAPTERS
-    url = repository_url(root)
+    repository_url(root)  # a course without one fails here, in one line, before nbgrader runs
     written = []
     with tempfile.TemporaryDirectory(prefix="autograder-release-") as scratch:
         scratch = Path(scratch)
@@ -149,7 +157,7 @@ def generate(names=None, *, root: Path = ROOT, output: Path | None = None) -> li
                 raise ReleaseError(f"nbgrader could not generate {name}:\n{result.get('error') or ''}\n{result.get('log') or ''}")
             generated = scratch / "release" / name
             for path in sorted(generated.rglob("*.ipynb")):
-                write_notebook(normalize(nbformat.read(path, as_version=4), url), path)
+                write_notebook(normalize(nbformat.read(path, as_version=4)), path)
             destination = output / name
             if destination.exists():
                 shutil.rmtree(destination)
@@ -202,29 +210,27 @@ class CellError:
 
 
 def _cell_name(cell) -> str:
-    return cell.metadata.get("nbgrader", {}).get("grade_id") or cell.get("id", "?")
+    return grade_id(cell) or cell.get("id", "?")
 
 
-def is_graded_test(cell) -> bool:
-    """A test cell that nbgrader grades (autograder tests)."""
-    info = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and info.get("grade", False) and not info.get("solution", False)
-
-
-def execute(notebook: nbformat.NotebookNode, directory: Path, timeout: int, grading: bool = True) -> list[CellError]:
+def execute(notebook: nbformat.NotebookNode, directory: Path, timeout: int, grading: bool = True,
+            figures: bool = False) -> list[CellError]:
     """Run every cell in a fresh kernel, in ``directory``, and return the errors. With ``grading`` the
     kernel sees ``NBGRADER_EXECUTION`` as when nbgrader grades (heavy cells do less); without, it runs as
-    a reader's Jupyter does. The outputs are written into ``notebook``."""
+    a reader's Jupyter does. Figures become PNG outputs, as in Jupyter, with ``figures``; else they are
+    not drawn (matplotlib's Agg backend). The outputs are written into ``notebook``."""
     from nbclient import NotebookClient
 
     client = NotebookClient(
         notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
         resources={"metadata": {"path": str(directory)}},
     )
-    environment = {name: value for name, value in os.environ.items() if name != "NBGRADER_EXECUTION"}
+    environment = {name: value for name, value in os.environ.items() if name not in ("NBGRADER_EXECUTION", "MPLBACKEND")}
     if grading:
         environment["NBGRADER_EXECUTION"] = "autograde"
-    client.execute(env={**environment, "MPLBACKEND": "Agg"})
+    if not figures:
+        environment["MPLBACKEND"] = "Agg"
+    client.execute(env=environment)
     return [
         CellError(_cell_name(cell), output.get("ename", ""), output.get("evalue", ""))
         for cell in notebook.cells if cell.cell_type == "code"

@@ -1,42 +1,55 @@
-"""Run a student's code in a sandbox: a scratch folder, resource limits and Linux namespaces.
+"""Run a student's code in a sandbox: Linux namespaces, a size-limited scratch space and bounded resources.
 
 A sandboxed process is started with ``Sandbox.start(argv)``. The command that really runs is
 
-    setpriv --pdeathsig KILL -- unshare --user --map-root-user --mount --net --pid --ipc --uts
+    setpriv --pdeathsig KILL -- unshare [--user --map-root-user] --mount --net --pid --ipc --uts
         --fork --kill-child --mount-proc -- python -I -S autograder/sandbox.py CONFIG -- argv
 
 and this file, run as a script with the standard library only, builds the sandbox inside the new
-namespaces before it executes ``argv`` (:func:`enter`). What is enforced where user namespaces work
+namespaces before it executes ``argv`` (:func:`enter`). What is enforced where namespaces work
 (Linux; :func:`isolation_available` tries it once):
 
 - Files: the process sees a new root (``pivot_root``) holding read-only binds of the system
   (``/usr``, a few files of ``/etc``), the Python installation, the course packages (``bertlab``,
-  ``autograder``), ``/proc`` of its own PID namespace, ``/sys``, a handful of devices, and its scratch
-  folder. ``solutions/``, the gradebook, the output and submission folders, other students' files,
-  ``$HOME`` and the rest of the machine do not exist in there.
-- Writes: only the scratch folder (host disk, each file at most ``Limits.file_size_mb``), ``/tmp``
-  and ``/dev/shm`` (memory, ``Limits.tmp_size_mb`` each). The scratch folder is deleted by
-  ``Sandbox.close``; the two memory file systems vanish with the namespace.
-- Privileges: the code runs as uid 1000 of a nested user namespace, without capabilities, so the
-  mounts above are locked: they cannot be unmounted to uncover what they hide nor made writable.
+  ``autograder``), ``/proc`` of its own PID namespace, ``/sys``, a handful of devices, and its
+  scratch space. ``solutions/``, the gradebook, the output and submission folders, other students'
+  files, ``$HOME`` and the rest of the machine do not exist in there.
+- Writes: only the scratch space, one memory file system (tmpfs) of ``Limits.scratch_mb`` and
+  ``Limits.scratch_files`` files, mounted inside the sandbox as its working folder, ``$HOME``,
+  ``/tmp`` and ``/dev/shm``; each file at most ``Limits.file_size_mb``. Nothing is written on the
+  grading machine's disk but the process's log (``Limits.file_size_mb`` at most). It all vanishes
+  with the namespace.
+- Privileges: the code runs without capabilities, so the mounts above are locked: they cannot be
+  unmounted to uncover what they hide nor made writable. Where the grader runs as root, the code
+  runs as an unprivileged host user of its own (:func:`student_uid`), not in a user namespace; else
+  as uid 1000 of a nested user namespace.
 - Network: a network namespace with only a loopback interface that is down: no host, not even the
   grading machine's own services (its abstract Unix sockets are in the old namespace too).
 - Processes: a PID namespace (sees and signals only its own processes; all of them die when the
   first one ends) in its own session and process group; ``--pdeathsig`` and ``--kill-child`` end
   it when the grader dies. IPC and host name namespaces of its own.
 - Devices: only null, zero, full, random and urandom; no GPU, so student code is graded on the CPU.
-- Memory: ``RLIMIT_AS``, the address space of each process; Python with torch, IPython and
-  matplotlib imported reserves about 0.8 GB of it before the student's code runs.
+- Memory and processes (:func:`resource_bounds` says which bound is in force): with cgroup v2 (a
+  cgroup folder with the memory and pids controllers that the grader may write: its own, or
+  ``$AUTOGRADER_CGROUP``), each sandbox gets a cgroup whose ``memory.max`` is ``Limits.memory_mb``
+  and ``pids.max`` is ``Limits.processes``: the bound of the whole process tree, memory files
+  included. Without it: ``RLIMIT_AS`` (``Limits.memory_mb`` per process), ``RLIMIT_NPROC``
+  (``Limits.processes`` processes and threads) and ``RLIMIT_NOFILE``; the system calls that make
+  memory outside both (``memfd_create``, System V shared memory and message queues) are refused
+  with a seccomp filter. The memory of the tree is then at most processes x memory_mb, plus the
+  scratch space (a memory file system, which no process limit counts).
 - Time: ``RLIMIT_CPU`` as a backstop; the wall-clock limits per cell and per notebook are enforced
   by the caller, which kills the process group (and with it the namespace).
 
-Without user namespaces (macOS, containers that forbid them) only the scratch folder as working
-directory and ``$HOME``, a minimal environment, a session of its own and the resource limits apply:
-the code can then read whatever the grading user can read, and reach the network.
+Without namespaces (macOS, containers that forbid them) only the scratch folder (on disk, bounded
+per file only) as working directory and ``$HOME``, a minimal environment, a session of its own and
+the resource limits apply: the code can then read whatever the grading user can read, and reach the
+network.
 """
 
 import ctypes
 import functools
+import itertools
 import json
 import os
 import platform
@@ -46,6 +59,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -54,8 +68,10 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "ns
              "localtime", "fonts", "alternatives", "mime.types", "ssl")
 DEVICES = ("null", "zero", "full", "random", "urandom")
 SYSTEM_DIRECTORIES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
-SANDBOX_UID = 1000  # the student's uid inside the sandbox
+SANDBOX_UID = 1000  # the student's uid inside a nested user namespace
+STUDENT_UID_BASE = 2_000_000  # host uids of the students' code when the grader runs as root
 COURSE_PACKAGES = ("bertlab", "autograder")  # importable in the sandbox, read-only, from the grader's copy
+WORK, HOME = "/sandbox/work", "/sandbox/home"  # in an isolated sandbox, both in its scratch space
 
 
 @dataclass(frozen=True)
@@ -64,9 +80,12 @@ class Limits:
 
     cell_timeout: float = 60.0  # seconds per cell, and per call of a student's function
     notebook_timeout: float = 600.0  # seconds for one execution of a whole notebook
-    memory_mb: int = 4096  # address space per process (RLIMIT_AS)
+    memory_mb: int = 4096  # of the whole process tree with cgroup v2, else per process (RLIMIT_AS)
+    processes: int = 64  # processes and threads (pids.max, else RLIMIT_NPROC)
+    scratch_mb: int = 512  # its writable space: working folder, $HOME, /tmp and /dev/shm together
+    scratch_files: int = 10_000  # files and folders in that space
     file_size_mb: int = 64  # largest file it may write (RLIMIT_FSIZE)
-    tmp_size_mb: int = 256  # size of its /tmp and of its /dev/shm
+    open_files: int = 512  # RLIMIT_NOFILE
     threads: int = 1  # torch / OpenMP threads
 
 
@@ -76,13 +95,14 @@ class Limits:
 
 
 class Sandbox:
-    """A scratch folder and the recipe to start processes confined to it.
+    """A scratch space and the recipe to start processes confined to it.
 
+    Files put in ``work`` before the first process starts are copied into its working folder.
     ``hide`` lists paths that must stay invisible even if they lie inside something the sandbox
     binds (the course's ``solutions/``, the output folder): they are covered by empty file systems.
     ``share`` lists folders the code may read (a dataset), bound read-only; ``variables`` adds to
     its environment. Use as a context manager: leaving it kills every process it started and
-    deletes the scratch folder.
+    deletes its folders and cgroup.
     """
 
     def __init__(self, limits: Limits = Limits(), *, hide: tuple[Path, ...] = (), share: tuple[Path, ...] = (),
@@ -91,12 +111,14 @@ class Sandbox:
         self.share = tuple(str(Path(path).resolve()) for path in share)
         self.variables = dict(variables or {})
         self.isolated = isolation_available()[0] if isolate is None else isolate
-        # Short path: kernels' Unix sockets live in here, and their paths may not exceed 107 bytes.
         self.root = Path(tempfile.mkdtemp(prefix="ag-"))
         self.work, self.home, self.runtime = self.root / "work", self.root / "home", self.root / "run"
         for folder in (self.work, self.home, self.runtime, self.root / ".root"):
             folder.mkdir()
         self.hide = tuple(str(Path(path).resolve()) for path in hide)
+        self.uid = student_uid() if self.isolated and os.geteuid() == 0 else None
+        cgroups = resource_bounds().cgroup
+        self.cgroup = _Cgroup(cgroups, limits) if cgroups is not None else None
         self.processes: list[subprocess.Popen] = []
 
     def __enter__(self) -> "Sandbox":
@@ -109,8 +131,11 @@ class Sandbox:
         return {
             "isolated": self.isolated,
             "root": str(self.root),
-            "workdir": str(self.work),
-            "plan": _mount_plan(self.root, self.share) if self.isolated else [],
+            "stage": str(self.work),
+            "workdir": WORK if self.isolated else str(self.work),
+            "home": HOME,
+            "uid": self.uid,
+            "plan": _mount_plan(self.share) if self.isolated else [],
             "hide": list(self.hide),
             "limits": asdict(self.limits),
         }
@@ -120,16 +145,17 @@ class Sandbox:
         prelude = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), json.dumps(self.config()), "--"]
         if not self.isolated:
             return [*prelude, *argv]
-        return ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--user", "--map-root-user", "--mount",
-                "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc", "--",
-                *prelude, *argv]
+        users = [] if self.uid is not None else ["--user", "--map-root-user"]
+        return ["setpriv", "--pdeathsig", "KILL", "--", "unshare", *users, "--mount", "--net", "--pid", "--ipc",
+                "--uts", "--fork", "--kill-child", "--mount-proc", "--", *prelude, *argv]
 
     def environment(self) -> dict[str, str]:
         """A minimal environment: nothing of the grader's (no database URL, no tokens) leaks in."""
         threads = str(self.limits.threads)
+        home = HOME if self.isolated else str(self.home)
         return {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(self.home),
+            "HOME": home,
             "USER": "student",
             "LOGNAME": "student",
             "LANG": "C.UTF-8",
@@ -137,13 +163,9 @@ class Sandbox:
             "PYTHONPATH": _import_path(),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONHASHSEED": "0",
-            "MPLBACKEND": "Agg",
-            "MPLCONFIGDIR": str(self.home / ".matplotlib"),
-            "IPYTHONDIR": str(self.home / ".ipython"),
-            "JUPYTER_RUNTIME_DIR": str(self.runtime),
-            "JUPYTER_CONFIG_DIR": str(self.home / ".jupyter"),
-            "JUPYTER_DATA_DIR": str(self.home / ".jupyter-data"),
-            "JUPYTER_PLATFORM_DIRS": "1",
+            "MPLBACKEND": "module://matplotlib_inline.backend_inline",  # figures become PNG outputs
+            "MPLCONFIGDIR": f"{home}/.matplotlib",
+            "IPYTHONDIR": f"{home}/.ipython",
             "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
             "OPENBLAS_NUM_THREADS": threads,
@@ -154,6 +176,8 @@ class Sandbox:
     def start(self, argv: list[str], **popen_kwargs) -> subprocess.Popen:
         """Start ``argv`` in the sandbox, in a session of its own; extra arguments go to Popen."""
         popen_kwargs.setdefault("stdin", subprocess.DEVNULL)
+        if self.cgroup is not None:
+            popen_kwargs["preexec_fn"] = self.cgroup.join
         process = subprocess.Popen(
             self.command(argv), cwd=self.work, env=self.environment(), start_new_session=True, **popen_kwargs
         )
@@ -174,6 +198,8 @@ class Sandbox:
         for process in self.processes:
             kill(process)
         self.processes.clear()
+        if self.cgroup is not None:
+            self.cgroup.remove()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -207,6 +233,15 @@ def interrupt(process: subprocess.Popen) -> None:
         pass
 
 
+_uids = itertools.count()
+
+
+def student_uid() -> int:
+    """A host uid for one sandbox's code when the grader runs as root: no other process has it, so
+    that RLIMIT_NPROC counts that sandbox's processes only (and root's exemption from it is gone)."""
+    return STUDENT_UID_BASE + (os.getpid() << 4) + next(_uids) % 16
+
+
 @functools.cache
 def isolation_available() -> tuple[bool, str]:
     """Whether sandboxes get namespaces here, and why not when they do not (tried once)."""
@@ -215,16 +250,103 @@ def isolation_available() -> tuple[bool, str]:
     if not (shutil.which("unshare") and shutil.which("setpriv")):
         return False, "the util-linux tools unshare and setpriv are not installed"
     with Sandbox(isolate=True) as sandbox:
-        probe = "import os; print(os.getuid(), sum(name.isdigit() for name in os.listdir('/proc')) < 5)"
+        probe = "import os; print(os.getuid() != 0, sum(name.isdigit() for name in os.listdir('/proc')) < 5)"
         result = sandbox.run([sys.executable, "-I", "-c", probe], timeout=60)
-    if result.returncode != 0 or result.stdout.split() != [str(SANDBOX_UID), "True"]:
+    if result.returncode != 0 or result.stdout.split() != ["True", "True"]:
         reason = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
-        return False, f"user namespaces do not work here ({reason})"
+        return False, f"namespaces do not work here ({reason})"
     return True, "Linux namespaces"
 
 
-def _mount_plan(scratch: Path, share: tuple[str, ...]) -> list[list[str]]:
-    """What the sandbox's root holds: ["bind" | "bind-rw" | "symlink" | "tmpfs", path, argument]."""
+# --------------------------------------------------------------------------------------------------
+# Memory and processes of a whole sandbox: cgroup v2 where the grader may create cgroups
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How the memory and the processes of a sandbox are bounded on this machine."""
+
+    cgroup: Path | None  # the cgroup v2 folder under which each sandbox gets its cgroup, if any
+    reason: str  # why there is none, or where it is
+
+    def describe(self, limits: Limits) -> str:
+        if self.cgroup is not None:
+            return (f"cgroup v2 ({self.cgroup}): {limits.memory_mb} MB of memory and {limits.processes} processes "
+                    "and threads for all the processes of a submission")
+        root = " (the student's code runs as an unprivileged host user)" if os.geteuid() == 0 else ""
+        return (f"per-process limits, since {self.reason}: {limits.memory_mb} MB of address space per process "
+                f"(RLIMIT_AS), {limits.processes} processes and threads (RLIMIT_NPROC){root}, "
+                f"{limits.open_files} open files; memfd_create and System V shared memory refused; at most "
+                f"{limits.processes} x {limits.memory_mb} MB in all, and the {limits.scratch_mb} MB scratch space")
+
+
+@functools.cache
+def resource_bounds() -> Bounds:
+    """The cgroup v2 folder where each sandbox can get a cgroup with the memory and pids
+    controllers (``$AUTOGRADER_CGROUP``, else the grader's own cgroup), or why there is none."""
+    requested = os.environ.get("AUTOGRADER_CGROUP")
+    candidates = [Path(requested)] if requested else [path for path in [_own_cgroup()] if path is not None]
+    for folder in candidates:
+        controllers = folder / "cgroup.subtree_control"
+        try:
+            enabled = set(controllers.read_text().split())
+        except OSError:
+            continue
+        if {"memory", "pids"} <= enabled and os.access(folder, os.W_OK):
+            return Bounds(folder, str(folder))
+    where = f"$AUTOGRADER_CGROUP ({requested})" if requested else "the grader's cgroup"
+    return Bounds(None, f"{where} does not delegate the memory and pids controllers of cgroup v2")
+
+
+def _own_cgroup() -> Path | None:
+    """The grader's cgroup v2 folder (from /proc/self/cgroup and the cgroup2 mount), if any."""
+    try:
+        line = next(line for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::"))
+        mounts = [line.split(" - ")[0].split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                  if " - cgroup2 " in line]
+    except (OSError, StopIteration, IndexError):
+        return None
+    return Path(mounts[0]) / line.removeprefix("0::").lstrip("/") if mounts else None
+
+
+class _Cgroup:
+    """One sandbox's cgroup: its memory and process limits, joined by every process it starts."""
+
+    def __init__(self, parent: Path, limits: Limits):
+        self.path = parent / f"autograder-{uuid.uuid4().hex}"
+        self.path.mkdir()
+        (self.path / "memory.max").write_text(str(limits.memory_mb * 1024 * 1024))
+        if (self.path / "memory.swap.max").exists():
+            (self.path / "memory.swap.max").write_text("0")
+        (self.path / "pids.max").write_text(str(limits.processes))
+
+    def join(self) -> None:
+        """Called in the new process before it executes the sandbox's command."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def remove(self) -> None:
+        kill_file = self.path / "cgroup.kill"
+        for _ in range(100):
+            try:
+                if kill_file.exists():
+                    kill_file.write_text("1")
+                self.path.rmdir()
+                return
+            except OSError:
+                import time
+
+                time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------------------------------
+# What the sandbox's root holds
+# --------------------------------------------------------------------------------------------------
+
+
+def _mount_plan(share: tuple[str, ...]) -> list[list[str]]:
+    """What the sandbox's root holds: ["bind" | "symlink" | "tmpfs", path, argument]; the scratch
+    space is added by the sandbox itself (:func:`_build_root`)."""
     plan = []
     for name in SYSTEM_DIRECTORIES:
         path = Path("/", name)
@@ -236,14 +358,13 @@ def _mount_plan(scratch: Path, share: tuple[str, ...]) -> list[list[str]]:
     plan += [["bind", f"/dev/{name}", ""] for name in DEVICES]
     plan += [["symlink", "/dev/fd", "/proc/self/fd"], ["symlink", "/dev/stdin", "/proc/self/fd/0"],
              ["symlink", "/dev/stdout", "/proc/self/fd/1"], ["symlink", "/dev/stderr", "/proc/self/fd/2"]]
-    plan += [["bind", "/proc", ""], ["bind", "/sys", ""], ["tmpfs", "/tmp", ""], ["tmpfs", "/dev/shm", ""]]
+    plan += [["bind", "/proc", ""], ["bind", "/sys", ""]]
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix, *_site_directories(), *_package_directories()}
     python = sorted(str(Path(path).resolve()) for path in python if Path(path).is_dir())
     for path in python:
         if not any(path != other and path.startswith(other + os.sep) for other in python):
             plan.append(["bind", path, ""])
     plan += [["bind", path, ""] for path in share if os.path.isdir(path)]
-    plan.append(["bind-rw", str(scratch), ""])
     return sorted(plan, key=lambda entry: entry[1].count("/"))
 
 
@@ -278,11 +399,17 @@ def _import_path() -> str:
 # The sandbox's side: build the new root, drop privileges, set limits, execute the command
 # --------------------------------------------------------------------------------------------------
 
-_SYSCALLS = {"x86_64": {"pivot_root": 155, "mount_setattr": 442}, "aarch64": {"pivot_root": 41, "mount_setattr": 442}}
+_SYSCALLS = {
+    "x86_64": {"pivot_root": 155, "mount_setattr": 442, "memfd_create": 319, "shmget": 29, "msgget": 68},
+    "aarch64": {"pivot_root": 41, "mount_setattr": 442, "memfd_create": 279, "shmget": 194, "msgget": 186},
+}
+REFUSED_SYSTEM_CALLS = ("memfd_create", "shmget", "msgget")  # memory that no limit of a process counts
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 0x1, 0x2, 0x4, 0x1000, 0x4000
 MNT_DETACH, AT_RECURSIVE = 0x2, 0x8000
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 0x1, 0x2
 CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 
 
 class _MountAttributes(ctypes.Structure):
@@ -290,12 +417,21 @@ class _MountAttributes(ctypes.Structure):
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
+class _SocketFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _FilterProgram(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SocketFilter))]
+
+
 class _Kernel:
     """The few system calls the sandbox needs, raising OSError on failure."""
 
     def __init__(self):
         self.libc = ctypes.CDLL(None, use_errno=True)
-        self.numbers = _SYSCALLS[platform.machine()]
+        self.machine = platform.machine()
+        self.numbers = _SYSCALLS[self.machine]
 
     def _check(self, result: int, what: str) -> None:
         if result != 0:
@@ -321,34 +457,66 @@ class _Kernel:
     def unshare(self, flags: int) -> None:
         self._check(self.libc.unshare(flags), "unshare")
 
+    def refuse(self, names: tuple[str, ...]) -> None:
+        """A seccomp filter: the system calls ``names`` fail with EPERM (and so do the x32 ones of
+        x86_64); a system call of another architecture kills the process."""
+        load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
+        refused = [self.numbers[name] for name in names]
+        checks = [(at_least, 0x40000000)] if self.machine == "x86_64" else []
+        checks += [(equal, number) for number in refused]
+        program = [(load, 0, 0, 4), (equal, 1, 0, AUDIT_ARCH[self.machine]), (give, 0, 0, 0x80000000), (load, 0, 0, 0)]
+        program += [(code, len(checks) - index, 0, value) for index, (code, value) in enumerate(checks)]
+        program += [(give, 0, 0, 0x7FFF0000), (give, 0, 0, 0x00050000 | 1)]  # allow; ERRNO(EPERM)
+        filters = (_SocketFilter * len(program))(*(_SocketFilter(*instruction) for instruction in program))
+        zero, one = ctypes.c_ulong(0), ctypes.c_ulong(1)
+        self._check(self.libc.prctl(PR_SET_NO_NEW_PRIVS, one, zero, zero, zero), "no_new_privs")
+        self._check(self.libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER),
+                                    ctypes.byref(_FilterProgram(len(program), filters)), zero, zero), "seccomp")
+
+
+def _scratch_space(kernel: _Kernel, new_root: str, config: dict) -> list[str]:
+    """Mount the sandbox's one tmpfs, copy the staged files into its working folder, and bind its
+    parts at the working folder, $HOME, /tmp and /dev/shm. Returns those mount points."""
+    limits, uid = config["limits"], config["uid"]
+    owner = f",uid={uid},gid={uid}" if uid is not None else ""
+    scratch = new_root + "/.scratch"
+    os.makedirs(scratch)
+    kernel.mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV,
+                 f"mode=0755,size={limits['scratch_mb']}m,nr_inodes={limits['scratch_files']}{owner}")
+    shutil.copytree(config["stage"], scratch + "/work")
+    targets = {"work": config["workdir"], "home": config["home"], "tmp": "/tmp", "shm": "/dev/shm"}
+    for name, target in targets.items():
+        os.makedirs(f"{scratch}/{name}", exist_ok=True)
+        os.chmod(f"{scratch}/{name}", 0o1777 if name in ("tmp", "shm") else 0o755)
+        if uid is not None:
+            for folder, _, files in os.walk(f"{scratch}/{name}"):
+                for path in [folder, *(os.path.join(folder, file) for file in files)]:
+                    os.chown(path, uid, uid)
+        os.makedirs(new_root + target, exist_ok=True)
+        kernel.mount(f"{scratch}/{name}", new_root + target, None, MS_BIND)
+    kernel.unmount(scratch)  # the binds keep the file system alive
+    return [new_root + target for target in targets.values()]
+
 
 def _build_root(config: dict) -> None:
-    """Make a new root from the mount plan, hide paths, make it read-only and switch to it."""
+    """Make a new root from the mount plan and the scratch space, hide paths, make it read-only,
+    switch to it and drop privileges."""
     kernel = _Kernel()
     new_root = os.path.join(config["root"], ".root")
-    tmp_size = config["limits"]["tmp_size_mb"]
     kernel.mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
-    writable = []
     for kind, path, argument in config["plan"]:
         target = new_root + path
         if kind == "symlink":
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.symlink(argument, target)
             continue
-        if kind == "tmpfs":
-            os.makedirs(target, exist_ok=True)
-            kernel.mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_size}m")
-            writable.append(target)
-            continue
         if os.path.isdir(path):
             os.makedirs(target, exist_ok=True)
         else:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             open(target, "a").close()
-        # The scratch folder is bound alone (it holds the new root itself); the rest with submounts.
-        kernel.mount(path, target, None, MS_BIND | (0 if kind == "bind-rw" else MS_REC))
-        if kind == "bind-rw":
-            writable.append(target)
+        kernel.mount(path, target, None, MS_BIND | MS_REC)
+    writable = _scratch_space(kernel, new_root, config)
     for path in config["hide"]:
         target = new_root + path
         if os.path.isdir(target):
@@ -362,20 +530,24 @@ def _build_root(config: dict) -> None:
     kernel.pivot_root(".", ".")  # the old root now sits on top of the new one ...
     kernel.unmount(".")  # ... and is gone
     os.chdir("/")
-    # A nested user namespace: uid 1000 without capabilities, and every mount above locked.
-    kernel.unshare(CLONE_NEWUSER | CLONE_NEWNS)
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{SANDBOX_UID} 0 1"), ("gid_map", f"{SANDBOX_UID} 0 1")):
-        with open(f"/proc/self/{name}", "w") as file:
-            file.write(text)
+    if config["uid"] is None:
+        # A nested user namespace: uid 1000 without capabilities, and every mount above locked.
+        kernel.unshare(CLONE_NEWUSER | CLONE_NEWNS)
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{SANDBOX_UID} 0 1"), ("gid_map", f"{SANDBOX_UID} 0 1")):
+            with open(f"/proc/self/{name}", "w") as file:
+                file.write(text)
     # Read-only, and locked so: root-owned files such as /proc/sysrq-trigger are the sandbox's own
     # files as far as permissions go (it runs as the grading user, mapped).
     kernel.set_attributes("/proc", MOUNT_ATTR_RDONLY, 0, recursive=True)
+    kernel.refuse(REFUSED_SYSTEM_CALLS)
+    if config["uid"] is not None:  # root: become a user of its own, without capabilities
+        os.setgroups([])
+        os.setresgid(config["uid"], config["uid"], config["uid"])
+        os.setresuid(config["uid"], config["uid"], config["uid"])
 
 
 def enter(config: dict, argv: list[str]) -> None:
-    """Inside the new namespaces: build the sandbox, set the limits and execute ``argv``."""
-    if config["isolated"]:
-        _build_root(config)
+    """Inside the new namespaces: set the limits, build the sandbox and execute ``argv``."""
     limits = config["limits"]
     megabyte = 1024 * 1024
     cpu_seconds = int(2 * limits["notebook_timeout"] * max(1, limits["threads"])) + 60
@@ -383,7 +555,15 @@ def enter(config: dict, argv: list[str]) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size_mb"] * megabyte,) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"],) * 2)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the file size limit fails, not kills
+    # A grader started in the background has SIGINT ignored, and a Python that inherits that never raises
+    # KeyboardInterrupt: the interrupt that ends a cell past its time limit would not reach the code.
+    for number in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(number, signal.SIG_DFL)
+    if config["isolated"]:
+        _build_root(config)
+    resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)  # counted for the final user
     os.chdir(config["workdir"])
     os.execv(argv[0], argv)
 

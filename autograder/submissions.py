@@ -1,20 +1,31 @@
-"""What a class handed in: the chapters' tests, and the submissions found, read and named.
+"""What a class handed in: the submissions found in SUBMISSIONS, read, named, and what was skipped.
 
-- :func:`load_chapters` reads the instructor's notebooks in ``solutions/``: each chapter's test
-  cells (hidden tests included, and as released), the exercise each one grades, and the grade ids
-  that recognize a notebook of that chapter.
-- :func:`collect_submissions` finds the submissions in a folder laid out as nbgrader collects them
-  (``<student>/<chapter>/<notebook>.ipynb`` and its ``timestamp.txt``), or as ``<chapter>/<student>.ipynb``,
-  or as zip files and notebooks named by student. A notebook's chapter comes from its path, else
-  from its graded cells; a student's name becomes a safe id (:func:`student_id`); of several
-  submissions for one (student, chapter), the newest readable one counts. What cannot be graded
-  (not JSON, another chapter's notebook, too large) is kept with the reason, to be graded as such.
-- :func:`read_notebook` parses a submission leniently into a valid notebook, or names the problem.
+:func:`collect_submissions` reads a folder laid out as nbgrader collects it
+(``<student>/<chapter>/<notebook>.ipynb`` and its ``timestamp.txt``), or as ``<chapter>/<student>.ipynb``,
+or holding zip files and notebooks named by student (``alice.zip``, ``alice.ipynb``). A notebook's
+chapter comes from its path, else from its graded cells; a student's name becomes a safe id
+(:func:`student_id`); of several submissions for one (student, chapter) the newest readable one
+counts. What cannot be graded (not JSON, another chapter's notebook, too large) is kept with the
+reason, to be graded as such.
+
+It trusts nothing in the folder:
+
+- A symbolic link (a notebook, a folder, a zip member) is never followed: it is skipped, with why.
+- Every folder and file it does not grade is reported (:class:`autograder.results.Skipped`): hidden
+  files, other kinds of files, a student folder without a notebook.
+- Files are read one at a time and at most :data:`MAX_NOTEBOOK_BYTES` each; a :class:`Submission`
+  keeps where its bytes are and their digest, not the bytes. A zip file is read member by member,
+  at most :data:`MAX_ZIP_MEMBERS` members and :data:`MAX_ZIP_BYTES` in all; nested zips are not opened.
+- Folders are walked :data:`MAX_DEPTH` levels deep and :data:`MAX_ENTRIES` entries per student.
+
+:func:`read_notebook` parses a submission leniently into a valid notebook, or names the problem.
 """
 
 import hashlib
 import json
+import os
 import re
+import stat
 import unicodedata
 import zipfile
 from collections import defaultdict
@@ -22,84 +33,44 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autograder import release
+from autograder.chapters import Chapter
+from autograder.course import GradingError, grade_id
+from autograder.results import Skipped
 
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
+MAX_CELLS = 5_000
+MAX_ZIP_MEMBERS = 1_000
+MAX_ZIP_BYTES = 200 * 1024 * 1024
+MAX_DEPTH = 6
+MAX_ENTRIES = 10_000
 UNKNOWN_CHAPTER = "(unknown)"
-
-
-class GradingError(RuntimeError):
-    """Grading itself cannot go on (not a problem of one submission); the message says why."""
-
-
-# --------------------------------------------------------------------------------------------------
-# The chapters: what the instructor's notebooks test
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TestCell:
-    grade_id: str
-    points: float
-    source: str  # the instructor's version, hidden tests included
-    released: str  # what students get: the hidden tests removed
-    exercise: str | None  # the solution cell (function) it grades, when there is one: test_<name>
-
-
-@dataclass(frozen=True)
-class Chapter:
-    name: str  # the nbgrader assignment, e.g. 01_attention
-    notebook: str  # the notebook's name without .ipynb
-    tests: tuple[TestCell, ...]
-    grade_ids: frozenset[str]  # of every nbgrader cell: recognizes the chapter's notebooks
-    fingerprint: str  # of the solution notebook
-
-
-def load_chapters(course_root: Path) -> dict[str, Chapter]:
-    """The chapters of ``course_root/solutions``, one notebook each."""
-    import nbformat
-    from nbgrader.preprocessors import ClearHiddenTests
-
-    chapters = {}
-    for name in release.chapter_names(course_root):
-        notebooks = sorted((course_root / release.SOLUTIONS / name).glob("*.ipynb"))
-        if len(notebooks) != 1:
-            raise GradingError(f"{course_root / release.SOLUTIONS / name} has {len(notebooks)} notebooks; "
-                               "the grader expects one notebook per chapter")
-        data = notebooks[0].read_bytes()
-        notebook = nbformat.reads(data.decode("utf-8"), as_version=4)
-        grade_ids = {cell.metadata.nbgrader["grade_id"] for cell in notebook.cells
-                     if "grade_id" in cell.metadata.get("nbgrader", {})}
-        tests = []
-        for cell in notebook.cells:
-            if release.is_graded_test(cell):
-                released = nbformat.from_dict(cell)
-                ClearHiddenTests()._remove_hidden_test_region(released)
-                grade_id = cell.metadata.nbgrader["grade_id"]
-                exercise = grade_id.removeprefix("test_")
-                tests.append(TestCell(grade_id, float(cell.metadata.nbgrader["points"]), cell.source,
-                                      released.source, exercise if exercise in grade_ids else None))
-        chapters[name] = Chapter(name, notebooks[0].stem, tuple(tests), frozenset(grade_ids),
-                                 hashlib.sha256(data).hexdigest())
-    return chapters
-
-
-# --------------------------------------------------------------------------------------------------
-# Collecting submissions
-# --------------------------------------------------------------------------------------------------
+EXPECTED_LAYOUT = ("a folder holding one folder per student, laid out as nbgrader collects them "
+                   "(<student>/<chapter>/<notebook>.ipynb), or <chapter>/<student>.ipynb, or zip files and "
+                   "notebooks named by student (alice.zip, alice.ipynb)")
+NBGRADER_KEYS = {"grade_id": str, "grade": bool, "solution": bool, "locked": bool, "task": bool,
+                 "points": (int, float), "schema_version": int}
 
 
 @dataclass
 class Submission:
-    """One notebook of one student for one chapter, as found in SUBMISSIONS."""
+    """One notebook of one student for one chapter, as found in SUBMISSIONS (its bytes stay there)."""
 
     student: str
     chapter: str  # UNKNOWN_CHAPTER when it cannot be told
     origin: str  # where it came from, relative to SUBMISSIONS (a zip member after a colon)
-    data: bytes
+    path: Path  # the notebook, or the zip file that holds it
+    member: str | None  # the zip member
+    digest: str  # sha256 of its bytes
     timestamp: datetime
     problem: str | None = None  # why it cannot be graded as a notebook of that chapter
     notes: list[str] = field(default_factory=list)
+
+    def read(self) -> bytes:
+        """The submission's bytes, as they were when collected (GradingError if they changed since)."""
+        data = _read_member(self.path, self.member) if self.member is not None else _read_file(self.path)
+        if hashlib.sha256(data).hexdigest() != self.digest:
+            raise GradingError(f"{self.origin} changed while it was being graded")
+        return data
 
 
 def student_id(name: str) -> str:
@@ -111,6 +82,15 @@ def student_id(name: str) -> str:
     if cleaned == name:
         return cleaned
     return f"{cleaned}-{hashlib.sha1(name.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
+
+
+def _clean_nbgrader(metadata) -> dict | None:
+    """A submission's nbgrader metadata, with only the keys grading reads, of their types."""
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("grade_id"), str):
+        return None
+    return {key: value for key, value in metadata.items()
+            if key in NBGRADER_KEYS and isinstance(value, NBGRADER_KEYS[key])
+            and not (key == "points" and isinstance(value, bool))}
 
 
 def read_notebook(data: bytes):
@@ -130,13 +110,17 @@ def read_notebook(data: bytes):
         return None, "the file is not UTF-8 text, so not a notebook"
     except json.JSONDecodeError as error:
         return None, f"the file is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
+    except RecursionError:
+        return None, "the file is JSON nested too deeply to be a notebook"
     if isinstance(raw, dict) and raw.get("nbformat") == 3:
         try:
             raw = nbformat.convert(nbformat.from_dict(raw), 4)
         except Exception as error:
-            return None, f"the file is an nbformat-3 notebook that cannot be converted ({error})"
+            return None, f"the file is an nbformat-3 notebook that cannot be converted ({type(error).__name__})"
     if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
         return None, "the file is JSON but not a notebook (it has no list of cells)"
+    if len(raw["cells"]) > MAX_CELLS:
+        return None, f"the notebook has {len(raw['cells'])} cells, more than the limit of {MAX_CELLS}"
     makers = {"code": new_code_cell, "markdown": new_markdown_cell, "raw": new_raw_cell}
     cells = []
     for cell in raw["cells"]:
@@ -145,26 +129,42 @@ def read_notebook(data: bytes):
         source = cell.get("source", "")
         source = "".join(map(str, source)) if isinstance(source, list) else str(source)
         metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
-        kept = {}
-        nbgrader = metadata.get("nbgrader")
-        if isinstance(nbgrader, dict) and isinstance(nbgrader.get("grade_id"), str):
-            kept["nbgrader"] = nbgrader
-        if isinstance(metadata.get("tags"), list):
-            kept["tags"] = [str(tag) for tag in metadata["tags"]]
+        nbgrader = _clean_nbgrader(metadata.get("nbgrader"))
+        kept = {"nbgrader": nbgrader} if nbgrader else {}
         cells.append(makers.get(cell.get("cell_type"), new_markdown_cell)(source=source, metadata=kept))
     return new_notebook(cells=cells, metadata={}), None
 
 
 def recognize(notebook, chapters: dict[str, Chapter]) -> str | None:
     """The chapter whose graded cells the notebook shares most, if it shares any."""
-    ids = {cell.metadata["nbgrader"]["grade_id"] for cell in notebook.cells if "nbgrader" in cell.metadata}
+    ids = {grade_id(cell) for cell in notebook.cells} - {None}
     overlaps = {name: len(ids & chapter.grade_ids) for name, chapter in chapters.items()}
     best = max(overlaps, key=overlaps.get, default=None)
     return best if best is not None and overlaps[best] > 0 else None
 
 
+# --------------------------------------------------------------------------------------------------
+# Reading files without following links and without holding them
+# --------------------------------------------------------------------------------------------------
+
+
+def _read_file(path: Path) -> bytes:
+    """At most MAX_NOTEBOOK_BYTES + 1 bytes of a regular file, refusing a symbolic link."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return file.read(MAX_NOTEBOOK_BYTES + 1)
+
+
+def _read_member(path: Path, member: str) -> bytes:
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(descriptor, "rb") as file, zipfile.ZipFile(file) as archive, archive.open(member) as opened:
+        return opened.read(MAX_NOTEBOOK_BYTES + 1)  # no more than the limit, whatever the header says
+
+
 def _timestamp_of(path: Path) -> datetime:
-    return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
+    return datetime.fromtimestamp(path.lstat().st_mtime, timezone.utc)
 
 
 def _read_timestamp_file(folder: Path) -> datetime | None:
@@ -172,10 +172,10 @@ def _read_timestamp_file(folder: Path) -> datetime | None:
     from nbgrader.utils import parse_utc
 
     path = folder / "timestamp.txt"
-    if not path.is_file():
+    if path.is_symlink() or not path.is_file():
         return None
     try:
-        stamp = parse_utc(path.read_text().strip())
+        stamp = parse_utc(_read_file(path)[:100].decode().strip())
     except Exception:
         return None
     return stamp.replace(tzinfo=timezone.utc) if stamp.tzinfo is None else stamp
@@ -190,110 +190,172 @@ def _chapter_of_name(parts: list[str], chapters: dict[str, Chapter]) -> str | No
     return next((name for name, chapter in chapters.items() if stem in (name, chapter.notebook)), None)
 
 
-def _is_ignored(name: str) -> bool:
-    return name.startswith(".") or name == "__MACOSX" or name.endswith("-checkpoint.ipynb")
+def _ignored_because(name: str) -> str | None:
+    if name == "__MACOSX" or name == ".ipynb_checkpoints" or name.endswith("-checkpoint.ipynb"):
+        return "an editor's or archiver's copy, not a submission"
+    if name.startswith("."):
+        return "a hidden file or folder"
+    return None
 
 
 class _Collector:
     def __init__(self, root: Path, chapters: dict[str, Chapter]):
         self.root, self.chapters = root, chapters
         self.found: list[Submission] = []
-        self.skipped: list[str] = []
+        self.skipped: list[Skipped] = []
 
     def origin(self, path: Path) -> str:
-        return str(path.relative_to(self.root)) if path != self.root else path.name
+        return str(path.relative_to(self.root))
 
-    def add(self, student: str, chapter_hint: str | None, origin: str, data: bytes, stamp: datetime) -> None:
-        notebook, problem = read_notebook(data)
+    def skip(self, origin: str, reason: str, student: str | None) -> None:
+        self.skipped.append(Skipped(origin, reason, student_id(student) if student else None))
+
+    def add(self, student: str, chapter_hint: str | None, origin: str, data: bytes, location: tuple,
+            stamp: datetime, problem: str | None = None) -> None:
+        notebook, found_problem = read_notebook(data) if problem is None else (None, problem)
         content = recognize(notebook, self.chapters) if notebook is not None else None
         chapter = chapter_hint or content
-        if chapter is None and problem is None:
-            problem = "none of the chapters' graded cells are in this notebook, so its chapter is unknown"
+        if chapter is None and found_problem is None:
+            found_problem = "none of the chapters' graded cells are in this notebook, so its chapter is unknown"
         elif chapter_hint and content and content != chapter_hint:
-            problem = (f"this is the notebook of chapter {content} (it has that chapter's graded cells), "
-                       f"not of {chapter_hint}")
+            found_problem = (f"this is the notebook of chapter {content} (it has that chapter's graded cells), "
+                             f"not of {chapter_hint}")
         if chapter is None:
             chapter = next(iter(self.chapters)) if len(self.chapters) == 1 else UNKNOWN_CHAPTER
-        submission = Submission(student_id(student), chapter, origin, data, stamp, problem)
+        path, member = location
+        submission = Submission(student_id(student), chapter, origin, path, member, hashlib.sha256(data).hexdigest(),
+                                stamp, found_problem)
         if submission.student != student:
             submission.notes.append(f"the name {student!r} is graded as {submission.student!r}")
         self.found.append(submission)
 
     def add_file(self, path: Path, student: str, chapter_hint: str | None, stamp: datetime | None = None) -> None:
-        stamp = stamp or _timestamp_of(path)
-        if path.suffix == ".ipynb":
-            data = path.read_bytes() if path.stat().st_size <= MAX_NOTEBOOK_BYTES else b"\0" * (MAX_NOTEBOOK_BYTES + 1)
-            self.add(student, chapter_hint, self.origin(path), data, stamp)
+        """A notebook or a zip file of ``student`` (neither is followed when it is a link)."""
+        origin = self.origin(path)
+        if path.is_symlink():
+            self.skip(origin, "a symbolic link: links are never followed, submit the file itself", student)
+        elif path.suffix == ".ipynb":
+            try:
+                data = _read_file(path)
+            except OSError as error:
+                self.skip(origin, f"cannot be read ({error.strerror or error})", student)
+                return
+            self.add(student, chapter_hint, origin, data, (path, None), stamp or _timestamp_of(path))
         elif path.suffix == ".zip":
-            self.add_zip(path, student, chapter_hint, stamp)
+            self.add_zip(path, student, chapter_hint, stamp or _timestamp_of(path))
         elif path.name != "timestamp.txt":
-            self.skipped.append(f"{self.origin(path)}: not a notebook or a zip file, ignored")
+            self.skip(origin, "not a notebook (.ipynb) or a zip file", student)
 
     def add_zip(self, path: Path, student: str, chapter_hint: str | None, stamp: datetime) -> None:
+        origin = self.origin(path)
         try:
-            archive = zipfile.ZipFile(path)
-        except (zipfile.BadZipFile, OSError) as error:
-            self.add(student, chapter_hint, self.origin(path), b"", stamp)
-            self.found[-1].problem = f"the zip file cannot be opened ({error})"
-            return
-        with archive:
-            members = [info for info in archive.infolist() if info.filename.endswith(".ipynb") and not info.is_dir()
-                       and not any(_is_ignored(part) for part in info.filename.split("/"))]
-            if not members:
-                self.add(student, chapter_hint, self.origin(path), b"", stamp)
-                self.found[-1].problem = "the zip file holds no notebook"
-            for info in members:
-                parts = info.filename.split("/")
+            descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(descriptor, "rb") as file, zipfile.ZipFile(file) as archive:
+                self.add_members(archive, path, student, chapter_hint, stamp)
+        except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError) as error:
+            self.add(student, chapter_hint, origin, b"", (path, None), stamp, f"the zip file cannot be read ({error})")
+
+    def add_members(self, archive: zipfile.ZipFile, path: Path, student: str, chapter_hint: str | None,
+                    stamp: datetime) -> None:
+        origin, budget, notebooks = self.origin(path), MAX_ZIP_BYTES, 0
+        for number, info in enumerate(archive.infolist()):
+            where = f"{origin}:{info.filename}"
+            if number == MAX_ZIP_MEMBERS:
+                self.skip(origin, f"only its first {MAX_ZIP_MEMBERS} members were read", student)
+                break
+            parts = info.filename.split("/")
+            reason = next((why for why in map(_ignored_because, parts) if why), None)
+            if info.is_dir():
+                continue
+            if stat.S_ISLNK(info.external_attr >> 16):
+                self.skip(where, "a symbolic link in the zip file: links are never followed", student)
+            elif reason:
+                self.skip(where, reason, student)
+            elif not info.filename.endswith(".ipynb"):
+                self.skip(where, "not a notebook (.ipynb)" + (": zip files in zip files are not opened"
+                                                               if info.filename.endswith(".zip") else ""), student)
+            elif budget <= 0:
+                self.skip(where, f"not read: the zip file's notebooks exceed {MAX_ZIP_BYTES // 2**20} MB", student)
+            else:
+                with archive.open(info) as member:  # no more than the limit, whatever the header says
+                    data = member.read(min(MAX_NOTEBOOK_BYTES, budget) + 1)
+                budget -= len(data)
+                notebooks += 1
                 hint = _chapter_of_name(parts, self.chapters) or chapter_hint
-                if info.file_size > MAX_NOTEBOOK_BYTES:
-                    data = b"\0" * (MAX_NOTEBOOK_BYTES + 1)
-                else:
-                    with archive.open(info) as member:  # read no more than the limit, whatever the header says
-                        data = member.read(MAX_NOTEBOOK_BYTES + 1)
-                self.add(student, hint, f"{self.origin(path)}:{info.filename}", data, stamp)
+                self.add(student, hint, where, data, (path, info.filename), stamp)
+        if not notebooks:
+            self.add(student, chapter_hint, origin, b"", (path, None), stamp, "the zip file holds no notebook")
+
+    def entries(self, folder: Path, student: str | None) -> list[Path]:
+        """The entries of a folder, sorted, with the ignored ones reported."""
+        entries = []
+        for entry in sorted(folder.iterdir()):
+            reason = _ignored_because(entry.name)
+            if reason:
+                self.skip(self.origin(entry), reason, student)
+            else:
+                entries.append(entry)
+        return entries
+
+    def walk(self, folder: Path, student: str, depth: int = 0):
+        """The files under a student's folder, without following links, MAX_DEPTH levels deep."""
+        for entry in self.entries(folder, student):
+            if entry.is_symlink():
+                self.skip(self.origin(entry), "a symbolic link: links are never followed", student)
+            elif entry.is_dir() and depth + 1 >= MAX_DEPTH:
+                self.skip(self.origin(entry), f"deeper than {MAX_DEPTH} levels in the student's folder", student)
+            elif entry.is_dir():
+                yield from self.walk(entry, student, depth + 1)
+            else:
+                yield entry
 
     def add_student_folder(self, folder: Path) -> None:
-        for entry in sorted(folder.iterdir()):
-            if _is_ignored(entry.name):
-                continue
-            if entry.is_dir():
-                chapter = entry.name if entry.name in self.chapters else None
-                stamp = _read_timestamp_file(entry)
-                for item in sorted(entry.rglob("*")):
-                    if item.is_file() and not any(_is_ignored(part) for part in item.relative_to(entry).parts):
-                        if item.suffix in (".ipynb", ".zip"):
-                            self.add_file(item, folder.name, chapter or _chapter_of_name([item.name], self.chapters), stamp)
+        before = len(self.found)
+        for count, item in enumerate(self.walk(folder, folder.name)):
+            if count == MAX_ENTRIES:
+                self.skip(self.origin(folder), f"only its first {MAX_ENTRIES} files were read", folder.name)
+                break
+            parts = item.relative_to(folder).parts
+            chapter = parts[0] if len(parts) > 1 and parts[0] in self.chapters else None
+            stamp = _read_timestamp_file(folder / parts[0]) if chapter else None
+            self.add_file(item, folder.name, chapter or _chapter_of_name(list(parts), self.chapters), stamp)
+        if len(self.found) == before:
+            self.skip(self.origin(folder), "no notebook (.ipynb) or zip file in this student's folder", folder.name)
+
+    def add_chapter_folder(self, folder: Path) -> None:
+        """``<chapter>/<student>.ipynb`` (or ``<chapter>/<student>/...``)."""
+        for item in self.entries(folder, None):
+            if item.is_symlink():
+                self.skip(self.origin(item), "a symbolic link: links are never followed", item.stem)
+            elif item.is_dir():
+                before = len(self.found)
+                for notebook in self.walk(item, item.name):
+                    self.add_file(notebook, item.name, folder.name)
+                if len(self.found) == before:
+                    self.skip(self.origin(item), "no notebook in this student's folder", item.name)
             else:
-                self.add_file(entry, folder.name, _chapter_of_name([entry.name], self.chapters))
+                self.add_file(item, item.stem, folder.name)
 
     def collect(self) -> None:
-        if self.root.is_file():
-            self.add_file(self.root, self.root.stem, _chapter_of_name([self.root.name], self.chapters))
-            return
-        for entry in sorted(self.root.iterdir()):
-            if _is_ignored(entry.name):
-                continue
-            if entry.is_dir() and entry.name in self.chapters:  # <chapter>/<student>.ipynb
-                for item in sorted(entry.iterdir()):
-                    if _is_ignored(item.name):
-                        continue
-                    if item.is_dir():
-                        for notebook in sorted(item.rglob("*.ipynb")):
-                            if not any(_is_ignored(part) for part in notebook.parts):
-                                self.add_file(notebook, item.name, entry.name)
-                    else:
-                        self.add_file(item, item.stem, entry.name)
+        for entry in self.entries(self.root, None):
+            if entry.is_symlink():
+                self.skip(self.origin(entry), "a symbolic link: links are never followed", entry.stem)
+            elif entry.is_dir() and entry.name in self.chapters:
+                self.add_chapter_folder(entry)
             elif entry.is_dir():
                 self.add_student_folder(entry)
             else:
                 self.add_file(entry, entry.stem, _chapter_of_name([entry.name], self.chapters))
 
 
-def collect_submissions(path: Path, chapters: dict[str, Chapter]) -> tuple[list[Submission], list[str]]:
-    """The submission that counts for each (student, chapter), and notes on what was skipped."""
+def collect_submissions(path: Path, chapters: dict[str, Chapter]) -> tuple[list[Submission], list[Skipped]]:
+    """The submission that counts for each (student, chapter), and what was skipped, with why."""
     path = Path(path)
     if not path.exists():
-        raise GradingError(f"{path} does not exist")
+        raise GradingError(f"SUBMISSIONS: {path} does not exist; expected {EXPECTED_LAYOUT}")
+    if not path.is_dir():
+        raise GradingError(f"SUBMISSIONS: {path} is a file, not a folder; expected {EXPECTED_LAYOUT} "
+                           "(a class handed in as one zip file: unpack it into a folder first)")
     collector = _Collector(path.resolve(), chapters)
     collector.collect()
     groups = defaultdict(list)

@@ -3,6 +3,8 @@
     python benchmarks/grading.py [--students 50] [--chapters 01_attention ...] [--timeout 30]
                                  [--memory 4096] [--seed 0] [--out benchmarks/results/grading.json]
 
+The smallest run (a check that the script works, not a measurement): ``--students 1 --chapters 01_attention``.
+
 For every released chapter (``chapters/NN/NN.ipynb`` with its solution) the class has ``--students``
 submissions built from the released notebook. Over all (student, chapter) pairs the kinds are dealt
 in the proportions 40% solved, 30% partly wrong (every exercise solved, but a random half of them
@@ -13,14 +15,15 @@ The counts are rounded by largest remainders (18 submissions: 7, 5, 4 and 2) and
 decides who gets what. The same class is then
 
 1. executed plainly: each notebook, hidden tests restored, in a fresh kernel with nbclient, one at
-   a time (what nbgrader's autograde does at its core, without sandbox, trusted re-run of the
-   tests, gradebook or feedback), with the threads, memory limit and empty model cache that a
-   ``--jobs 1`` sandbox has;
-2. graded with ``--jobs 1``, then with ``--jobs 2``, into fresh output folders.
+   a time, figures rendered as Jupyter renders them (what nbgrader's autograde does at its core,
+   without sandbox, gradebook or feedback), with the threads, memory limit and empty model cache
+   that a ``--jobs 1`` sandbox has;
+2. graded with ``--jobs 1``, then with ``--jobs 2``, into fresh output folders: each notebook runs
+   once, its code cells in a sandboxed student process and its test cells in the grader.
 
 It prints a markdown table: wall time, notebooks per minute, the speed-up of two workers over one,
-the time over plain execution, and where a job's time goes (nbgrader's sandboxed run, the trusted
-re-run of the tests, the feedback). The full class (50 students x 9 chapters, three passes) takes
+the time over plain execution, and where a job's time goes (the run in the sandbox, tests included,
+and the feedback). The full class (50 students x 9 chapters, three passes) takes
 hours on 2 cores: ``--students`` sets the size; a run prints its own duration, so a small run
 (``--students 2``) tells how large a class fits a time budget. Timings depend on the machine and its
 load, which the table reports; compare rows of one run only.
@@ -31,7 +34,6 @@ import json
 import os
 import random
 import resource
-import shutil
 import statistics
 import tempfile
 import time
@@ -42,11 +44,13 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell
 
-from autograder import release
+from autograder import course, release
+from autograder.course import grade_id, is_solution
 from autograder.grade import grade
-from autograder.sandbox import Limits, isolation_available
+from autograder.results import ClassResults
+from autograder.sandbox import Limits, isolation_available, resource_bounds
 
-ROOT = release.ROOT
+ROOT = course.ROOT
 
 FORGER = """import importlib, pkgutil
 import autograder.checks
@@ -80,13 +84,9 @@ def {name}(*args, **kwargs):  # a wrong answer: the right one, slightly off
     return _slightly_off(_right_{name}(*args, **kwargs))"""
 
 
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
-
-
 def released_chapters(names: list[str] | None = None) -> list[str]:
     """The chapters with a solution and a released notebook (``names`` if given)."""
-    available = [name for name in release.chapter_names(ROOT) if (ROOT / "chapters" / name / f"{name}.ipynb").exists()]
+    available = [name for name in course.chapter_names(ROOT) if (ROOT / "chapters" / name / f"{name}.ipynb").exists()]
     return [name for name in available if not names or name in names]
 
 
@@ -111,7 +111,7 @@ def submission(released, answers: dict[str, str], kind: str, rng: random.Random)
     solved = set() if kind == "blank" else set(names)
     cells = []
     for cell in notebook.cells:
-        name = _grade_id(cell)
+        name = grade_id(cell)
         if name in solved:
             cell.source = answers[name]
         cells.append(cell)
@@ -131,8 +131,7 @@ def make_class(folder: Path, students: int, chapters: list[str], seed: int) -> d
     for chapter in chapters:
         solution = nbformat.read(ROOT / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
         released = nbformat.read(ROOT / "chapters" / chapter / f"{chapter}.ipynb", as_version=4)
-        answers = {_grade_id(cell): cell.source for cell in solution.cells
-                   if cell.metadata.get("nbgrader", {}).get("solution")}
+        answers = {grade_id(cell): cell.source for cell in solution.cells if is_solution(cell)}
         for number in range(students):
             kind = next(kinds)
             path = folder / f"student{number:03d}" / chapter / f"{chapter}.ipynb"
@@ -152,7 +151,7 @@ def _execute_plainly(task: tuple[str, str, int, int, int]) -> float:
     with tempfile.TemporaryDirectory(prefix="plain-") as cache:
         os.environ.update(BERTLAB_CACHE=cache, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         try:
-            release.execute(notebook, Path(path).parent, timeout)
+            release.execute(notebook, Path(path).parent, timeout, figures=True)
         except Exception:  # a killed kernel: the time until then is what plain execution costs
             pass
     return time.perf_counter() - start
@@ -170,29 +169,31 @@ def execute_plainly(folder: Path, timeout: int, memory_mb: int) -> float:
 
 
 def phases(out: Path) -> dict[str, float]:
-    """Mean seconds per job of each phase, from the result files of a grading run."""
-    seconds = [json.loads(path.read_text())["seconds"] for path in (out / ".work" / "results").glob("*/*.json")]
-    return {phase: statistics.mean(s.get(phase, 0.0) for s in seconds) for phase in ("kernel", "trusted", "feedback", "total")}
+    """Mean seconds per job of each phase, from the results of a grading run."""
+    seconds = [result.seconds for result in ClassResults.from_json((out / "results.json").read_text()).notebooks
+               if result.seconds]
+    return {phase: statistics.mean(s.get(phase, 0.0) for s in seconds) for phase in ("run", "feedback", "total")}
 
 
 def statuses(out: Path) -> dict[str, int]:
     """How many test cells got each status in a grading run."""
     counts: dict[str, int] = {}
-    for record in json.loads((out / "results.json").read_text()):
-        counts[record["status"]] = counts.get(record["status"], 0) + 1
+    for result in ClassResults.from_json((out / "results.json").read_text()).notebooks:
+        for test in result.tests:
+            counts[test.status] = counts.get(test.status, 0) + 1
     return dict(sorted(counts.items()))
 
 
 def table(notebooks: int, plain: float, rows: list[dict]) -> str:
     lines = ["| run | wall time (s) | notebooks / min | speed-up vs --jobs 1 | x plain execution | "
-             "per job: nbgrader in sandbox (s) | trusted tests (s) | feedback (s) | failures |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-             f"| plain nbclient, 1 at a time | {plain:.0f} | {60 * notebooks / plain:.1f} | | 1.00 | | | | |"]
+             "per job: run in sandbox, tests included (s) | feedback (s) | failures |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|",
+             f"| plain nbclient, 1 at a time | {plain:.0f} | {60 * notebooks / plain:.1f} | | 1.00 | | | |"]
     for row in rows:
         phase = row["phases"]
         lines.append(f"| grade --jobs {row['jobs']} | {row['seconds']:.0f} | {60 * notebooks / row['seconds']:.1f} | "
-                     f"{rows[0]['seconds'] / row['seconds']:.2f} | {row['seconds'] / plain:.2f} | {phase['kernel']:.1f} | "
-                     f"{phase['trusted']:.1f} | {phase['feedback']:.1f} | {row['failures']} |")
+                     f"{rows[0]['seconds'] / row['seconds']:.2f} | {row['seconds'] / plain:.2f} | {phase['run']:.1f} | "
+                     f"{phase['feedback']:.1f} | {row['failures']} |")
     return "\n".join(lines)
 
 
@@ -201,8 +202,8 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=50, help="submissions per chapter (default 50)")
     parser.add_argument("--chapters", nargs="*", metavar="CHAPTER", help="default: every released chapter")
     parser.add_argument("--timeout", type=int, default=30, help="time limit per cell, in seconds (default 30)")
-    parser.add_argument("--memory", type=int, default=4096, help="address space per sandboxed process, in MB")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--memory", type=int, default=4096, help="memory of a submission, in MB (see autograder grade)")
+    parser.add_argument("--seed", type=int, default=0, help="of the class's kinds, and of the hidden tests' inputs")
     parser.add_argument("--out", type=Path, help="also write the raw numbers to this JSON file")
     args = parser.parse_args()
     limits = Limits(cell_timeout=args.timeout, notebook_timeout=20 * args.timeout, memory_mb=args.memory)
@@ -216,17 +217,16 @@ def main() -> None:
         rows = []
         for jobs in (1, 2):
             start = time.perf_counter()
-            report = grade(scratch / "class", scratch / f"out{jobs}", jobs=jobs, limits=limits, progress=False)
+            report = grade(scratch / "class", scratch / f"out{jobs}", jobs=jobs, limits=limits, seed=args.seed)
             rows.append({"jobs": jobs, "seconds": time.perf_counter() - start, "failures": len(report.failures),
                          "phases": phases(scratch / f"out{jobs}"), "statuses": statuses(scratch / f"out{jobs}")})
-            shutil.rmtree(scratch / f"out{jobs}" / ".work" / "jobs", ignore_errors=True)
     end_load = os.getloadavg()
     minutes = (datetime.now(timezone.utc) - began).total_seconds() / 60
     print(f"Class: {notebooks} notebooks, {args.students} students x {len(chapters)} chapters ({', '.join(chapters)}): "
           f"{', '.join(f'{n} {kind}' for kind, n in sorted(kinds.items()))}. {os.cpu_count()} CPUs, load average "
           f"(1, 5, 15 min) {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the start, {end_load[0]:.1f} {end_load[1]:.1f} "
           f"{end_load[2]:.1f} at the end; sandbox: {isolation_available()[1]}; limits: {args.timeout} s per cell, "
-          f"{args.memory} MB. Started {began:%Y-%m-%d %H:%M} UTC, took {minutes:.1f} min.\n")
+          f"{args.memory} MB; bounds: {resource_bounds().describe(limits)}. Started {began:%Y-%m-%d %H:%M} UTC, took {minutes:.1f} min.\n")
     print(table(notebooks, plain, rows))
     print("\nStatuses of the test cells:", "; ".join(f"--jobs {row['jobs']}: {row['statuses']}" for row in rows))
     if args.out:

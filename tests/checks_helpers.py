@@ -36,6 +36,26 @@ def run_solution_cells(notebook: Path, namespace: dict) -> dict:
     return namespace
 
 
+def run_in_grader(steps: list[tuple[str, str]], tests: dict[str, str], exercises, limits, *, context: str = "import torch",
+                  graded: dict[str, str] | None = None, seed: int = 0) -> dict:
+    """Run a notebook as the grader does (autograder.runner): ``steps`` are ("code", source) cells of the
+    student's and ("test", name) where a test cell of ``tests`` (name -> source) stands; ``exercises``
+    are the names the test cells take from the student's process; ``context`` is the instructor code
+    they need; ``graded`` maps a test to the exercise it grades (for ``missing``). Returns each test's
+    Outcome."""
+    from autograder.chapters import Chapter, TestCell
+    from autograder.runner import run_notebook
+    from autograder.sandbox import Sandbox
+
+    graded = graded or {}
+    chapter = Chapter("checks", "checks", tuple(TestCell(name, 1.0, source, source, graded.get(name))
+                                                for name, source in tests.items()),
+                      frozenset(tests), tuple(exercises), (("context", context),), "")
+    numbered = [("code", index, step[1]) if step[0] == "code" else step for index, step in enumerate(steps)]
+    with Sandbox(limits) as sandbox:
+        return run_notebook(numbered, chapter, sandbox, limits, seed).outcomes
+
+
 def check_of(checks: ModuleType, exercise: str) -> Callable:
     """The check of an exercise: ``check_<exercise>`` of the module of checks."""
     return getattr(checks, f"check_{exercise}")

@@ -22,7 +22,7 @@ from autograder.checks import bert as checks
 from autograder.checks.framework import CheckFailed
 from bertlab.tokenization import truncate_longest_first as captured_truncation
 from bertlab.tokenization import wordpiece_tokenize as captured_wordpiece
-from checks_helpers import MutationTests, run_solution_cells, solution_cells
+from checks_helpers import MutationTests, run_in_grader, run_solution_cells, solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "06_bert" / "06_bert.ipynb"
 EXERCISES = ["wordpiece_tokenize", "encode", "BertEmbeddings", "count_parameters"]
@@ -769,8 +769,7 @@ class TestBertChecks(MutationTests):
 
 @pytest.mark.slow
 def test_embedding_check_grades_a_class_in_the_student_process():
-    from autograder.sandbox import Limits, Sandbox
-    from autograder.verdict import run_tests
+    from autograder.sandbox import Limits
 
     solution = dict(solution_cells(SOLUTION))["BertEmbeddings"]
     wrong = solution.replace("nn.LayerNorm(H, eps=config.layer_norm_eps)", "nn.LayerNorm(H)")
@@ -779,8 +778,7 @@ def test_embedding_check_grades_a_class_in_the_student_process():
     steps = [("code", "import torch\nfrom torch import nn"), ("code", solution), ("test", "test_right"),
              ("code", wrong), ("test", "test_wrong")]
     limits = Limits(cell_timeout=120, notebook_timeout=300)
-    with Sandbox(limits) as sandbox:
-        outcomes = run_tests(steps, {"test_right": test, "test_wrong": test}, sandbox, limits)
+    outcomes = run_in_grader(steps, {"test_right": test, "test_wrong": test}, ["BertEmbeddings"], limits)
     assert outcomes["test_right"].status == "passed", outcomes["test_right"]
     assert "BertEmbeddings: all 12 cases agree" in outcomes["test_right"].output
     assert outcomes["test_wrong"].status == "failed", outcomes["test_wrong"]

@@ -24,7 +24,7 @@ from autograder.checks.framework import CheckFailed
 from bertlab.distillation import distillation_loss as captured_distillation_loss
 from bertlab.distillation import init_student_from_teacher as captured_init_student
 from bertlab.finetuning import bert_backbone, encoder_layers
-from checks_helpers import MutationTests, run_solution_cells, solution_cells
+from checks_helpers import MutationTests, run_in_grader, run_solution_cells, solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "09_distillation" / "09_distillation.ipynb"
 EXERCISES = ["softmax_with_temperature", "distillation_loss", "init_student_from_teacher"]
@@ -440,8 +440,7 @@ def test_pytorch_built_ins_are_allowed_in_the_loss():
 
 @pytest.mark.slow
 def test_checks_grade_functions_and_models_in_the_student_process():
-    from autograder.sandbox import Limits, Sandbox
-    from autograder.verdict import run_tests
+    from autograder.sandbox import Limits
 
     cells = dict(solution_cells(SOLUTION))
     sharing = '''
@@ -477,8 +476,7 @@ def init_student_from_teacher(teacher, layer_ids=None):
     sources.update(wrong_loss=tests["distillation_loss"], wrong_student=tests["init_student_from_teacher"],
                    not_detached=tests["distillation_loss"], value_only=tests["distillation_loss"])
     limits = Limits(cell_timeout=120, notebook_timeout=400)
-    with Sandbox(limits) as sandbox:
-        outcomes = run_tests(steps, sources, sandbox, limits)
+    outcomes = run_in_grader(steps, sources, EXERCISES, limits)
     for name in EXERCISES:
         outcome = outcomes[f"right_{name}"]
         assert outcome.status == "passed", outcome

@@ -24,7 +24,7 @@ from autograder.checks import finetuning as checks
 from autograder.checks.framework import CheckFailed
 from bertlab.finetuning import freeze_layers as captured_freeze_layers
 from bertlab.finetuning import param_groups as captured_param_groups
-from checks_helpers import MutationTests, run_solution_cells, solution_cells
+from checks_helpers import MutationTests, run_in_grader, run_solution_cells, solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "08_finetuning" / "08_finetuning.ipynb"
 EXERCISES = ["BertForSequenceClassification", "train_epoch", "freeze_layers", "param_groups"]
@@ -551,8 +551,7 @@ WRONG_VERSIONS = {  # a typical mistake in each solution cell, and a word of the
 def test_checks_grade_code_in_the_student_process():
     """A model passed to the student's function is a copy in another process: the checks must read what
     comes back. The solution passes every test cell; each typical mistake fails with its hint."""
-    from autograder.sandbox import Limits, Sandbox
-    from autograder.verdict import run_tests
+    from autograder.sandbox import Limits
 
     setup = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\nimport bertlab.bert"
     steps, tests = [("code", setup)], {}
@@ -566,8 +565,7 @@ def test_checks_grade_code_in_the_student_process():
         steps += [("code", cells[name].replace(right, wrong, 1)), ("test", f"wrong_{name}")]
         tests[f"wrong_{name}"] = tests[f"right_{name}"]
     limits = Limits(cell_timeout=120, notebook_timeout=600)
-    with Sandbox(limits) as sandbox:
-        outcomes = run_tests(steps, tests, sandbox, limits)
+    outcomes = run_in_grader(steps, tests, EXERCISES, limits)
     for name in EXERCISES:
         outcome = outcomes[f"right_{name}"]
         assert outcome.status == "passed", (name, outcome)

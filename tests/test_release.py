@@ -45,6 +45,7 @@ def test_released_chapter_has_stubs_and_no_solutions(chapter):
         install = [cell for cell in code_cells if release.INSTALL_TAG in cell.metadata.get("tags", [])]
         assert install and install[0] is code_cells[0], f"{path}: the first code cell must be tagged 'install'"
         assert url in install[0].source and release.URL_PLACEHOLDER not in install[0].source
+        assert release.BOOK_HIDDEN_TAG in install[0].metadata.tags, f"{path}: the book shows the install cell"
         tests = [cell for cell in code_cells if release.is_graded_test(cell)]
         assert len(tests) >= 3, f"{path}: at least 3 graded exercises"
         for cell in tests:
@@ -162,3 +163,19 @@ def test_cli_release(tiny_course, capsys):
     assert main(["release", *root, "--dry-run"]) == 0
     assert main(["release", *root, "02_missing"]) == 2
     assert "no solution notebook for 02_missing" in capsys.readouterr().err
+
+
+def test_release_warns_about_the_placeholder_url_and_still_generates(tiny_course, capsys):
+    (tiny_course / "_config.yml").write_text(f"repository:\n  url: {release.PLACEHOLDER_REPOSITORY}\n")
+    assert main(["release", "--root", str(tiny_course)]) == 0
+    printed = capsys.readouterr()
+    [warning] = printed.err.splitlines()
+    assert "_config.yml" in warning and "repository.url" in warning and "placeholder" in warning
+    assert "generated chapters/01_tiny/01_tiny.ipynb" in printed.out
+
+
+def test_release_without_a_repository_url_is_one_line(tiny_course, capsys):
+    (tiny_course / "_config.yml").write_text("title: no repository\n")
+    assert main(["release", "--root", str(tiny_course)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert "has no repository.url" in error

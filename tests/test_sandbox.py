@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.sandbox import Limits, Sandbox, isolation_available
+from autograder.sandbox import Limits, Sandbox, isolation_available, resource_bounds
 
 REPO = Path(__file__).resolve().parents[1]
 ISOLATED, WHY = isolation_available()
@@ -33,7 +33,7 @@ def run(sandbox: Sandbox, code: str, timeout: float = 120) -> subprocess.Complet
 
 @pytest.fixture(scope="module")
 def sandbox():
-    with Sandbox(Limits(memory_mb=1024, file_size_mb=1, tmp_size_mb=8)) as box:
+    with Sandbox(Limits(memory_mb=1024, file_size_mb=1, scratch_mb=8)) as box:
         yield box
 
 
@@ -59,11 +59,13 @@ def test_hidden_paths_are_masked_inside_bound_folders():
 
 
 @needs_namespaces
-def test_writes_only_to_its_scratch_folder_which_close_deletes():
+def test_writes_only_to_its_scratch_space_in_memory_which_close_deletes():
     target = REPO / "bertlab" / "sandbox_was_here.txt"
     with Sandbox() as box:
+        (box.work / "data.txt").write_text("staged")  # the chapter's files, copied in
         result = run(box, f"""
             import os
+            print(open('data.txt').read())
             for path in [{str(target)!r}, '/usr/sandbox_was_here', os.environ['HOME'] + '/notes.txt',
                          '/tmp/scratch.txt', 'in_working_directory.txt']:
                 try:
@@ -72,9 +74,9 @@ def test_writes_only_to_its_scratch_folder_which_close_deletes():
                 except OSError as error:
                     print(error.errno)
         """)
-        assert (box.work / "in_working_directory.txt").exists()
+        assert not (box.work / "in_working_directory.txt").exists()  # in the sandbox's tmpfs, not on disk
         root = box.root
-    assert result.stdout.split() == [str(errno.EROFS), str(errno.EROFS), "written", "written", "written"]
+    assert result.stdout.split() == ["staged", str(errno.EROFS), str(errno.EROFS), "written", "written", "written"]
     assert not target.exists()
     assert not root.exists()
 
@@ -219,3 +221,118 @@ def test_a_sandbox_is_isolated_exactly_when_namespaces_work():
     with Sandbox() as box:
         assert box.isolated is ISOLATED  # a bool: without namespaces, no unshare in the command
         assert ("unshare" in box.command(["true"])) is ISOLATED
+
+
+# --------------------------------------------------------------------------------------------------
+# Bounds of the whole sandbox: its scratch space, its processes, memory outside any process
+# --------------------------------------------------------------------------------------------------
+
+
+@needs_namespaces
+def test_scratch_space_is_bounded_in_size_and_files():
+    with Sandbox(Limits(scratch_mb=8, scratch_files=100, file_size_mb=64)) as box:
+        result = run(box, """
+            import errno, os
+            def fill(path):
+                try:
+                    with open(path, 'wb') as file:
+                        for _ in range(64):
+                            file.write(b'x' * 2**20)
+                    return 'written'
+                except OSError as error:
+                    return errno.errorcode[error.errno]
+            print(fill('big.bin'), fill('/tmp/big.bin'), fill('/dev/shm/big.bin'))
+            for name in ('big.bin', '/tmp/big.bin', '/dev/shm/big.bin'):
+                os.remove(name) if os.path.exists(name) else None
+            made = 0
+            try:
+                for number in range(1000):
+                    open(f'/tmp/{number}', 'w').close()
+                    made += 1
+            except OSError as error:
+                print(errno.errorcode[error.errno], made < 100)
+        """)
+    assert result.stdout.split() == ["ENOSPC", "ENOSPC", "ENOSPC", "ENOSPC", "True"]
+
+
+@needs_namespaces
+def test_processes_and_threads_are_bounded():
+    with Sandbox(Limits(processes=20)) as box:
+        result = run(box, """
+            import os, threading, time
+            children = []
+            try:
+                for _ in range(100):
+                    pid = os.fork()
+                    if pid == 0:
+                        time.sleep(30)
+                        os._exit(0)
+                    children.append(pid)
+            except OSError as error:
+                print('fork refused after', len(children) < 20, flush=True)
+            threads = 0
+            try:
+                for _ in range(100):
+                    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+                    threads += 1
+            except RuntimeError:
+                print('thread refused', flush=True)
+            os._exit(0)
+        """)
+    assert result.stdout.split() == ["fork", "refused", "after", "True", "thread", "refused"]
+
+
+@needs_namespaces
+def test_memory_outside_processes_is_refused():
+    with Sandbox() as box:
+        result = run(box, """
+            import ctypes, os
+            try:
+                os.memfd_create('x')
+                print('memfd')
+            except OSError as error:
+                print(error.errno)
+            libc = ctypes.CDLL(None, use_errno=True)
+            print(libc.shmget(0, 2**30, 0o1000 | 0o600), ctypes.get_errno())
+            print(libc.msgget(0, 0o1000 | 0o600), ctypes.get_errno())
+        """)
+    assert result.stdout.split() == [str(errno.EPERM), "-1", str(errno.EPERM), "-1", str(errno.EPERM)]
+
+
+@needs_namespaces
+@pytest.mark.skipif(os.geteuid() != 0, reason="the grader runs as root only on some machines")
+def test_a_root_grader_runs_student_code_as_an_unprivileged_user_of_its_own():
+    with Sandbox() as first, Sandbox() as second:
+        uids = [run(box, "import os; print(os.getuid(), os.geteuid(), os.getgroups())").stdout.strip()
+                for box in (first, second)]
+    assert uids[0] != uids[1] and all(uid.split()[0] == uid.split()[1] != "0" for uid in uids), uids
+
+
+def test_the_bound_in_force_is_named():
+    bounds = resource_bounds()
+    description = bounds.describe(Limits(memory_mb=1000, processes=10))
+    if bounds.cgroup is not None:
+        assert "cgroup v2" in description and "1000 MB" in description
+    else:
+        assert "RLIMIT_AS" in description and "RLIMIT_NPROC" in description and "10 x 1000 MB" in description
+
+
+def test_a_cgroup_is_used_only_where_memory_and_pids_are_delegated(tmp_path, monkeypatch):
+    (tmp_path / "cgroup.subtree_control").write_text("cpu memory\n")
+    monkeypatch.setenv("AUTOGRADER_CGROUP", str(tmp_path))
+    resource_bounds.cache_clear()
+    try:
+        assert resource_bounds().cgroup is None and "AUTOGRADER_CGROUP" in resource_bounds().reason
+        (tmp_path / "cgroup.subtree_control").write_text("cpu memory pids\n")
+        resource_bounds.cache_clear()
+        assert resource_bounds().cgroup == tmp_path
+    finally:
+        resource_bounds.cache_clear()
+
+
+def test_interrupt_reaches_the_code_even_when_the_grader_ignores_it():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a grader started with `&`
+    try:
+        test_interrupt_reaches_the_code()
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -22,7 +22,7 @@ import bertlab.transformer
 from autograder.checks import transformer as checks
 from autograder.checks.framework import CheckFailed, generator_for, with_dependencies
 from bertlab.attention import softmax as reference_softmax
-from checks_helpers import MutationTests, run_solution_cells, solution_cells
+from checks_helpers import MutationTests, run_in_grader, run_solution_cells, solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "02_transformer" / "02_transformer.ipynb"
 EXERCISES = ["MultiHeadAttention", "FeedForward", "EncoderLayer"]
@@ -522,8 +522,7 @@ def test_dependencies_are_replaced_in_the_student_process():
     """Through the grader the student's class lives in a sandboxed process, where the check rebuilds it
     (``__with_dependencies__``): the solution's MultiHeadAttention, which calls super().__init__() and a
     broken scaled_dot_product_attention of the notebook, passes with the reference in its place."""
-    from autograder.sandbox import Limits, Sandbox
-    from autograder.verdict import run_tests
+    from autograder.sandbox import Limits
 
     solution = dict(solution_cells(SOLUTION))["MultiHeadAttention"]
     broken = "def scaled_dot_product_attention(q, k, v, mask=None):\n    raise AssertionError('not isolated')"
@@ -532,8 +531,7 @@ def test_dependencies_are_replaced_in_the_student_process():
     steps = [("code", "import torch\nfrom torch import nn"), ("code", broken), ("code", solution),
              ("test", "test_MultiHeadAttention")]
     limits = Limits(cell_timeout=120, notebook_timeout=300)
-    with Sandbox(limits) as sandbox:
-        outcome = run_tests(steps, {"test_MultiHeadAttention": test}, sandbox, limits)["test_MultiHeadAttention"]
+    outcome = run_in_grader(steps, {"test_MultiHeadAttention": test}, ["MultiHeadAttention"], limits)["test_MultiHeadAttention"]
     assert outcome.status == "passed", outcome
     assert "MultiHeadAttention: all 11 cases agree" in outcome.output
 

@@ -6,7 +6,9 @@ message a student can act on: what differs, where, by how much, and, when the wr
 known mistake, a hint about that mistake. Four pieces:
 
 - :class:`Case`, :func:`generator_for`, :func:`random_normal`: the inputs of a check, drawn from a
-  generator seeded by the check's name (the same inputs at every grading run).
+  generator seeded by the check's name and, when the grader runs the check, by the grading run's
+  seed (:func:`use_run_seed`), which only the grader knows: a student's code cannot compute the
+  cases ahead of time, and a regrade with the same seed meets the same inputs.
 - :func:`describe_difference`, :func:`assert_close`, :class:`Mistake`: the comparison and its
   diagnosis; a check lists known-wrong implementations (forgot 1/sqrt(d_k), softmax over the wrong
   axis, ...) and the hint shown when the student's output equals one of theirs.
@@ -14,12 +16,16 @@ known mistake, a hint about that mistake. Four pieces:
   a built-in that does the exercise's job fails with "implement this yourself". Torch functions are
   caught with a ``TorchFunctionMode`` and Python functions by their code object with a profile hook,
   so aliases captured before the check (``from torch.nn.functional import softmax as f``) are caught.
+  This is a hint for honest mistakes, not a security measure: the rule runs in the student's own
+  process, where the student's code can switch it off; the grader flags copies of the reference
+  for the instructor instead (:mod:`autograder.reference_copies`).
 - :func:`with_dependencies`: runs the student's function with the reference versions of the earlier
   exercises it builds on, so one mistake is not punished twice.
 
 :func:`check_against_reference` puts them together; most checks are a call to it.
 """
 
+import hashlib
 import inspect
 import sys
 import types
@@ -55,9 +61,27 @@ class Case:
         return _clone(self.args), _clone(self.kwargs)
 
 
+_run_seed: int | None = None  # the grading run's seed, set in the grader's process only
+
+
+@contextmanager
+def use_run_seed(seed: int):
+    """Within the block, :func:`generator_for` also depends on ``seed`` (the grader's run seed)."""
+    global _run_seed
+    previous, _run_seed = _run_seed, seed
+    try:
+        yield
+    finally:
+        _run_seed = previous
+
+
 def generator_for(name: str) -> torch.Generator:
-    """A CPU generator seeded by ``name``: each check draws the same inputs at every grading run."""
-    return torch.Generator().manual_seed(zlib.crc32(name.encode()))
+    """A CPU generator seeded by ``name``, and by the grading run's seed within :func:`use_run_seed`:
+    the same inputs for the same (name, run seed)."""
+    if _run_seed is None:
+        return torch.Generator().manual_seed(zlib.crc32(name.encode()))
+    digest = hashlib.sha256(f"{_run_seed}:{name}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "big") >> 1)
 
 
 def random_normal(

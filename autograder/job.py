@@ -1,0 +1,216 @@
+"""One job: grade one (student, chapter), in a fresh worker process of its own.
+
+:func:`grade_job` reads the submission, runs it once (:func:`autograder.runner.run_notebook`: the
+student's cells in a sandbox, the tests in the grader), grades each test cell (``tampered`` where
+the submission's copy of a test cell differs from the released one: the instructor's version is what
+ran), flags exercises that may be the reference's code (:mod:`autograder.reference_copies`), and
+writes two files into the job's folder: the graded notebook for the instructor and the feedback page
+for the student, rendered within :data:`FEEDBACK_SECONDS`. It returns a :class:`JobOutput`; the class
+run (:mod:`autograder.grade`) puts the files in place and records the grades.
+
+A worker runs one job and ends (:func:`work`): nothing of one student's run reaches the next.
+"""
+
+import os
+import shutil
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import nbformat
+
+from autograder import feedback, graded_notebook
+from autograder.chapters import Chapter
+from autograder.citations import Reference
+from autograder.course import grade_id
+from autograder.nbgrader_adapter import quiet_nbgrader
+from autograder.reference_copies import find_copies
+from autograder.results import UNREADABLE, NotebookResult, TestResult
+from autograder.runner import NotebookRun, Outcome, run_notebook
+from autograder.sandbox import Limits, Sandbox
+from autograder.submissions import read_notebook
+
+FEEDBACK_SECONDS = 120.0  # to render one feedback page
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker needs to grade one (student, chapter)."""
+
+    student: str
+    chapter: Chapter
+    origin: str
+    timestamp: str  # ISO 8601
+    fingerprint: str
+    seed: int  # the run seed of the hidden tests' inputs
+    submitted: str  # the submission's bytes, stored in the private course
+    problem: str | None  # why it cannot be read, found when it was collected
+    notes: tuple[str, ...]
+    folder: str  # the job's private folder (its files, its nbgrader course)
+    chapter_source: str  # the private course's copy of the chapter's folder in solutions/
+    template: str  # a gradebook that knows the chapters
+    limits: Limits
+    sandbox: dict  # Sandbox's options: what it must hide, what it may read, its extra variables
+    references: dict[str, Reference]  # the course's references.bib, for the feedback's citations
+
+
+@dataclass(frozen=True)
+class JobOutput:
+    result: NotebookResult
+    graded: str  # the graded notebook, in the job's folder
+    feedback: str  # the feedback page, in the job's folder
+
+
+class StageTimeout(Exception):
+    """A stage of the job ran past its time limit."""
+
+
+@contextmanager
+def time_limit(seconds: float, stage: str):
+    """Raise StageTimeout in this (main) thread when the block runs longer than ``seconds``; a library
+    that swallows the exception still gets it raised again when the block ends."""
+    expired = []
+
+    def expire(signum, frame):
+        expired.append(True)
+        raise StageTimeout(f"{stage} ran past its time limit of {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    if expired:
+        raise StageTimeout(f"{stage} ran past its time limit of {seconds:g} s")
+
+
+def test_cell_problems(notebook, chapter: Chapter) -> dict[str, str]:
+    """How the submission's copy of each test cell differs from what was released."""
+
+    def normalized(text: str) -> str:
+        return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+    copies = {}
+    for cell in notebook.cells:
+        copies.setdefault(grade_id(cell), []).append(cell)
+    problems = {}
+    for test in chapter.tests:
+        found = copies.get(test.grade_id, [])
+        if not found:
+            problems[test.grade_id] = f"the test cell {test.grade_id} was deleted"
+        elif len(found) > 1:
+            problems[test.grade_id] = f"the test cell {test.grade_id} appears {len(found)} times"
+        elif found[0].cell_type != "code" or normalized(found[0].source) not in (normalized(test.released),
+                                                                                    normalized(test.source)):
+            problems[test.grade_id] = f"the test cell {test.grade_id} was edited"
+        elif not found[0].metadata["nbgrader"].get("grade") or \
+                float(found[0].metadata["nbgrader"].get("points", -1)) != test.points:
+            problems[test.grade_id] = f"the grading metadata of the test cell {test.grade_id} was changed"
+    return problems
+
+
+def steps_of(notebook, chapter: Chapter) -> list[tuple]:
+    """The submission as the runner sees it: the student's code cells, and where tests stand."""
+    test_ids = {test.grade_id for test in chapter.tests}
+    steps = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "code":
+            name = grade_id(cell)
+            steps.append(("test", name) if name in test_ids else ("code", index, cell.source))
+    return steps
+
+
+def grade_of(test, outcome: Outcome, problem: str | None, notes: tuple[str, ...]) -> TestResult:
+    """A test cell's grade: the grader's outcome sets the points; an edited test cell is ``tampered``."""
+    points = test.points if outcome.status == "passed" else 0.0
+    status, message, cause = outcome.status, outcome.message, outcome.cause
+    if problem:
+        verdict = "your code passed this test" if outcome.status == "passed" else f"{outcome.status}: {outcome.message}"
+        status, message, cause = "tampered", f"{problem}; graded with the instructor's version ({verdict})", ""
+    return TestResult(test.grade_id, points, test.points, status, "\n".join([message, *notes]).strip(), cause)
+
+
+def grade_job(job: Job) -> JobOutput:
+    """Grade one (student, chapter); write the graded notebook and the feedback into the job's folder."""
+    start = time.perf_counter()
+    folder, chapter = Path(job.folder), job.chapter
+    notebook, problem = (None, job.problem) if job.problem else read_notebook(Path(job.submitted).read_bytes())
+    instructor = nbformat.read(Path(job.chapter_source) / f"{chapter.notebook}.ipynb", as_version=4)
+    run, problems, copies = None, {}, ()
+    if notebook is not None:
+        problems = test_cell_problems(notebook, chapter)
+        with Sandbox(job.limits, **job.sandbox) as sandbox:
+            _copy_chapter_files(Path(job.chapter_source), sandbox.work)
+            run = run_notebook(steps_of(notebook, chapter), chapter, sandbox, job.limits, job.seed)
+        code = [cell.source for cell in notebook.cells if cell.cell_type == "code" and grade_id(cell) not in
+                {test.grade_id for test in chapter.tests}]
+        copies = tuple(find_copies(code, chapter.exercises))
+    seconds = {"run": time.perf_counter() - start}
+    outcomes = run.outcomes if run else {test.grade_id: Outcome("error", f"this submission cannot be graded: {problem}",
+                                                                cause=UNREADABLE) for test in chapter.tests}
+    notes = job.notes + (("the outputs of the notebook were cut at their limit",) if run and run.truncated else ())
+    result = NotebookResult(
+        student=job.student, chapter=chapter.name, origin=job.origin, timestamp=job.timestamp,
+        fingerprint=job.fingerprint, seed=job.seed, problem=problem, notes=notes, copies=copies,
+        tests=tuple(grade_of(test, outcomes[test.grade_id], problems.get(test.grade_id), notes) for test in chapter.tests))
+    graded = graded_notebook.build(notebook, instructor, chapter, run, result)
+    nbformat.write(graded, folder / "graded.ipynb")
+    before_feedback = time.perf_counter()
+    page, page_problem = _feedback_page(job, graded, run, result)
+    (folder / "feedback.html").write_bytes(page)
+    seconds["feedback"] = time.perf_counter() - before_feedback
+    seconds["total"] = time.perf_counter() - start
+    result = replace(result, notes=result.notes + ((page_problem,) if page_problem else ()),
+                     seconds={name: round(value, 2) for name, value in seconds.items()})
+    return JobOutput(result, str(folder / "graded.ipynb"), str(folder / "feedback.html"))
+
+
+def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookResult) -> tuple[bytes, str | None]:
+    """The feedback page, or a plain one and why, when nbconvert fails or runs out of time."""
+    course = Path(job.folder) / "course"
+    shutil.copytree(job.chapter_source, course / "source" / job.chapter.name)
+    shutil.copyfile(job.template, course / "gradebook.db")
+    view = feedback.student_view(graded, job.chapter, result, {name: outcome.output for name, outcome in
+                                                              (run.outcomes.items() if run else ())})
+    try:
+        with time_limit(FEEDBACK_SECONDS, "rendering the feedback"):
+            return feedback.render(course, view, result, job.chapter, job.references), None
+    except (StageTimeout, RuntimeError) as error:
+        problem = f"the feedback page is a plain one: {error}"[:500]
+        return feedback.plain_page(result, problem), problem
+
+
+def _copy_chapter_files(source: Path, work: Path) -> None:
+    """The chapter's other files (data the notebook reads) into the sandbox's working folder, as
+    nbgrader puts them beside the notebook it grades."""
+    shutil.copytree(source, work, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints", "__pycache__"))
+
+
+def work(job: Job, connection) -> None:
+    """A worker process's whole life: grade ``job``, send the JobOutput (or the error) back, end.
+
+    The instructor code of the tests runs here as in the notebook's graded run (``NBGRADER_EXECUTION``
+    set, the course's data, the chapter's files in the working folder)."""
+    import torch
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the class run's to handle
+    quiet_nbgrader()
+    os.environ["NBGRADER_EXECUTION"] = "autograde"
+    os.environ.update(job.sandbox.get("variables", {}))
+    torch.set_num_threads(job.limits.threads)
+    files = Path(job.folder) / "files"
+    _copy_chapter_files(Path(job.chapter_source), files)
+    os.chdir(files)
+    try:
+        connection.send(("ok", grade_job(job)))
+    except BaseException as error:  # noqa: B036 -- whatever happens, the class run hears of it
+        import traceback
+
+        connection.send(("error", f"{type(error).__name__}: {error}\n{traceback.format_exc()[-2000:]}"))
+    finally:
+        connection.close()

@@ -1,0 +1,215 @@
+"""nbgrader, as the grader uses it: its gradebook, its course layout and its feedback exporter.
+
+The grader does not run nbgrader's autograde (which executes a notebook, hidden tests and all, in
+the student's kernel); it writes what autograde would have written, so that nbgrader's own tools
+(``nbgrader export``, the formgrader, ``generate_feedback``) work on it:
+
+- :func:`prepare_gradebook` (:func:`create_gradebook` for a SQLite file), :func:`register_chapters`:
+  a gradebook (nbgrader's schema, stamped with its alembic version) in any database SQLAlchemy
+  reaches, that knows the chapters' cells (nbgrader's generate_assignment); a database that cannot be
+  reached is named in one line, without its password (:func:`hidden_password`).
+- :func:`store_grades`: a graded notebook's points, as nbgrader's auto scores.
+- :func:`render_feedback`: nbgrader's generate_feedback on one notebook, with nbconvert's HTML
+  sanitizer on and the template ``autograder/templates/sanitized_feedback``.
+- :func:`export_csv`: nbgrader's CSV export of the gradebook.
+"""
+
+import logging
+import os
+import tempfile
+import warnings
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from autograder.course import GradingError
+from autograder.results import NotebookResult
+
+CONNECT_SECONDS = 15  # to reach a PostgreSQL server before giving up
+
+
+def quiet_nbgrader() -> None:
+    """Keep nbgrader's chatter off the console (its API captures its log), and SQLAlchemy 2's
+    warnings about nbgrader's sessions, which are harmless."""
+    from sqlalchemy.exc import SAWarning
+
+    warnings.filterwarnings("ignore", category=SAWarning, module="nbgrader")
+    for name in ("traitlets", "nbclient", "nbconvert"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+            logger.addHandler(logging.NullHandler())
+
+
+def nbgrader_api(course: Path, db_url: str, config=None):
+    """nbgrader's Python API on ``course`` (its own layout: source/, autograded/, feedback/, ...)."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    config = config or Config()
+    config.CourseDirectory.root = str(course)
+    config.CourseDirectory.source_directory = "source"
+    config.CourseDirectory.release_directory = "release"
+    config.CourseDirectory.db_url = db_url
+    config.CourseDirectory.course_id = "course"
+    config.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__"]
+    quiet_nbgrader()
+    return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+
+
+def create_gradebook(path: Path) -> None:
+    """An nbgrader gradebook in the SQLite file ``path`` (see :func:`prepare_gradebook`)."""
+    prepare_gradebook(f"sqlite:///{path}")
+
+
+def prepare_gradebook(db_url: str) -> None:
+    """Reach the gradebook's database at ``db_url`` and, where it has no tables yet, create nbgrader's,
+    stamped with nbgrader's schema version. Raises :class:`GradingError` in one line naming what
+    failed (the database, host, port and user; never the password).
+
+    nbgrader stamps a new gradebook by running the ``alembic`` command in a subprocess, which takes
+    many seconds; this asks alembic's Python API for the same version instead.
+    """
+    import nbgrader
+    import nbgrader.api
+    from alembic.script import ScriptDirectory
+    from sqlalchemy import create_engine, inspect, text
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    try:
+        url = make_url(db_url)
+        timeout = {"connect_timeout": CONNECT_SECONDS} if url.get_driver_name() in ("psycopg", "psycopg2") else {}
+        engine = create_engine(url, connect_args=timeout)
+    except ImportError as error:
+        raise GradingError(f"the gradebook database {hidden_password(db_url)} needs the driver {error.name or error}, which "
+                           "is not installed (PostgreSQL: pip install \"bertlab[postgres]\")") from None
+    except (ArgumentError, ValueError) as error:
+        raise GradingError(f"--db {hidden_password(db_url)}: {error}; a gradebook's URL reads "
+                           "postgresql://user:password@host/database or sqlite:////path/gradebook.db") from None
+    try:
+        with engine.begin() as connection:
+            if not inspect(connection).get_table_names():
+                version = ScriptDirectory(str(Path(nbgrader.__file__).parent / "alembic")).get_current_head()
+                nbgrader.api.Base.metadata.create_all(bind=connection)
+                connection.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+                connection.execute(text("INSERT INTO alembic_version (version_num) VALUES (:version)"),
+                                   {"version": version})
+    except SQLAlchemyError as error:
+        raise GradingError(connection_problem(url, error)) from None
+    finally:
+        engine.dispose()
+
+
+def hidden_password(db_url: str) -> str:
+    """``db_url`` as it may be printed: its password, if any, as ``***``."""
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(db_url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "(unreadable)"
+
+
+def without_password(text: str, db_url: str) -> str:
+    """``text`` with the password of ``db_url``, wherever it appears, as ``***``."""
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        password = make_url(db_url).password
+    except (ArgumentError, ValueError):
+        return text
+    return text.replace(str(password), "***") if password else text
+
+
+def connection_problem(url, error: Exception) -> str:
+    """One line: which database could not be used (host, port, database, user) and the driver's reason,
+    without the password."""
+    reason = " ".join(str(getattr(error, "orig", None) or error).split())
+    where = [f"{name} {value}" for name, value in (("host", url.host), ("port", url.port), ("database", url.database),
+                                                   ("user", url.username)) if value]
+    return f"cannot use the gradebook ({', '.join(where)}): {without_password(reason, url)[:500]}"
+
+
+def register_chapters(course: Path, db_url: str, chapters: list[str]) -> None:
+    """Record the chapters' cells in a gradebook (nbgrader's generate_assignment on ``course``)."""
+    api = nbgrader_api(course, db_url)
+    for name in chapters:
+        result = api.generate_assignment(name, force=True, create=True)
+        if not result["success"]:
+            log = without_password((result.get("error") or "") + (result.get("log") or ""), db_url)
+            if "Cannot add or remove cells" in log:
+                raise GradingError(f"solutions/{name} gained or lost graded cells since it was graded into the "
+                                   f"gradebook {hidden_password(db_url)}; grade into a new --out or --db")
+            raise GradingError(f"nbgrader cannot register chapter {name} in {hidden_password(db_url)}:\n{log[-3000:]}")
+
+
+def store_grades(gradebook, result: NotebookResult, notebook: str) -> None:
+    """Write one graded (student, chapter) into an open nbgrader Gradebook: the grader's points."""
+    from nbgrader.api import MissingEntry
+
+    gradebook.update_or_create_student(result.student)
+    gradebook.update_or_create_submission(result.chapter, result.student,
+                                          timestamp=datetime.fromisoformat(result.timestamp))
+    for test in result.tests:
+        try:
+            grade = gradebook.find_grade(test.grade_id, notebook, result.chapter, result.student)
+        except MissingEntry:
+            continue
+        grade.auto_score = test.points
+        grade.needs_manual_grade = grade.manual_score is not None  # a grader's score gets reviewed
+    gradebook.db.commit()
+
+
+def render_feedback(course: Path, notebook, result: NotebookResult, notebook_name: str, filters: dict) -> bytes:
+    """nbgrader's feedback page of ``notebook`` (the graded notebook as the student may see it), made in
+    ``course``, a private nbgrader course holding the chapter's source and a gradebook that knows it.
+
+    nbgrader's feedback converter renders it with nbconvert's HTML sanitizer on
+    (``HTMLExporter.sanitize_html``) and with the template ``autograder/templates/sanitized_feedback``,
+    nbgrader's own feedback template whose Markdown cells are rendered by the filter ``book_markdown``
+    and sanitized by ``sanitized_html``, two of the template's ``filters``.
+    """
+    import nbformat
+    import nbgrader
+    from nbgrader.api import Gradebook
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.utils import capture_log
+    from traitlets.config import Config
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        store_grades(gradebook, result, notebook_name)
+    path = course / "autograded" / result.student / result.chapter / f"{notebook_name}.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, path)
+    config = Config()
+    config.HTMLExporter.sanitize_html = True
+    config.HTMLExporter.template_name = "sanitized_feedback"
+    config.HTMLExporter.template_file = "sanitized_feedback.html.j2"
+    config.HTMLExporter.extra_template_basedirs = [
+        str(Path(__file__).parent / "templates"),
+        str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")]
+    config.HTMLExporter.filters = filters
+    api = nbgrader_api(course, f"sqlite:///{course / 'gradebook.db'}", config)
+    api.coursedir.assignment_id, api.coursedir.student_id = result.chapter, result.student
+    converter = GenerateFeedback(coursedir=api.coursedir, parent=api)
+    converter.force = True
+    outcome = capture_log(converter)
+    html = course / "feedback" / result.student / result.chapter / f"{notebook_name}.html"
+    if not outcome["success"] or not html.exists():
+        detail = (outcome.get("log") or "") + (outcome.get("error") or "")
+        raise RuntimeError(f"nbgrader could not render the feedback:\n{detail[-3000:]}")
+    return html.read_bytes()
+
+
+def export_csv(db_url: str, path: Path) -> None:
+    """nbgrader's CSV export of the gradebook, written atomically, readable by its owner only (it holds
+    the students' grades)."""
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins import CsvExportPlugin
+
+    with tempfile.TemporaryDirectory(dir=path.parent) as scratch, Gradebook(db_url) as gradebook:
+        temporary = Path(scratch) / path.name
+        CsvExportPlugin(to=str(temporary)).export(gradebook)
+        os.chmod(temporary, 0o600)
+        os.replace(temporary, path)

@@ -1,0 +1,235 @@
+"""What grading produces, as typed records: one :class:`NotebookResult` per (student, chapter), what
+the collector skipped (:class:`Skipped`), and the class's :class:`ClassResults`, which
+``results.json`` holds and whose :meth:`ClassResults.summary` the command prints.
+
+``results.json``::
+
+    {"grader_version": ..., "bounds": "how memory and processes were bounded",
+     "notebooks": [{"student", "chapter", "origin", "timestamp", "fingerprint", "seed", "problem",
+                    "notes": [...], "copies": [{"exercise", "reason"}],
+                    "tests": [{"grade_id", "points", "max_points", "status", "message", "cause"}],
+                    "feedback", "seconds": {...}}, ...],
+     "skipped": [{"path", "student", "reason"}, ...]}
+
+``seed`` is the run seed the notebook's hidden tests drew their inputs from (a regrade with it meets
+the same inputs). A (student, chapter) without a submission appears with ``origin`` null and every
+test ``missing`` (cause ``no submission``). A test's ``cause`` tells apart what its status covers
+(:data:`CAUSES`).
+
+:class:`ResultStore` keeps each graded notebook's result under ``DIR/.work/results``, signed with a
+key of the output folder (which no sandbox sees): a later run reuses a result only when its
+signature holds and its fingerprint is the new submission's.
+"""
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from autograder.wire import printable
+
+GRADER_VERSION = "3"  # with the grader's and the reference's sources, part of every fingerprint
+STATUSES = ("passed", "failed", "error", "timeout", "tampered", "missing")
+# The causes of a test's status, where an instructor tells them apart: an error is an exercise left
+# blank (it still raises NotImplementedError), a crash (any other exception, the memory limit, the
+# student's process ending) or a notebook that cannot be read as the chapter's; a missing test is an
+# exercise not defined in the notebook (renamed or deleted) or a chapter with no submission at all.
+BLANK, CRASH, UNREADABLE = "blank", "crash", "unreadable"
+NOT_DEFINED, NO_SUBMISSION = "not defined", "no submission"
+CAUSES = {"error": (BLANK, CRASH, UNREADABLE), "missing": (NOT_DEFINED, NO_SUBMISSION)}
+SUMMARY_MESSAGE_CHARS = 120  # of a test's message, in the summary's line of its student
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """The grade of one test cell."""
+
+    grade_id: str
+    points: float
+    max_points: float
+    status: str  # one of STATUSES
+    message: str = ""
+    cause: str = ""  # for an error or a missing test, one of CAUSES[status]
+
+    @property
+    def kind(self) -> str:
+        """The status, or for an error or a missing test its cause: what the summary groups by."""
+        return self.cause or self.status
+
+
+@dataclass(frozen=True)
+class ReferenceCopy:
+    """An exercise whose code looks like the reference's, for the instructor to look at."""
+
+    exercise: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class NotebookResult:
+    """The grade of one (student, chapter)."""
+
+    student: str
+    chapter: str
+    tests: tuple[TestResult, ...]
+    origin: str | None = None  # where the submission came from, in SUBMISSIONS; None: no submission
+    timestamp: str | None = None  # of the submission, ISO 8601
+    fingerprint: str | None = None  # of what the grade depends on (see grade.fingerprint)
+    seed: int | None = None  # the run seed of the hidden tests' inputs
+    problem: str | None = None  # why the notebook could not be graded as one of its chapter
+    notes: tuple[str, ...] = ()
+    copies: tuple[ReferenceCopy, ...] = ()
+    feedback: str | None = None  # the feedback page, relative to the output folder
+    seconds: dict[str, float] = field(default_factory=dict, compare=False)
+
+    @property
+    def score(self) -> float:
+        return sum(test.points for test in self.tests)
+
+    @property
+    def max_score(self) -> float:
+        return sum(test.max_points for test in self.tests)
+
+    def line(self) -> str:
+        """One line for the instructor: the student, the chapter, the points, and what did not pass and
+        why, grouped by kind (failed, blank, crash, not defined, ...), each test with the start of its
+        message; "no submission" or why the notebook could not be read, once, for the whole chapter."""
+        head = f"{_text(self.student)}, {_text(self.chapter)}: {self.score:g} / {self.max_score:g}"
+        if self.origin is None:
+            return f"{head}; {NO_SUBMISSION}"
+        if self.problem:
+            return f"{head}; {UNREADABLE}: {_short(self.problem)}"
+        groups = defaultdict(list)
+        for test in self.tests:
+            if test.status != "passed":
+                groups[test.kind].append(test)
+        parts = [f"{kind}: " + ", ".join(test.grade_id if kind == BLANK or not test.message else
+                                         f"{test.grade_id} ({_short(test.message)})" for test in tests)
+                 for kind, tests in groups.items()]
+        return "; ".join([head, *map(_text, parts)])
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "NotebookResult":
+        known = {item.name for item in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        values["tests"] = tuple(TestResult(**test) for test in data["tests"])
+        values["copies"] = tuple(ReferenceCopy(**copy) for copy in data.get("copies", ()))
+        values["notes"] = tuple(data.get("notes", ()))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Something in SUBMISSIONS that was not graded, and why."""
+
+    path: str  # relative to SUBMISSIONS (a zip member after a colon)
+    reason: str
+    student: str | None = None
+
+
+@dataclass
+class ClassResults:
+    """What a grading run knows of the class: results.json."""
+
+    notebooks: list[NotebookResult]
+    skipped: list[Skipped]
+    bounds: str
+
+    def to_json(self) -> str:
+        return json.dumps({"grader_version": GRADER_VERSION, "bounds": self.bounds,
+                           "notebooks": [result.to_json() for result in self.notebooks],
+                           "skipped": [asdict(item) for item in self.skipped]}, indent=1, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ClassResults":
+        data = json.loads(text)
+        return cls([NotebookResult.from_json(item) for item in data["notebooks"]],
+                   [Skipped(**item) for item in data["skipped"]], data["bounds"])
+
+    def summary(self) -> str:
+        """Markdown: per chapter the students, those who handed it in, the mean score, full marks and
+        the exercises flagged; then one line per student and chapter (:meth:`NotebookResult.line`), the
+        exercises flagged as copies of the reference, and what was skipped."""
+        by_chapter = defaultdict(list)
+        for result in self.notebooks:
+            by_chapter[result.chapter].append(result)
+        lines = ["| chapter | students | handed in | mean score | full marks | copies |",
+                 "|---|---:|---:|---:|---:|---:|"]
+        for chapter in sorted(by_chapter):
+            results = by_chapter[chapter]
+            mean = sum(result.score for result in results) / len(results)
+            maximum = max(result.max_score for result in results)
+            lines.append(f"| {_cell(chapter)} | {len(results)} | {sum(result.origin is not None for result in results)} "
+                         f"| {mean:.2f} / {maximum:g} | {sum(result.score == result.max_score for result in results)} "
+                         f"| {sum(len(result.copies) for result in results)} |")
+        if self.notebooks:
+            lines += ["", "Per student and chapter:"]
+            lines += [f"- {result.line()}" for result in sorted(self.notebooks, key=lambda r: (r.student, r.chapter))]
+        copies = [(result, copy) for result in self.notebooks for copy in result.copies]
+        if copies:
+            lines += ["", "Exercises that may be the reference's code (for the instructor to look at):"]
+            lines += [f"- {_text(result.student)}/{_text(result.chapter)}, {_text(copy.exercise)}: {_text(copy.reason)}"
+                      for result, copy in copies]
+        if self.skipped:
+            lines += ["", "Not graded:"]
+            lines += [f"- {_text(item.path)}: {_text(item.reason)}" for item in self.skipped]
+        return "\n".join(lines)
+
+
+def _text(value: str) -> str:
+    """A name or message of a submission, safe to print: one line, no control characters."""
+    return printable(str(value).replace("\n", " "), 300)
+
+
+def _short(message: str) -> str:
+    """The first line of a message, cut for the summary."""
+    return printable(message.strip().split("\n", 1)[0], SUMMARY_MESSAGE_CHARS)
+
+
+def _cell(value: str) -> str:
+    return _text(value).replace("|", "/")
+
+
+class ResultStore:
+    """The graded notebooks' results under ``work/results``, signed with the key ``work/key``."""
+
+    def __init__(self, work: Path):
+        self.folder = work / "results"
+        key = work / "key"
+        if not key.exists():
+            descriptor = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(secrets.token_hex(32))
+        self.key = bytes.fromhex(key.read_text().strip())
+
+    def path(self, student: str, chapter: str) -> Path:
+        return self.folder / student / f"{chapter}.json"
+
+    def _signature(self, body: str) -> str:
+        return hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest()
+
+    def encode(self, result: NotebookResult) -> str:
+        body = json.dumps(result.to_json(), sort_keys=True)
+        return json.dumps({"result": body, "signature": self._signature(body)})
+
+    def load(self) -> dict[tuple[str, str], NotebookResult]:
+        """Every result this grader wrote (a file whose signature fails is ignored: graded again)."""
+        results = {}
+        for path in sorted(self.folder.glob("*/*.json")):
+            try:
+                stored = json.loads(path.read_text())
+                if not hmac.compare_digest(self._signature(stored["result"]), stored["signature"]):
+                    continue
+                result = NotebookResult.from_json(json.loads(stored["result"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if self.path(result.student, result.chapter) == path:
+                results[result.student, result.chapter] = result
+        return results

@@ -1,0 +1,265 @@
+"""The grader's run of one notebook: the student's cells once, in the sandbox; every test cell in the grader.
+
+The student process (:class:`autograder.client.StudentProcess`) executes the student's code cells,
+in the notebook's order, and reports what they showed; it never receives a test cell. Where a test
+cell stands, the grader runs the instructor's version of it (hidden tests included) in a namespace of
+its own: the instructor code the tests need (:mod:`autograder.test_context`), run in the grader,
+and the exercises the cell uses, looked up in the student process as handles
+(:class:`autograder.client.Remote`). Nothing else of the student's enters that namespace.
+
+Before the tests run, the checks' inputs are seeded with the run's seed
+(:func:`autograder.checks.framework.use_run_seed`), which lives in the grader only: the student's
+code cannot compute the hidden cases ahead of time.
+
+Each test cell's outcome is ``passed`` (no exception), ``failed`` (an assertion, e.g. a
+``CheckFailed``), ``error`` (any other exception: ``NotImplementedError``, the memory limit, the
+student process ending), ``timeout`` or ``missing`` (the exercise it grades is not defined); an error's
+cause is ``blank`` (NotImplementedError) or ``crash`` (:data:`autograder.results.CAUSES`).
+"""
+
+import contextlib
+import io
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from autograder import cell_outputs
+from autograder.client import StudentProcess, StudentProcessEnded, StudentTimeout
+from autograder.chapters import Chapter
+from autograder.course import hidden_test_lines, python_source
+from autograder.results import BLANK, CRASH, NOT_DEFINED
+from autograder.sandbox import Limits, Sandbox
+from autograder.test_context import free_names
+from autograder.wire import printable
+
+MAX_TEST_OUTPUT_CHARS = 20_000  # of what a test cell prints, kept for the feedback
+MAX_MESSAGE_CHARS = 10_000  # of an outcome's message
+MAX_RESTARTS = 2  # student processes restarted per notebook after one ended
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the grader's own run of one test cell gave."""
+
+    status: str  # passed, failed, error, timeout or missing
+    message: str = ""
+    output: str = ""  # what the cell printed (the checks print a summary)
+    cause: str = ""  # of an error or a missing exercise (autograder.results.CAUSES)
+
+
+@dataclass
+class NotebookRun:
+    """The student's cells' outputs (by index in the submission) and the test cells' outcomes."""
+
+    outputs: dict[int, list] = field(default_factory=dict)
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    truncated: bool = False  # the outputs reached their cap
+
+
+class _Students:
+    """The student process of one notebook, restarted (replaying the cells so far) when it ends."""
+
+    def __init__(self, sandbox: Sandbox, limits: Limits, deadline: float):
+        self.sandbox, self.limits, self.deadline = sandbox, limits, deadline
+        self.process: StudentProcess | None = None
+        self.executed: list[str] = []
+        self.restarts = 0
+
+    def current(self) -> StudentProcess:
+        if self.process is not None and not self.process.ended_because:
+            return self.process
+        if self.process is not None:
+            self.process.close()
+            if self.restarts == MAX_RESTARTS:
+                raise StudentProcessEnded(f"the Python process running your code ended {MAX_RESTARTS + 1} times")
+            self.restarts += 1
+        self.process = StudentProcess(self.sandbox, self.limits)
+        self.process.deadline = self.deadline
+        for source in self.executed:
+            with contextlib.suppress(Exception, StudentTimeout, StudentProcessEnded):
+                self.process.run_cell(source)
+        return self.process
+
+    def run_cell(self, source: str):
+        """Execute one of the student's cells: its outputs (an error output when it could not finish)."""
+        try:
+            outputs = self.current().run_cell(source)
+        except StudentTimeout as error:  # not replayed after a restart: it would run out of time again
+            return [_error_output("Timeout", f"this cell ran past its time limit: {error}")]
+        except StudentProcessEnded as error:
+            return [_error_output("ProcessEnded", f"the Python process running your code ended: {error}")]
+        except Exception as error:  # the server failed to run it (the student replaced parts of it)
+            return [_error_output(type(error).__name__, str(error))]
+        self.executed.append(source)
+        return outputs
+
+    def lookup(self, name: str):
+        return self.current().lookup(name)
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.close()
+
+
+def _error_output(name: str, message: str) -> dict:
+    return {"output_type": "error", "ename": name, "evalue": message, "traceback": [f"{name}: {message}"]}
+
+
+class _TestCells:
+    """The namespace the test cells run in, and the instructor code that prepares it."""
+
+    def __init__(self, chapter: Chapter, students: _Students):
+        self.chapter, self.students = chapter, students
+        self.namespace: dict = {"__name__": "__test_cells__"}
+        self.context_done: set[int] = set()
+        self.context_error: str | None = None
+
+    def bind_exercises(self, source: str) -> None:
+        """Give the namespace the student's current objects for the exercises ``source`` reads."""
+        for name in sorted(free_names_of(source) & set(self.chapter.exercises)):
+            try:
+                self.namespace[name] = self.students.lookup(name)
+            except NameError:
+                self.namespace.pop(name, None)
+
+    def prepare(self, grade_id: str) -> None:
+        """Run the instructor code that comes before this test in the instructor's notebook."""
+        plan = self.chapter.context
+        end = next((index for index, step in enumerate(plan) if step == ("test", grade_id)), len(plan))
+        for index in range(end):
+            kind, source = plan[index]
+            if kind != "context" or index in self.context_done:
+                continue
+            self.context_done.add(index)
+            try:
+                self.bind_exercises(source)
+                exec(compile(source, f"<instructor code before {grade_id}>", "exec"), self.namespace)
+            except Exception as error:
+                self.context_error = f"{type(error).__name__}: {printable(str(error), 500)}"
+
+    def run(self, grade_id: str) -> Outcome:
+        test = self.chapter.test(grade_id)
+        output = _CappedText(MAX_TEST_OUTPUT_CHARS)
+        filename = f"<test cell {grade_id}>"
+        try:
+            self.prepare(grade_id)
+            if self.context_error:
+                return Outcome("error", f"the grader could not prepare this test ({self.context_error})", cause=CRASH)
+            code = compile(python_source(test.source), filename, "exec")
+            self.bind_exercises(test.source)
+            with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+                exec(code, self.namespace)
+        except BaseException as error:  # noqa: B036 -- every exception is a verdict
+            return _classify(error, test.source, filename, test.exercise, output.getvalue())
+        return Outcome("passed", "", output.getvalue())
+
+
+_FREE_NAMES: dict[str, frozenset[str]] = {}
+
+
+def free_names_of(source: str) -> frozenset[str]:
+    """The names a cell of the instructor reads before binding them (cached: the same cells run for
+    every submission of a chapter)."""
+    if source not in _FREE_NAMES:
+        import ast
+
+        _FREE_NAMES[source] = frozenset(free_names(ast.parse(python_source(source)).body))
+    return _FREE_NAMES[source]
+
+
+class _CappedText(io.StringIO):
+    """A StringIO that keeps at most ``limit`` characters."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def write(self, text: str) -> int:
+        room = self.limit - self.tell()
+        if room > 0:
+            super().write(text[:room])
+        return len(text)
+
+
+def run_notebook(steps: list[tuple], chapter: Chapter, sandbox: Sandbox, limits: Limits, seed: int) -> NotebookRun:
+    """Run a submission: ``steps`` is the notebook in order, ("code", index, source) for a code cell of
+    the student's and ("test", grade_id) where a test cell stands. A test of the chapter that the steps
+    do not place runs at the end."""
+    from autograder.checks.framework import use_run_seed
+    from bertlab.utils import seed_everything
+
+    seed_everything(seed % 2**32)
+    deadline = time.monotonic() + limits.notebook_timeout
+    placed = {step[1] for step in steps if step[0] == "test"}
+    steps = [*steps, *(("test", test.grade_id) for test in chapter.tests if test.grade_id not in placed)]
+    students = _Students(sandbox, limits, deadline)
+    tests = _TestCells(chapter, students)
+    budget = cell_outputs.OutputBudget()
+    run = NotebookRun()
+    try:
+        with use_run_seed(seed):
+            for step in steps:
+                if step[0] == "code":
+                    _, index, source = step
+                    raw = students.run_cell(source) if time.monotonic() < deadline else [
+                        _error_output("Timeout", "not run: the notebook's time limit was reached")]
+                    run.outputs[index] = cell_outputs.clean(raw, budget)
+                elif chapter.test(step[1]) is not None and step[1] not in run.outcomes:
+                    run.outcomes[step[1]] = tests.run(step[1]) if time.monotonic() < deadline else Outcome(
+                        "timeout", f"the time limit of the notebook ({limits.notebook_timeout:g} s) was reached")
+    finally:
+        students.close()
+    run.truncated = budget.exhausted
+    return run
+
+
+def _classify(error: BaseException, source: str, filename: str, exercise: str | None, output: str) -> Outcome:
+    """The status and the student's message for an exception of a test cell."""
+    if isinstance(error, KeyboardInterrupt):
+        raise error
+    if isinstance(error, StudentTimeout):
+        return Outcome("timeout", f"your code ran too long: {error}", output)
+    if isinstance(error, StudentProcessEnded):
+        return Outcome("error", _cap(f"the Python process running your code ended: {error}"), output, CRASH)
+    if any(_is_memory_error(link) for link in _exception_chain(error)):
+        return Outcome("error", "your code ran out of memory (the sandbox's memory limit was reached)", output, CRASH)
+    if isinstance(error, NameError) and exercise and f"'{exercise}'" in str(error):
+        return Outcome("missing", f"`{exercise}` is not defined in your notebook", output, NOT_DEFINED)
+    if isinstance(error, NotImplementedError):
+        return Outcome("error", _cap(f"not implemented yet (NotImplementedError{': ' + str(error) if str(error) else ''})"),
+                       output, BLANK)
+    where = _failing_line(error, source, filename)
+    if isinstance(error, AssertionError):
+        message = str(error) or (f"this assertion failed: {where}" if where else "an assertion failed")
+        return Outcome("failed", _cap(message), output)
+    message = f"{type(error).__name__}: {error}" + (f" (in the test line: {where})" if where else "")
+    student_traceback = getattr(error, "student_traceback", "")
+    if student_traceback:
+        message += "\nwhere your code raised it:\n" + student_traceback
+    return Outcome("error", _cap(message), output, CRASH)
+
+
+def _cap(message: str) -> str:
+    return printable(message, MAX_MESSAGE_CHARS)
+
+
+def _exception_chain(error: BaseException) -> list[BaseException]:
+    chain = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def _is_memory_error(error: BaseException) -> bool:
+    return isinstance(error, MemoryError) or "can't allocate memory" in str(error) or "out of memory" in str(error).lower()
+
+
+def _failing_line(error: BaseException, source: str, filename: str) -> str:
+    """The test cell's line where ``error`` arose, unless it lies in the hidden tests."""
+    lines = python_source(source).splitlines()
+    hidden = hidden_test_lines(source)
+    numbers = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == filename]
+    if not numbers or numbers[-1] in hidden or numbers[-1] > len(lines):
+        return ""
+    return lines[numbers[-1] - 1].strip()
