@@ -1,15 +1,13 @@
 """How long each chapter takes to execute, as a reader runs it: top to bottom in a fresh kernel.
 
-    python benchmarks/chapters.py [CHAPTER ...] [--solutions] [--shared-cache] [--timeout 900]
+    python benchmarks/chapters.py [CHAPTER ...] [--solutions] [--timeout 900]
                                   [--out benchmarks/results/chapters-<device>.json]
 
 Each chapter notebook of ``chapters/`` (the student version the book executes: blank exercises, their
 test cells failing with NotImplementedError) runs in a fresh Jupyter kernel with nbclient, in its own
 folder, as a reader's Jupyter would: no ``NBGRADER_EXECUTION``, so the training cells do their full
-work. By default every chapter starts from an EMPTY model cache (``BERTLAB_CACHE``), the worst case
-of a reader who opens chapter 08 or 09 first and so also pretrains the course's small BERT;
-``--shared-cache`` keeps one cache for the run, in book order, as the book build does. ``--solutions``
-also times the instructor's notebooks (every exercise solved, hidden tests included).
+work. The course's BERT ships with the package, so no chapter depends on another having run first.
+``--solutions`` also times the instructor's notebooks (every exercise solved, hidden tests included).
 
 A cell that fails other than a test cell tagged ``raises-exception`` is reported and fails the run.
 The target of the course: every chapter under 3 minutes on a quiet 2-core CPU. Timings depend on the
@@ -21,7 +19,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,10 +33,9 @@ ROOT = release.ROOT
 TARGET_SECONDS = 180
 
 
-def execute(path: Path, cache: Path, timeout: int) -> tuple[float, list[str]]:
+def execute(path: Path, timeout: int) -> tuple[float, list[str]]:
     """Seconds to run ``path`` top to bottom in a fresh kernel, and the unexpected errors' names."""
     notebook = nbformat.read(path, as_version=4)
-    os.environ["BERTLAB_CACHE"] = str(cache)  # the kernel inherits it
     start = time.perf_counter()
     release.execute(notebook, path.parent, timeout, grading=False)
     seconds = time.perf_counter() - start
@@ -50,24 +46,20 @@ def execute(path: Path, cache: Path, timeout: int) -> tuple[float, list[str]]:
     return seconds, unexpected
 
 
-def run(chapters: list[str], folders: list[str], shared_cache: bool, timeout: int) -> list[dict]:
+def run(chapters: list[str], folders: list[str], timeout: int) -> list[dict]:
     rows = []
-    with tempfile.TemporaryDirectory(prefix="chapter-cache-") as scratch:
-        for folder in folders:
-            for chapter in chapters:
-                path = ROOT / folder / chapter / f"{chapter}.ipynb"
-                cache = Path(scratch) / ("shared" if shared_cache else f"{folder}-{chapter}")
-                seconds, unexpected = execute(path, cache, timeout)
-                rows.append({"notebook": f"{folder}/{chapter}", "seconds": round(seconds, 1),
-                             "under_target": seconds < TARGET_SECONDS, "unexpected_errors": unexpected})
-                print(f"{folder}/{chapter}: {seconds:.0f} s" + (f"; UNEXPECTED ERRORS: {unexpected}" if unexpected else ""),
-                      flush=True)
+    for folder in folders:
+        for chapter in chapters:
+            seconds, unexpected = execute(ROOT / folder / chapter / f"{chapter}.ipynb", timeout)
+            rows.append({"notebook": f"{folder}/{chapter}", "seconds": round(seconds, 1),
+                         "under_target": seconds < TARGET_SECONDS, "unexpected_errors": unexpected})
+            print(f"{folder}/{chapter}: {seconds:.0f} s" + (f"; UNEXPECTED ERRORS: {unexpected}" if unexpected else ""),
+                  flush=True)
     return rows
 
 
-def table(rows: list[dict], shared_cache: bool) -> str:
-    cache = "one model cache shared in book order" if shared_cache else "each from an empty model cache"
-    lines = [f"| notebook ({cache}) | seconds | under {TARGET_SECONDS} s |", "|---|---:|---|"]
+def table(rows: list[dict]) -> str:
+    lines = [f"| notebook | seconds | under {TARGET_SECONDS} s |", "|---|---:|---|"]
     lines += [f"| {row['notebook']} | {row['seconds']:.0f} | {'yes' if row['under_target'] else 'NO'} |" for row in rows]
     lines.append(f"| total | {sum(row['seconds'] for row in rows):.0f} | |")
     return "\n".join(lines)
@@ -77,7 +69,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("chapters", nargs="*", metavar="CHAPTER", help="e.g. 08_finetuning (default: all)")
     parser.add_argument("--solutions", action="store_true", help="also time the solution notebooks")
-    parser.add_argument("--shared-cache", action="store_true", help="one model cache for the run, in book order")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell (default 900)")
     parser.add_argument("--out", type=Path, help="JSON file (default: benchmarks/results/chapters-DEVICE.json)")
     args = parser.parse_args()
@@ -88,16 +79,16 @@ def main() -> None:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     load_before = os.getloadavg()
     rows = run(args.chapters or available, ["chapters", "solutions"] if args.solutions else ["chapters"],
-               args.shared_cache, args.timeout)
+               args.timeout)
     device = resolve_device("auto")
     results = {
-        "started": started, "command": " ".join(["python", *sys.argv]), "shared_cache": args.shared_cache,
+        "started": started, "command": " ".join(["python", *sys.argv]),
         "machine": {"device": device.type, "cpu_count": os.cpu_count(), "torch": torch.__version__,
                     "python": platform.python_version(), "load_average_start": load_before,
                     "load_average_end": os.getloadavg()},
         "target_seconds": TARGET_SECONDS, "rows": rows,
     }
-    markdown = table(rows, args.shared_cache)
+    markdown = table(rows)
     print("\n" + markdown)
     out = args.out or Path(__file__).resolve().parent / "results" / f"chapters-{device.type}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

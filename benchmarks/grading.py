@@ -16,8 +16,8 @@ decides who gets what. The same class is then
 
 1. executed plainly: each notebook, hidden tests restored, in a fresh kernel with nbclient, one at
    a time, figures rendered as Jupyter renders them (what nbgrader's autograde does at its core,
-   without sandbox, gradebook or feedback), with the threads, memory limit and empty model cache
-   that a ``--jobs 1`` sandbox has;
+   without sandbox, gradebook or feedback), with the threads and memory limit that a ``--jobs 1``
+   sandbox has;
 2. graded with ``--jobs 1``, then with ``--jobs 2``, into fresh output folders: each notebook runs
    once, its code cells in a sandboxed student process and its test cells in the grader.
 
@@ -142,18 +142,17 @@ def make_class(folder: Path, students: int, chapters: list[str], seed: int) -> d
 
 
 def _execute_plainly(task: tuple[str, str, int, int, int]) -> float:
-    """Execute one notebook with nbclient, hidden tests restored, with a fresh model cache and the
-    grading's memory limit (a hog must not take the machine)."""
+    """Execute one notebook with nbclient, hidden tests restored, with the grading's memory limit (a
+    hog must not take the machine)."""
     path, solution_path, timeout, threads, memory_mb = task
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb * 1024 ** 2,) * 2)  # the kernel inherits it
     start = time.perf_counter()
     notebook = release.with_hidden_tests(nbformat.read(path, as_version=4), nbformat.read(solution_path, as_version=4))
-    with tempfile.TemporaryDirectory(prefix="plain-") as cache:
-        os.environ.update(BERTLAB_CACHE=cache, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-        try:
-            release.execute(notebook, Path(path).parent, timeout, figures=True)
-        except Exception:  # a killed kernel: the time until then is what plain execution costs
-            pass
+    os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    try:
+        release.execute(notebook, Path(path).parent, timeout, figures=True)
+    except Exception:  # a killed kernel: the time until then is what plain execution costs
+        pass
     return time.perf_counter() - start
 
 

@@ -95,6 +95,13 @@ def fraction(text: str) -> float:
     return value
 
 
+def dropout_probability(text: str) -> float:
+    value = _parse(float, text, "a number")
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}")
+    return value
+
+
 def layer_ids(text: str) -> list[int]:
     """"0,2" -> [0, 2]: the teacher layers a student keeps."""
     try:
@@ -217,7 +224,8 @@ def run_pretrain(args: argparse.Namespace) -> int:
         tokenizer = learn_tokenizer(sentences, args.vocab_size)
         tokenizer.save_vocabulary(args.output)  # a resumed run reads it instead of learning it again
     seed_everything(args.seed)
-    model = BertForPreTraining(BertConfig.preset(args.preset, vocab_size=tokenizer.vocab_size))
+    model = BertForPreTraining(BertConfig.preset(args.preset, vocab_size=tokenizer.vocab_size,
+                                                 hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout))
     say(f"model: BERT-{args.preset}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
         f"vocabulary of {tokenizer.vocab_size} tokens")
     history = pretrain(
@@ -263,6 +271,9 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-nsp", action="store_true",
                         help="MLM only, on segments of contiguous sentences (RoBERTa), without next sentence prediction")
     parser.add_argument("--mlm-probability", type=fraction, default=0.15, help="share of tokens to predict (default: 0.15)")
+    parser.add_argument("--dropout", type=dropout_probability, default=0.1,
+                        help="dropout on the hidden states and attention weights while pretraining (default: 0.1, "
+                        "BERT's; a short run learns faster without it)")
     parser.add_argument("--warmup-steps", type=non_negative_int, default=None, help="default: 10%% of --steps")
     parser.add_argument("--weight-decay", type=non_negative_float, default=0.01, help="AdamW weight decay (default: 0.01)")
     parser.add_argument("--grad-accum-steps", type=positive_int, default=1, metavar="N",

@@ -13,12 +13,12 @@ new masks every time a sequence is fed to the model ("dynamic masking") where BE
 once, offline ("static masking"). ``PretrainingDataset`` offers both choices, and ``pretrain`` runs
 the training loop (AdamW, linear warm-up and decay, gradient clipping and accumulation, mixed
 precision on CUDA, checkpoints that resume exactly, a metrics log and a loss curve), on one device or
-on several with ``torchrun`` (DistributedDataParallel). ``pretrained_small_bert`` pretrains and caches
-the small BERT that the later chapters fine-tune and distil.
+on several with ``torchrun`` (DistributedDataParallel).
 
 Scale: BERT trained 1M steps at batch 256 (sequences of up to 512 tokens); RoBERTa trained 500K steps
-at batch 8K. The runs here last minutes on a laptop CPU, on the small offline corpus of
-``bertlab.data``: enough to watch the losses fall, far from a useful general-purpose model.
+at batch 8K. The course's BERT (``course_bert``), which the later chapters fine-tune and distil, was
+pretrained once with this code on a 2-core CPU (``tools/course_bert.py``) and ships with the package;
+``evaluate_masked_lm`` and ``unigram_masked_lm`` score it on held-out text.
 """
 
 import array
@@ -42,9 +42,8 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import Dataset, DistributedSampler
 from tqdm.auto import tqdm
 
-from bertlab.bert import BertConfig, BertForPreTraining
-from bertlab.data import pretraining_corpus
-from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
+from bertlab.bert import BertForPreTraining
+from bertlab.tokenization import BertTokenizer
 from bertlab.utils import autocast, grad_scaler, resolve_device, seed_everything
 
 IGNORE_INDEX = -100  # label of the positions that are not predicted (ignored by cross-entropy)
@@ -969,93 +968,5 @@ def course_bert(device: str | torch.device | None = None) -> tuple[BertForPreTra
     """The course's BERT (``course_bert_folder``) in eval mode on ``device`` (None: CUDA when
     available), in float32, and its tokenizer."""
     folder = course_bert_folder()
-    model = BertForPreTraining.from_pretrained(folder).to(resolve_device(device)).eval()
-    return model, BertTokenizer(folder / "vocab.txt")
-
-
-# --------------------------------------------------------------------------------------------------
-# A small pretrained BERT for the later chapters
-# --------------------------------------------------------------------------------------------------
-
-
-# The chapters' pretrained BERT, at the scale of the machine they run on; chapters 07-09 all call
-# ``pretrained_small_bert(**COURSE_SCALES[SCALE])`` and so share one cached model. "cpu" is the default
-# of ``pretrained_small_bert`` (about a minute on a 2-core CPU); "gpu" trains BERT-mini 5 times longer
-# on 2 times larger batches (a few minutes on one GPU).
-COURSE_SCALES = {
-    "cpu": {"preset": "tiny", "max_steps": 600, "batch_size": 16, "seq_len": 64},
-    "gpu": {"preset": "mini", "max_steps": 3000, "batch_size": 32, "seq_len": 64},
-}
-
-
-def pretrained_cache_dir() -> Path:
-    """Where ``pretrained_small_bert`` keeps its models: $BERTLAB_CACHE/pretrained, by default
-    ~/.cache/bertlab/pretrained."""
-    return Path(os.environ.get("BERTLAB_CACHE", "~/.cache/bertlab")).expanduser() / "pretrained"
-
-
-def pretrained_small_bert_folder(
-    preset: str = "tiny",
-    *,
-    max_steps: int = 600,
-    vocab_size: int = 4096,
-    seq_len: int = 64,
-    batch_size: int = 16,
-    lr: float = 1e-3,
-    cache_dir: str | Path | None = None,
-    device: str | torch.device | None = None,
-    seed: int = 0,
-    progress: bool = True,
-) -> Path:
-    """The folder of a small BERT pretrained on the offline corpus, trained on first use.
-
-    The first call learns a WordPiece vocabulary of at most vocab_size tokens from
-    ``bertlab.data.pretraining_corpus()`` (on Python 3.11 it yields about 3,700 pieces at most),
-    pretrains a ``BertForPreTraining`` of the given preset (tiny, mini, small, medium, base, large:
-    the one argument that scales the model) for max_steps steps with MLM and NSP (``pretrain``), and
-    saves model and vocabulary in ``<cache_dir>/bert-<preset>-...``, cache_dir defaulting to
-    ``pretrained_cache_dir()``. Later calls with the same arguments return that folder at once; an
-    interrupted first call resumes from its checkpoint. With the defaults (``COURSE_SCALES["cpu"]``:
-    BERT-tiny, 600 steps of 16 sequences of up to 64 tokens) training takes about a minute on a
-    2-core CPU.
-
-    The folder loads with ``BertForPreTraining.from_pretrained`` (or ``BertForSequenceClassification``
-    to fine-tune) and ``BertTokenizer(folder / "vocab.txt")``.
-    """
-    name = f"bert-{preset}-vocab{vocab_size}-len{seq_len}-batch{batch_size}-lr{lr:g}-steps{max_steps}-seed{seed}"
-    folder = (Path(cache_dir).expanduser() if cache_dir is not None else pretrained_cache_dir()) / name
-    if (folder / "config.json").is_file():
-        return folder
-    partial = folder.with_name(folder.name + ".partial")  # renamed to folder once complete
-    partial.mkdir(parents=True, exist_ok=True)
-    documents = pretraining_corpus()
-    if not (partial / "vocab.txt").is_file():
-        vocab = train_wordpiece_vocab([sentence for document in documents for sentence in document], vocab_size)
-        BertTokenizer(vocab).save_vocabulary(partial)
-    tokenizer = BertTokenizer(partial / "vocab.txt")
-    seed_everything(seed)
-    model = BertForPreTraining(BertConfig.preset(preset, vocab_size=tokenizer.vocab_size))
-    pretrain(model, tokenizer, documents, output_dir=partial, max_steps=max_steps, batch_size=batch_size,
-             seq_len=seq_len, lr=lr, device=device, seed=seed, progress=progress)
-    (partial / CHECKPOINT_FILE).unlink()  # the optimizer state is not needed to use the model
-    os.replace(partial, folder)
-    return folder
-
-
-def pretrained_small_bert(preset: str = "tiny", *, device: str | torch.device | None = None, **options):
-    """A small BERT pretrained on the offline corpus, and its tokenizer; trained on first use, then cached.
-
-    ``pretrained_small_bert()`` pretrains BERT-tiny for about a CPU minute the first time and loads
-    it from ``~/.cache/bertlab/pretrained`` (``$BERTLAB_CACHE/pretrained``) afterwards;
-    ``pretrained_small_bert(**COURSE_SCALES["gpu"])`` is the chapters' GPU scale, and another preset
-    ("tiny" ... "large") with more steps scales it further. ``options`` are those of
-    ``pretrained_small_bert_folder`` (max_steps, vocab_size, seq_len, batch_size, lr, cache_dir,
-    seed, progress).
-
-    Returns:
-        (model, tokenizer): a ``BertForPreTraining`` in eval mode on ``device`` (None: CUDA when
-        available) and its ``BertTokenizer``.
-    """
-    folder = pretrained_small_bert_folder(preset, device=device, **options)
     model = BertForPreTraining.from_pretrained(folder).to(resolve_device(device)).eval()
     return model, BertTokenizer(folder / "vocab.txt")

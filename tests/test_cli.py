@@ -52,7 +52,8 @@ def pipeline(tmp_path_factory):
     """Folders of a tiny pretrain -> finetune -> distill chain, made once through ``main``."""
     root = tmp_path_factory.mktemp("cli")
     folders = {name: root / name for name in ("pretrain", "finetune", "distill")}
-    assert main([*PRETRAIN, "--masking", "static", "--no-nsp", "--lr", "5e-4", "--output", str(folders["pretrain"])]) == 0
+    assert main([*PRETRAIN, "--masking", "static", "--no-nsp", "--lr", "5e-4", "--dropout", "0",
+                 "--output", str(folders["pretrain"])]) == 0
     # a learning rate of ~0 keeps the weights where they started: they show what was loaded
     assert main(["finetune", "--model", str(folders["pretrain"]), *SYNTHETIC, "--lr", "1e-12",
                  "--output", str(folders["finetune"])]) == 0
@@ -109,6 +110,7 @@ def test_pretrain_writes_the_model_metrics_and_plot_with_the_given_settings(pipe
     config = BertConfig.load(folder)
     assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == (2, 128, 2)  # tiny
     assert config.vocab_size == BertTokenizer(folder / "vocab.txt").vocab_size <= 300
+    assert config.hidden_dropout_prob == config.attention_probs_dropout_prob == 0.0  # --dropout 0
     settings = json.loads((folder / "pretraining_args.json").read_text())
     assert {name: settings[name] for name in ("max_steps", "batch_size", "seq_len", "lr", "masking", "nsp")} == \
         {"max_steps": 4, "batch_size": 8, "seq_len": 32, "lr": 5e-4, "masking": "static", "nsp": False}
@@ -172,6 +174,7 @@ def test_only_rank_0_prints(tmp_path, capsys, monkeypatch):
     (["pretrain", "--steps", "0"], 2, "--steps: must be a positive integer, got '0'"),
     (["pretrain", "--lr", "fast"], 2, "--lr: must be a number, got 'fast'"),
     (["pretrain", "--mlm-probability", "1.5"], 2, "must be a number in [0, 1]"),
+    (["pretrain", "--dropout", "1"], 2, "--dropout: must be a number in [0, 1), got '1'"),
     (["pretrain", "--dataset-text", "synthetic"], 2, "--dataset-text needs --no-nsp"),
     (["finetune", "--batch-size", "-4"], 2, "--batch-size: must be a positive integer"),
     (["finetune", "--model", "{tmp}", "--preset", "tiny"], 2, "--preset and --vocab describe"),

@@ -31,8 +31,6 @@ from bertlab.pretraining import (
     pack_full_sentences,
     plot_metrics,
     pretrain,
-    pretrained_small_bert,
-    pretrained_small_bert_folder,
     token_frequencies,
     unigram_masked_lm,
     weight_decay_groups,
@@ -601,27 +599,3 @@ def test_torchrun_two_processes_train_identical_replicas(tokenizer, tmp_path):
         # only rank 0 writes: one line per logged step
         assert [r["step"] for r in load_metrics(tmp_path / f"nsp{nsp}" / "metrics.jsonl")] == [1, 2, 3]
         assert (rank0["history"][0]["nsp_loss"] is None) == (not nsp)
-
-
-# ---------------------------------------------------------------------------------------------- cached model
-
-
-def test_pretrained_small_bert_trains_once_then_loads_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("BERTLAB_CACHE", str(tmp_path))
-    arguments = dict(preset="tiny", max_steps=2, vocab_size=500, seq_len=32, batch_size=8, progress=False,
-                     device="cpu")
-    model, tokenizer = pretrained_small_bert(**arguments)
-    folders = list((tmp_path / "pretrained").iterdir())
-    assert folders == [pretrained_small_bert_folder(**arguments)]  # complete: no ".partial" left
-    assert (folders[0] / "vocab.txt").is_file() and (folders[0] / "config.json").is_file()
-    assert model.config.vocab_size == tokenizer.vocab_size <= 500
-
-    def no_training(*args, **kwargs):
-        raise AssertionError("the cached model should have been loaded")
-
-    monkeypatch.setattr(pretraining, "pretrain", no_training)
-    cached_model, cached_tokenizer = pretrained_small_bert(**arguments)
-    state = model.state_dict()
-    assert all(torch.equal(tensor, state[name].cpu()) for name, tensor in cached_model.state_dict().items())
-    assert cached_tokenizer.tokenize("Return the value of x.") == tokenizer.tokenize("Return the value of x.")
-
