@@ -48,16 +48,15 @@ def markdown_text(text: str) -> str:
 
 def summary(result: NotebookResult) -> str:
     """The Markdown that opens the feedback: the score, why the notebook could not be graded, and
-    each test's status, points and the first line of its message."""
+    each test's status, points and its message in one line (the hint of a known mistake included)."""
     lines = [f"## Grading: {result.score:g} / {result.max_score:g} points", ""]
     if result.problem:
         lines += [f"**This submission could not be graded:** {markdown_text(result.problem)}", ""]
     lines += [markdown_text(note) for note in result.notes]
     lines += ["", "| test | status | points | message |", "|---|---|---:|---|"]
     for test in result.tests:
-        message = test.message.splitlines()[0] if test.message else ""
         lines.append(f"| {markdown_text(test.grade_id)} | {MARKS.get(test.status, '')} {test.status} | "
-                     f"{test.points:g} / {test.max_points:g} | {markdown_text(message)} |")
+                     f"{test.points:g} / {test.max_points:g} | {markdown_text(test.headline)} |")
     return "\n".join(lines)
 
 

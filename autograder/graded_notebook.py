@@ -36,8 +36,7 @@ def outcome_outputs(test: TestResult, printed: str) -> list:
     outputs = [new_output("stream", name="stdout" if test.status == "passed" else "stderr",
                           text=outcome_text(test, printed))]
     if test.status != "passed":
-        outputs.append(new_output("error", ename=test.status, evalue=test.message.splitlines()[0] if test.message else "",
-                                  traceback=[]))
+        outputs.append(new_output("error", ename=test.status, evalue=test.headline, traceback=[]))
     return outputs
 
 

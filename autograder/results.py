@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, fields
@@ -59,6 +60,23 @@ class TestResult:
     def kind(self) -> str:
         """The status, or for an error or a missing test its cause: what the summary groups by."""
         return self.cause or self.status
+
+    @property
+    def headline(self) -> str:
+        """The message in one line (see :func:`headline`)."""
+        return headline(self.message)
+
+
+def headline(message: str) -> str:
+    """A test's message in one line: its first line (after the failing line of the test cell, when the
+    message starts with it: ``line 3: ...``), then the hint of a known mistake, when it has one."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if len(lines) > 1 and re.match(r"line \d+: ", lines[0]):
+        lines = lines[1:]
+    if not lines:
+        return ""
+    hint = next((line for line in lines[1:] if line.startswith("Hint: ")), None)
+    return f"{lines[0]} {hint}" if hint else lines[0]
 
 
 @dataclass(frozen=True)
@@ -189,8 +207,8 @@ def _text(value: str) -> str:
 
 
 def _short(message: str) -> str:
-    """The first line of a message, cut for the summary."""
-    return printable(message.strip().split("\n", 1)[0], SUMMARY_MESSAGE_CHARS)
+    """A message in one line (:func:`headline`), cut for the summary."""
+    return printable(headline(message), SUMMARY_MESSAGE_CHARS)
 
 
 def _cell(value: str) -> str:

@@ -230,9 +230,10 @@ def _classify(error: BaseException, source: str, filename: str, exercise: str | 
                        output, BLANK)
     where = _failing_line(error, source, filename)
     if isinstance(error, AssertionError):
-        message = str(error) or (f"this assertion failed: {where}" if where else "an assertion failed")
-        return Outcome("failed", _cap(message), output)
-    message = f"{type(error).__name__}: {error}" + (f" (in the test line: {where})" if where else "")
+        if not str(error):
+            return Outcome("failed", f"this assertion failed, {where}" if where else "an assertion failed", output)
+        return Outcome("failed", _cap(f"{where}\n{error}" if where else str(error)), output)
+    message = f"{type(error).__name__}: {error}" + (f" (in the test {where})" if where else "")
     student_traceback = getattr(error, "student_traceback", "")
     if student_traceback:
         message += "\nwhere your code raised it:\n" + student_traceback
@@ -256,10 +257,11 @@ def _is_memory_error(error: BaseException) -> bool:
 
 
 def _failing_line(error: BaseException, source: str, filename: str) -> str:
-    """The test cell's line where ``error`` arose, unless it lies in the hidden tests."""
+    """Where in the test cell ``error`` arose, as ``line 3: <its code>`` (the line's number in the cell as
+    the student received it, where the visible tests come first); "" when it lies in the hidden tests."""
     lines = python_source(source).splitlines()
     hidden = hidden_test_lines(source)
     numbers = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == filename]
     if not numbers or numbers[-1] in hidden or numbers[-1] > len(lines):
         return ""
-    return lines[numbers[-1] - 1].strip()
+    return f"line {numbers[-1]}: {lines[numbers[-1] - 1].strip()}"

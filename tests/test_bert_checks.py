@@ -561,7 +561,7 @@ MUTANTS = {
         (EmbeddingsDropoutFirst, "apply the dropout AFTER the LayerNorm"),
         (EmbeddingsWithoutDropout, "nothing was dropped"),
         (EmbeddingsDropoutAlwaysOn, "in eval mode (model.eval()) the dropout must do nothing"),
-        (EmbeddingsHuggingFaceNames, "missing: norm.bias (16,), norm.weight (16,)"),
+        (EmbeddingsHuggingFaceNames, "missing norm.bias (16,), norm.weight (16,)"),
     ],
     "count_parameters": [
         (count_without_biases, "every linear layer has a bias"),
@@ -632,7 +632,7 @@ def test_embedding_check_names_the_parameters_it_cannot_load():
     with pytest.raises(CheckFailed) as failure:
         checks.check_BertEmbeddings(EmbeddingsHuggingFaceNames)
     message = str(failure.value)
-    assert "not expected: LayerNorm.bias (16,), LayerNorm.weight (16,)" in message
+    assert "unexpected LayerNorm.bias (16,), LayerNorm.weight (16,)" in message
     assert "Name the submodules word_embeddings, position_embeddings" in message
 
 

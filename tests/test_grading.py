@@ -154,13 +154,13 @@ def test_every_submission_gets_its_expected_status_and_points(graded):
     (("blank", "01_tiny", "test_add"), "NotImplementedError"),
     (("broken", "01_tiny", "test_add"), "not valid JSON"),
     (("mixup", "01_tiny", "test_add"), "notebook of chapter 02_tiny"),
-    (("forger", "01_tiny", "test_add"), "this assertion failed: assert add(1, 2) == 3"),
+    (("forger", "01_tiny", "test_add"), "this assertion failed, line 1: assert add(1, 2) == 3"),
     (("forger", "01_tiny", "test_double"), "double is not right yet"),
     (("looper", "01_tiny", "test_double"), "time limit"),
     (("killer", "01_tiny", "test_double"), "memory"),
     (("tamperer", "01_tiny", "test_add"), "test_add was edited"),
     (("tamperer", "01_tiny", "test_double"), "appears 2 times"),
-    (("bob", "01_tiny", "test_double"), "this assertion failed: assert double(2) == 4"),
+    (("bob", "01_tiny", "test_double"), "this assertion failed, line 1: assert double(2) == 4"),
     ((ZOLA, "01_tiny", "test_add"), "is graded as"),
     ((ZOLA, "01_tiny", "test_add"), "2 submissions found; graded the newest"),
     (("hooker", "01_tiny", "test_add"), "NotImplementedError"),
@@ -202,7 +202,7 @@ def test_feedback_shows_outcomes_but_not_hidden_tests(graded):
     for page in pages.values():
         assert "nbgrader_cell" in page  # nbgrader's feedback page, not the plain one made when rendering fails
         assert not [line for line in HIDDEN_LINES if line in page]
-    assert "this assertion failed: assert double(2) == 4" in pages["bob"] and "not valid JSON" in pages["broken"]
+    assert "this assertion failed, line 1: assert double(2) == 4" in pages["bob"] and "not valid JSON" in pages["broken"]
 
 
 def test_huge_output_is_truncated(graded):

@@ -1,6 +1,7 @@
 """Tests of the chapter release: chapters/ is what generation produces, solutions pass their tests,
 blank chapters fail only with NotImplementedError; and the verification itself catches defects."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -36,8 +37,10 @@ def test_released_chapter_has_stubs_and_no_solutions(chapter):
     url = release.repository_url(ROOT)
     for path in sorted((ROOT / "chapters" / chapter).glob("*.ipynb")):
         text = path.read_text()
-        for secret in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "autograder.checks"):
+        for secret in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS"):
             assert secret not in text, f"{path} contains {secret!r}"
+        # the visible tests call the checks through visible_check only; check_<name>(<name>) is hidden
+        assert not re.search(r"\bcheck_\w+\(", text), f"{path} calls a check outside visible_check"
         notebook = nbformat.read(path, as_version=4)
         code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
         assert all(not cell.outputs and cell.execution_count is None for cell in code_cells)

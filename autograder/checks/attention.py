@@ -302,8 +302,12 @@ def scaled_dot_product_attention_cases() -> list[Case]:
 
 
 def _attention_variant(scale="sqrt_d", dim=-1, invert_mask=False, masked_value=NEG_INF,
-                       mask_after_softmax=False, swap_outputs=False):
-    """A wrong scaled dot-product attention: one of the typical mistakes, chosen by the arguments."""
+                       mask_after_softmax=False, swap_outputs=False, softmax=reference.softmax):
+    """A wrong scaled dot-product attention: one of the typical mistakes, chosen by the arguments.
+
+    It normalizes with ``softmax``: the reference by default, as the check runs the student's
+    function (zeros for a query whose keys are all masked), or ``torch.softmax`` (NaN there).
+    """
 
     def attention(q, k, v, mask=None):
         scores = q @ k.transpose(-2, -1)
@@ -314,7 +318,7 @@ def _attention_variant(scale="sqrt_d", dim=-1, invert_mask=False, masked_value=N
             mask = ~mask
         if mask is not None and not mask_after_softmax:
             scores = scores.masked_fill(~mask, masked_value)
-        weights = torch.softmax(scores, dim=dim)
+        weights = softmax(scores, dim=dim)
         if mask is not None and mask_after_softmax:
             weights = weights * mask
         output = weights @ v
@@ -336,7 +340,7 @@ ATTENTION_MISTAKES = (
     Mistake(_attention_variant(mask_after_softmax=True),
             "apply the mask to the scores before the softmax (set masked scores to -inf), so the "
             "remaining weights still sum to 1."),
-    Mistake(_attention_variant(),
+    Mistake(_attention_variant(softmax=torch.softmax),
             "a query whose keys are all masked must get zero weights and a zero output, not NaN: "
             "torch.softmax of a row of -inf is NaN. Use your `softmax` (which returns zeros there)."),
     Mistake(_attention_variant(masked_value=-1e9),
@@ -397,6 +401,10 @@ def _causal_upper(n, m=None, device=None):
     return torch.ones(n, n if m is None else m, dtype=torch.bool, device=device).triu()
 
 
+def _causal_future(n, m=None, device=None):
+    return torch.ones(n, n if m is None else m, dtype=torch.bool, device=device).triu(diagonal=1)
+
+
 def _causal_strict(n, m=None, device=None):
     return torch.ones(n, n if m is None else m, dtype=torch.bool, device=device).tril(diagonal=-1)
 
@@ -423,6 +431,10 @@ CAUSAL_MASK_MISTAKES = (
     Mistake(_causal_upper,
             "True marks the keys a query may see: itself and the past (j <= i), the lower triangle; "
             "your mask lets each position see the future."),
+    Mistake(_causal_future,
+            "your mask is True above the diagonal (j > i): the future keys, which a query may NOT see "
+            "(the convention of nn.Transformer's masks). Here True means 'may attend': the lower "
+            "triangle with the diagonal, j <= i (torch.tril)."),
     Mistake(_causal_strict, "a position may attend to itself: keep the diagonal (j <= i, not j < i)."),
     Mistake(_causal_bottom_right,
             "align the mask top-left: query i sees keys 0..i whatever m is, like is_causal=True in "

@@ -31,12 +31,14 @@ from autograder.checks.framework import (
     check_against_reference,
     describe_difference,
     diagnose,
+    fail,
     failure_message,
     format_inputs,
     generator_for,
     parameter_names_of,
     run_student,
 )
+from autograder.checks.modules import DropoutHints, build_with_reference_weights, check_dropout, tiny_bert_config
 from bertlab import bert as bert_reference
 from bertlab import tokenization as tokenization_reference
 from bertlab.bert import BertConfig
@@ -485,20 +487,15 @@ EMBEDDINGS_FORBIDDEN = (
 )
 
 
-def _config(**fields) -> BertConfig:
-    return BertConfig(**{"num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32, **fields})
-
-
 #: (description, config, scale of the random embeddings). The first has BERT's initialization scale
 #: and layer_norm_eps = 1e-12, where nn.LayerNorm's default eps (1e-5) makes a visible difference.
 EMBEDDINGS_CONFIGS = (
     ("vocab_size=40, hidden_size=16, max_position_embeddings=24, type_vocab_size=2, layer_norm_eps=1e-12, "
-     "hidden_dropout_prob=0.25", _config(vocab_size=40, hidden_size=16, max_position_embeddings=24,
-                                         hidden_dropout_prob=0.25), 0.02),
+     "hidden_dropout_prob=0.25", tiny_bert_config(1, hidden_dropout_prob=0.25), 0.02),
     ("vocab_size=30, hidden_size=12, max_position_embeddings=10, type_vocab_size=3, layer_norm_eps=1e-6, "
-     "pad_token_id=2, hidden_dropout_prob=0.0", _config(vocab_size=30, hidden_size=12, max_position_embeddings=10,
-                                                       type_vocab_size=3, layer_norm_eps=1e-6, pad_token_id=2,
-                                                       hidden_dropout_prob=0.0), 1.0),
+     "pad_token_id=2, hidden_dropout_prob=0.0",
+     tiny_bert_config(1, vocab_size=30, hidden_size=12, max_position_embeddings=10, type_vocab_size=3,
+                      layer_norm_eps=1e-6, pad_token_id=2, hidden_dropout_prob=0.0), 1.0),
 )
 
 
@@ -596,105 +593,32 @@ EMBEDDINGS_MISTAKES = (
             "add the three embeddings."),
 )
 
-EMBEDDINGS_NAMES = "word_embeddings, position_embeddings, token_type_embeddings, norm and dropout"
+EMBEDDINGS_NAMING_HINT = ("Name the submodules word_embeddings, position_embeddings, token_type_embeddings, norm "
+                          "and dropout, as in the exercise (nn.Embedding and nn.LayerNorm give a .weight, and the "
+                          "LayerNorm a .bias).")
 
-
-def _expected_parameters(reference: nn.Module) -> dict[str, tuple]:
-    return {name: tuple(tensor.shape) for name, tensor in reference.state_dict().items()}
-
-
-def parameter_mismatch(shapes: dict[str, tuple], expected: dict[str, tuple]) -> list[str] | None:
-    """The lines that tell how the names and shapes of the student's parameters (``shapes``: name -> shape)
-    differ from the reference's (``expected``): missing, not expected, of the wrong shape (six names at
-    most each); None when they agree. The caller adds the hint. Also used by the checks of chapter 08."""
-    missing = sorted(set(expected) - set(shapes))
-    extra = sorted(set(shapes) - set(expected))
-    wrong = sorted(name for name in set(expected) & set(shapes) if shapes[name] != expected[name])
-    if not (missing or extra or wrong):
-        return None
-    lines = ["your module's parameters do not have the names and shapes of the reference's, so its weights "
-             "cannot be loaded:"]
-    for title, names, describe in (("missing", missing, lambda n: f"{n} {expected[n]}"),
-                                   ("not expected", extra, lambda n: f"{n} {shapes[n]}"),
-                                   ("wrong shape", wrong, lambda n: f"{n} {shapes[n]} instead of {expected[n]}")):
-        if names:
-            shown = ", ".join(describe(name) for name in names[:6]) + (", ..." if len(names) > 6 else "")
-            lines.append(f"    {title}: {shown}")
-    return lines
-
-
-def _describe_parameters(student_state, parameter_names, expected: dict[str, tuple]) -> str | None:
-    """What is wrong with the names and shapes of the student's parameters, or None. Buffers (entries
-    of the state dict that are not parameters, such as HF's ``position_ids``) are allowed."""
-    if not isinstance(student_state, dict):
-        return "your module's state_dict() is not a dict: is BertEmbeddings a subclass of nn.Module?"
-    shapes = {name: tuple(value.shape) for name, value in student_state.items()
-              if name in parameter_names and isinstance(value, torch.Tensor)}
-    lines = parameter_mismatch(shapes, expected)
-    if lines is None:
-        return None
-    lines.append(f"  Name the submodules {EMBEDDINGS_NAMES}, as in the exercise (nn.Embedding and "
-                 "nn.LayerNorm give a .weight, and the LayerNorm a .bias).")
-    return "\n".join(lines)
-
-
-def _fail(context: str, problem: str, hint: str | None = None):
-    raise CheckFailed(failure_message("BertEmbeddings", context, problem, hint))
-
-
-def _build_student_module(student_cls, config, description, forbidden):
-    context = f"BertEmbeddings(config) with {description}"
-    module = run_student(student_cls, Case(context, (config,)), check="BertEmbeddings", forbidden=forbidden,
-                         context=context)
-    if module is None or not hasattr(module, "state_dict"):
-        _fail(context, "BertEmbeddings(config) did not give an nn.Module: the class must subclass nn.Module.")
-    return module, context
-
-
-def _load_reference_weights(module, reference, context) -> None:
-    parameter_names = [name for name, _ in module.named_parameters()]
-    problem = _describe_parameters(module.state_dict(), parameter_names, _expected_parameters(reference))
-    if problem:
-        _fail(context, problem)
-    try:
-        module.load_state_dict(_state(reference), strict=False)  # the student's own buffers stay
-    except Exception as error:
-        _fail(context, f"loading the reference's weights failed: {type(error).__name__}: {error}")
+EMBEDDINGS_DROPOUT_HINTS = DropoutHints(
+    nothing_dropped="apply dropout with probability config.hidden_dropout_prob after the LayerNorm, e.g. "
+                    "self.dropout = nn.Dropout(config.hidden_dropout_prob); it is active in training mode only.",
+    no_zeros="apply the dropout AFTER the LayerNorm: Dropout(LayerNorm(sum)); a LayerNorm after the dropout "
+             "mixes the zeros away.",
+    not_scaled="use nn.Dropout (or F.dropout), which scales the kept entries by 1 / (1 - p) so that the expected "
+               "value is unchanged.",
+    kept_differ="the dropout must be the last step, applied to LayerNorm(sum).",
+    wrong_share="drop with probability config.hidden_dropout_prob.",
+)
 
 
 def _check_dropout(student_module, reference, config, case, context, forbidden) -> None:
-    """In training mode, every entry is either dropped (exactly 0) or the eval output / (1 - p), and
-    about a fraction p of them are dropped."""
-    p = config.hidden_dropout_prob
+    """In training mode, the output must be a dropout of the eval-mode output (see :func:`check_dropout`)."""
     student_module.train()
     output = run_student(student_module, case, check="BertEmbeddings", forbidden=forbidden, context=context)
     student_module.eval()
     args, _ = case.fresh_arguments()
     with torch.no_grad():
         expected = reference(*args)
-    if not isinstance(output, torch.Tensor) or output.shape != expected.shape:
-        _fail(context, describe_difference(output, expected) or "wrong output")
-    dropped = output == 0
-    fraction = dropped.double().mean().item()
-    kept_close = describe_difference(output[~dropped], expected[~dropped] / (1 - p)) is None
-    if not dropped.any():
-        if describe_difference(output, expected) is None:
-            _fail(context, "in training mode your output equals the eval-mode output: nothing was dropped.",
-                  f"apply dropout with probability config.hidden_dropout_prob (here {p}) after the LayerNorm, "
-                  "e.g. self.dropout = nn.Dropout(config.hidden_dropout_prob); it is active in training mode only.")
-        _fail(context, "in training mode no entry of your output is exactly 0, so dropout did not act last.",
-              "apply the dropout AFTER the LayerNorm: Dropout(LayerNorm(sum)); a LayerNorm after the dropout "
-              "mixes the zeros away.")
-    if not kept_close:
-        if describe_difference(output[~dropped], expected[~dropped]) is None:
-            _fail(context, "the entries you kept are not scaled by 1 / (1 - p).",
-                  "use nn.Dropout (or F.dropout), which scales the kept entries by 1 / (1 - p) so that the "
-                  "expected value is unchanged.")
-        _fail(context, "in training mode the entries that are not dropped differ from the eval-mode output "
-                       "/ (1 - p).", "the dropout must be the last step, applied to LayerNorm(sum).")
-    if not p / 3 <= fraction <= min(1.0, 1.5 * p + 0.05):
-        _fail(context, f"{fraction:.0%} of the entries are dropped, expected about {p:.0%}.",
-              "drop with probability config.hidden_dropout_prob.")
+    check_dropout(output, expected, config.hidden_dropout_prob, check="BertEmbeddings", context=context,
+                  hints=EMBEDDINGS_DROPOUT_HINTS)
 
 
 def check_BertEmbeddings(student_cls, *, forbid: bool = True) -> str:  # noqa: N802 (named after the class)
@@ -713,8 +637,10 @@ def check_BertEmbeddings(student_cls, *, forbid: bool = True) -> str:  # noqa: N
     checked = 0
     for index, (description, config, scale) in enumerate(EMBEDDINGS_CONFIGS):
         reference = _reference_embeddings(config, scale, g)
-        module, context = _build_student_module(student_cls, config, description, forbidden)
-        _load_reference_weights(module, reference, context)
+        context = f"BertEmbeddings(config) with {description}"
+        module = build_with_reference_weights(student_cls, (config,), {}, reference, check="BertEmbeddings",
+                                              context=context, naming_hint=EMBEDDINGS_NAMING_HINT,
+                                              forbidden=forbidden, own_buffers=True)
         module.eval()
         cases = _embeddings_inputs(config, g)
         for case in cases:
@@ -756,9 +682,9 @@ def _compare_embeddings(module, reference, config, case, context, forbidden) -> 
     if isinstance(output, torch.Tensor) and output.shape == expected.shape:
         p, zeros = config.hidden_dropout_prob, output == 0
         if p > 0 and zeros.any() and describe_difference(output[~zeros], expected[~zeros] / (1 - p)) is None:
-            _fail(context, difference, "in eval mode (model.eval()) the dropout must do nothing: use nn.Dropout, "
-                                       "or F.dropout(x, p, training=self.training).")
-    _fail(context, difference, diagnose(output, case, mistakes))
+            fail("BertEmbeddings", context, difference, "in eval mode (model.eval()) the dropout must do nothing: "
+                 "use nn.Dropout, or F.dropout(x, p, training=self.training).")
+    fail("BertEmbeddings", context, difference, diagnose(output, case, mistakes))
 
 
 # --------------------------------------------------------------------------------------------------

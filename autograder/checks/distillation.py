@@ -29,6 +29,7 @@ from autograder.checks.framework import (
     call_and_backward,
     check_against_reference,
     describe_difference,
+    fail,
     failure_message,
     forbidden_calls,
     generator_for,
@@ -401,10 +402,6 @@ def _inputs(generator: torch.Generator) -> dict[str, torch.Tensor]:
     return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
-def _fail(context: str, problem: str, hint: str | None = None):
-    raise CheckFailed(failure_message(CHECK, context, problem, hint))
-
-
 def _prefix(teacher) -> str:
     """Where the encoder layers are in the state dict: "bert.encoder.layers." or "encoder.layers."."""
     return "bert.encoder.layers." if isinstance(teacher, BertForSequenceClassification) else "encoder.layers."
@@ -467,14 +464,14 @@ def _snapshot(model) -> dict[str, torch.Tensor]:
 
 def _state_of_student(student, context: str) -> dict[str, torch.Tensor]:
     if student is None:
-        _fail(context, "your function returned None.", "return the student model.")
+        fail(CHECK, context, "your function returned None.", "return the student model.")
     try:
         state = student.state_dict()
     except (AttributeError, TypeError):
-        _fail(context, f"your function returned {type(student).__name__}, not a model (an nn.Module).",
-              "return the student model, e.g. a copy of the teacher with fewer layers.")
+        fail(CHECK, context, f"your function returned {type(student).__name__}, not a model (an nn.Module).",
+             "return the student model, e.g. a copy of the teacher with fewer layers.")
     if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
-        _fail(context, "the state_dict() of what you returned is not a dict of tensors.", "return an nn.Module.")
+        fail(CHECK, context, "the state_dict() of what you returned is not a dict of tensors.", "return an nn.Module.")
     return state
 
 
@@ -485,26 +482,26 @@ def _compare_weights(state: dict, expected: dict, teacher_state: dict, prefix: s
     found = _which_teacher_layers(student_layers, teacher_layers)
     if len(found) != len(expected_ids) or found != expected_ids:
         described = ", ".join("a new layer" if index is None else str(index) for index in found)
-        _fail(context, f"your student has {len(found)} encoder layers, copies of the teacher's layers [{described}]; "
+        fail(CHECK, context, f"your student has {len(found)} encoder layers, copies of the teacher's layers [{described}]; "
                        f"expected {len(expected_ids)}: the teacher's layers {expected_ids}.",
-              _layer_hint(found, expected_ids, num_layers, layer_ids_given))
+             _layer_hint(found, expected_ids, num_layers, layer_ids_given))
     missing = sorted(set(expected) - set(state))
     extra = sorted(set(state) - set(expected))
     if missing or extra:
         lines = [f"missing: {', '.join(missing[:6])}" + (" ..." if len(missing) > 6 else "")] if missing else []
         lines += [f"not expected: {', '.join(extra[:6])}" + (" ..." if len(extra) > 6 else "")] if extra else []
-        _fail(context, "the names of your student's weights are not those of the teacher's class:\n    "
+        fail(CHECK, context, "the names of your student's weights are not those of the teacher's class:\n    "
                        + "\n    ".join(lines),
-              "return a model of the teacher's class (a deep copy of the teacher), with only its list of encoder "
-              "layers shortened.")
+             "return a model of the teacher's class (a deep copy of the teacher), with only its list of encoder "
+             "layers shortened.")
     for name in expected:
         if name.startswith(prefix):
             continue  # the layers were compared above
         if state[name].shape != expected[name].shape or not torch.equal(state[name], expected[name]):
             part = "the embeddings" if "embeddings" in name else "the pooler" if "pooler" in name else "the classifier"
-            _fail(context, f"your student's {name} is not the teacher's.",
-                  f"copy {part} of the teacher too: the student starts from ALL the teacher's weights except the "
-                  "dropped layers (a copy.deepcopy of the teacher does that).")
+            fail(CHECK, context, f"your student's {name} is not the teacher's.",
+                 f"copy {part} of the teacher too: the student starts from ALL the teacher's weights except the "
+                 "dropped layers (a copy.deepcopy of the teacher does that).")
 
 
 def _check_config(student, expected_layers: int, has_backbone: bool, context: str) -> None:
@@ -517,10 +514,10 @@ def _check_config(student, expected_layers: int, has_backbone: bool, context: st
             owner = student.bert if owner is None else owner
             value = owner.config.num_hidden_layers
         except AttributeError:
-            _fail(context, f"your student has no {name}.num_hidden_layers.", hint)
+            fail(CHECK, context, f"your student has no {name}.num_hidden_layers.", hint)
         if value != expected_layers:
-            _fail(context, f"your student's {name}.num_hidden_layers is {value}, but it has {expected_layers} layers.",
-                  hint)
+            fail(CHECK, context, f"your student's {name}.num_hidden_layers is {value}, but it has {expected_layers} layers.",
+                 hint)
 
 
 def _output(model, inputs):
@@ -533,11 +530,11 @@ def _check_output(student, expected_model, inputs: dict, context: str) -> None:
     try:
         actual = _output(student, inputs)
     except Exception as error:
-        _fail(context, f"running your student on a batch raised {type(error).__name__}: {error}",
-              "return a model of the teacher's class, whose encoder holds the kept layers in an nn.ModuleList.")
+        fail(CHECK, context, f"running your student on a batch raised {type(error).__name__}: {error}",
+             "return a model of the teacher's class, whose encoder holds the kept layers in an nn.ModuleList.")
     difference = describe_difference(actual, _output(expected_model, inputs), DEFAULT_TOLERANCES)
     if difference is not None:
-        _fail(context, f"your student's output on a batch differs from the reference student's: {difference}")
+        fail(CHECK, context, f"your student's output on a batch differs from the reference student's: {difference}")
 
 
 def _check_teacher_unchanged(teacher, before: dict, num_layers: int, context: str, when: str) -> None:
@@ -545,13 +542,13 @@ def _check_teacher_unchanged(teacher, before: dict, num_layers: int, context: st
             "must stay as it is, since it still has to teach the student.")
     config_layers = teacher.config.num_hidden_layers
     if config_layers != num_layers:
-        _fail(context, f"{when}, the teacher's config.num_hidden_layers is {config_layers} instead of {num_layers}.", hint)
+        fail(CHECK, context, f"{when}, the teacher's config.num_hidden_layers is {config_layers} instead of {num_layers}.", hint)
     after = teacher.state_dict()
     if after.keys() != before.keys():
-        _fail(context, f"{when}, the teacher's weights are not the same set any more (it lost or gained layers).", hint)
+        fail(CHECK, context, f"{when}, the teacher's weights are not the same set any more (it lost or gained layers).", hint)
     changed = [name for name in before if not torch.equal(after[name], before[name])]
     if changed:
-        _fail(context, f"{when}, the teacher's {changed[0]} changed.", hint)
+        fail(CHECK, context, f"{when}, the teacher's {changed[0]} changed.", hint)
 
 
 def _check_not_shared(student_fn, student, context: str, forbidden) -> None:
@@ -569,14 +566,14 @@ def _check_not_shared(student_fn, student, context: str, forbidden) -> None:
         grandchild.load_state_dict({name: tensor + 1 if tensor.is_floating_point() else tensor
                                     for name, tensor in state.items()})
     except Exception as error:
-        _fail(context, f"loading new weights into a student made by your function raised {type(error).__name__}: {error}")
+        fail(CHECK, context, f"loading new weights into a student made by your function raised {type(error).__name__}: {error}")
     after = student.state_dict()
     shared = [name for name in before if not torch.equal(after[name], before[name])]
     if shared:
-        _fail(context, f"changing the weights of the student changed its teacher's too ({shared[0]}"
+        fail(CHECK, context, f"changing the weights of the student changed its teacher's too ({shared[0]}"
                        + (f" and {len(shared) - 1} more" if len(shared) > 1 else "") + "): they share tensors.",
-              "the student must get COPIES of the teacher's weights (copy.deepcopy(teacher), then keep the chosen "
-              "layers of the copy), so that training the student leaves the teacher as it is.")
+             "the student must get COPIES of the teacher's weights (copy.deepcopy(teacher), then keep the chosen "
+             "layers of the copy), so that training the student leaves the teacher as it is.")
 
 
 def check_init_student_from_teacher(student_fn, *, forbid: bool = True) -> str:

@@ -36,39 +36,29 @@ exercise's job). ``forbid=False`` lifts that rule (the tests use it to run a che
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.checks.bert import parameter_mismatch
 from autograder.checks.framework import (
     DEFAULT_TOLERANCES,
     Case,
     CheckFailed,
     Tolerance,
-    failure_message,
     describe_difference,
+    fail,
     generator_for,
     run_student,
 )
+from autograder.checks.modules import DropoutHints, build_with_reference_weights, check_dropout, tiny_bert_config
 import bertlab.norm
 from bertlab import bert as bert_reference
 from bertlab import finetuning as reference
 from bertlab.bert import BertConfig, BertForSequenceClassification
 
 CPU = torch.device("cpu")
-
-
-def _fail(check: str, context: str, problem: str, hint: str | None = None):
-    raise CheckFailed(failure_message(check, context, problem, hint))
-
-
-def _config(num_layers: int = 2, **fields) -> BertConfig:
-    """A tiny BERT configuration (vocabulary of 40, width 16, 2 heads) for the checks."""
-    values = {"vocab_size": 40, "hidden_size": 16, "num_hidden_layers": num_layers, "num_attention_heads": 2,
-              "intermediate_size": 32, "max_position_embeddings": 24, **fields}
-    return BertConfig(**values)
 
 
 NORM_TYPES = (nn.LayerNorm, bertlab.norm.LayerNorm)
@@ -133,12 +123,12 @@ HEAD_FORBIDDEN = (
 #: (description, config, num_labels passed to the constructor: None for the default 2).
 HEAD_CONFIGS = (
     ("hidden_size=16, 2 layers, hidden_dropout_prob=0.1, num_labels left at its default (2)",
-     _config(2, hidden_dropout_prob=0.1), None),
-    ("hidden_size=12, 1 layer, 3 heads, num_labels=3", _config(1, hidden_size=12, num_attention_heads=3,
+     tiny_bert_config(2, hidden_dropout_prob=0.1), None),
+    ("hidden_size=12, 1 layer, 3 heads, num_labels=3", tiny_bert_config(1, hidden_size=12, num_attention_heads=3,
                                                                intermediate_size=24), 3),
 )
 #: Training mode: num_labels = hidden_size and W = I, so that the logits show the dropout's work.
-DROPOUT_CONFIG = _config(1, hidden_dropout_prob=0.25)
+DROPOUT_CONFIG = tiny_bert_config(1, hidden_dropout_prob=0.25)
 
 
 @dataclass(frozen=True)
@@ -239,13 +229,8 @@ HEAD_OUTPUT_HINT = ("return bertlab.bert.SequenceClassifierOutput(loss=loss, log
                     "attributes .loss and .logits, as the reference returns.")
 
 
-def _describe_parameters(shapes: dict[str, tuple], expected: dict[str, tuple]) -> str | None:
-    lines = parameter_mismatch(shapes, expected)
-    if lines is None:
-        return None
-    lines.append("  Hint: name the submodules bert (a bertlab.bert.BertModel(config)), dropout (nn.Dropout) and "
-                 "classifier (nn.Linear(hidden_size, num_labels)), as the exercise says.")
-    return "\n".join(lines)
+HEAD_NAMING_HINT = ("name the submodules bert (a bertlab.bert.BertModel(config)), dropout (nn.Dropout) and "
+                    "classifier (nn.Linear(hidden_size, num_labels)), as the exercise says.")
 
 
 def _build_head(student_cls, config: BertConfig, num_labels: int | None, description: str, forbidden,
@@ -253,22 +238,8 @@ def _build_head(student_cls, config: BertConfig, num_labels: int | None, descrip
     """The student's module, built and loaded with the reference's weights; its context string."""
     context = f"BertForSequenceClassification({'config' if num_labels is None else f'config, {num_labels}'}) with {description}"
     args = (config,) if num_labels is None else (config, num_labels)
-    module = run_student(student_cls, Case(context, args), check="BertForSequenceClassification",
-                         forbidden=forbidden, context=context)
-    try:
-        shapes = {name: tuple(tensor.shape) for name, tensor in module.named_parameters()}
-    except Exception as error:
-        _fail("BertForSequenceClassification", context,
-              f"asking your module for its parameters failed ({type(error).__name__}: {error}).",
-              "the class must subclass nn.Module and call super().__init__() first.")
-    problem = _describe_parameters(shapes, {name: tuple(p.shape) for name, p in reference_model.named_parameters()})
-    if problem:
-        _fail("BertForSequenceClassification", context, problem)
-    try:
-        module.load_state_dict({name: tensor.detach().clone() for name, tensor in reference_model.state_dict().items()})
-    except Exception as error:
-        _fail("BertForSequenceClassification", context,
-              f"loading the reference's weights failed: {type(error).__name__}: {error}")
+    module = build_with_reference_weights(student_cls, args, {}, reference_model, check="BertForSequenceClassification",
+                                          context=context, naming_hint=HEAD_NAMING_HINT, forbidden=forbidden)
     return module, context
 
 
@@ -277,9 +248,9 @@ def _output_fields(output, context: str):
     try:
         return output.loss, output.logits
     except AttributeError:
-        _fail("BertForSequenceClassification", context,
-              f"your forward returned {type(output).__name__ if not hasattr(output, '_number') else 'an object'} "
-              "without the attributes .loss and .logits.", HEAD_OUTPUT_HINT)
+        fail("BertForSequenceClassification", context,
+             f"your forward returned {type(output).__name__ if not hasattr(output, '_number') else 'an object'} "
+             "without the attributes .loss and .logits.", HEAD_OUTPUT_HINT)
 
 
 def _compare_head(module, reference_model, inputs: _Inputs, context: str, forbidden) -> None:
@@ -300,9 +271,9 @@ def _compare_head(module, reference_model, inputs: _Inputs, context: str, forbid
             again = _output_fields(run_student(module, case, check=check, forbidden=forbidden, context=context),
                                    context)[1]
             if isinstance(logits, torch.Tensor) and describe_difference(again, logits) is not None:
-                _fail(check, context, difference + " Called again on the same inputs, it returned other logits.",
-                      "in eval mode (model.eval()) the dropout must do nothing: use nn.Dropout, or "
-                      "F.dropout(x, p, training=self.training).")
+                fail(check, context, difference + " Called again on the same inputs, it returned other logits.",
+                     "in eval mode (model.eval()) the dropout must do nothing: use nn.Dropout, or "
+                     "F.dropout(x, p, training=self.training).")
             if isinstance(logits, torch.Tensor) and logits.shape == expected.logits.shape:
                 hint = next((hint for variant, hint in HEAD_LOGITS_MISTAKES
                              if describe_difference(logits, variant(reference_model, inputs.kwargs)) is None), None)
@@ -310,15 +281,15 @@ def _compare_head(module, reference_model, inputs: _Inputs, context: str, forbid
                 hint = next((hint for variant, hint in HEAD_LOGITS_MISTAKES
                              if isinstance(logits, torch.Tensor)
                              and logits.shape == variant(reference_model, inputs.kwargs).shape), None)
-            _fail(check, context, difference, hint)
+            fail(check, context, difference, hint)
         if "labels" not in inputs.kwargs:
             if loss is not None:
-                _fail(check, context, f"you returned a loss ({type(loss).__name__}) although no labels were given.",
-                      "without labels, return loss=None (the model is then used for predictions only).")
+                fail(check, context, f"you returned a loss ({type(loss).__name__}) although no labels were given.",
+                     "without labels, return loss=None (the model is then used for predictions only).")
             return
         if loss is None:
-            _fail(check, context, "you returned loss=None although labels were given.",
-                  "with labels, the loss is the mean cross-entropy F.cross_entropy(logits, labels).")
+            fail(check, context, "you returned loss=None although labels were given.",
+                 "with labels, the loss is the mean cross-entropy F.cross_entropy(logits, labels).")
         difference = describe_difference(loss, expected.loss, DEFAULT_TOLERANCES, "loss")
         if difference is not None:
             hint = None
@@ -328,12 +299,33 @@ def _compare_head(module, reference_model, inputs: _Inputs, context: str, forbid
                             None)
             if hint is None and isinstance(loss, torch.Tensor) and loss.dim() > 0:
                 hint = "the loss is one number, the mean cross-entropy over the batch: reduce it to a scalar."
-            _fail(check, context, difference, hint)
+            fail(check, context, difference, hint)
+
+
+HEAD_DROPOUT_HINTS = DropoutHints(
+    nothing_dropped="apply self.dropout = nn.Dropout(config.hidden_dropout_prob) to the pooled vector before the "
+                    "classifier; it acts in training mode only.",
+    no_zeros="logits = self.classifier(self.dropout(pooled_output)).",
+    not_scaled="use nn.Dropout (or F.dropout), which scales the kept entries by 1 / (1 - p).",
+    kept_differ="logits = self.classifier(self.dropout(pooled_output)), with the pooled output of self.bert.",
+    wrong_share="drop with probability config.hidden_dropout_prob, as BERT does.",
+)
+
+
+def _fail_on_another_probability(kept: torch.Tensor, kept_pooled: torch.Tensor, *, p: float, context: str) -> None:
+    """Fail when the kept entries are the pooled ones scaled by the 1 / (1 - q) of another probability q."""
+    scale = float((kept * kept_pooled).sum() / kept_pooled.square().sum())  # least squares: kept = scale * pooled
+    if scale > 1 and describe_difference(kept, scale * kept_pooled) is None:
+        fail("BertForSequenceClassification", context,
+             f"the entries you kept are scaled by {scale:.4g}, the 1 / (1 - q) of a dropout with q = "
+             f"{1 - 1 / scale:.3g}, where p = {p} gives {1 / (1 - p):.4g}.",
+             f"drop with probability config.hidden_dropout_prob (here p = {p}): "
+             "nn.Dropout(config.hidden_dropout_prob), not a fixed probability.")
 
 
 def _check_head_dropout(student_cls, generator: torch.Generator, forbidden) -> str:
-    """In training mode, with W = I and a random bias b: logits - b must be, entry by entry, either 0
-    (dropped) or pooled / (1 - p), with about a fraction p dropped."""
+    """In training mode, with W = I and a random bias b: logits - b must be a dropout of the pooled
+    vector (:func:`check_dropout`)."""
     check = "BertForSequenceClassification"
     config = DROPOUT_CONFIG
     H, p = config.hidden_size, config.hidden_dropout_prob
@@ -356,38 +348,15 @@ def _check_head_dropout(student_cls, generator: torch.Generator, forbidden) -> s
     with torch.no_grad():
         pooled = reference_model.bert(input_ids)[1]
     if not isinstance(logits, torch.Tensor) or logits.shape != pooled.shape:
-        _fail(check, context, describe_difference(logits, pooled, name="logits") or "wrong logits")
+        fail(check, context, describe_difference(logits, pooled, name="logits") or "wrong logits")
     shifted = logits - bias
-    dropped = shifted == 0
-    if (logits == 0).any() and not dropped.any():
-        _fail(check, context, "in training mode some logits are exactly 0, where a dropped entry should give the "
-                              "bias b (W 0 + b).",
-              "apply the dropout to the pooled vector, BEFORE the classifier: logits = W Dropout(pooled) + b, not "
-              "Dropout(W pooled + b).")
-    if not dropped.any():
-        if describe_difference(shifted, pooled) is None:
-            _fail(check, context, "in training mode your logits equal the eval-mode logits: nothing was dropped.",
-                  f"apply self.dropout = nn.Dropout(config.hidden_dropout_prob) (here p = {p}) to the pooled vector "
-                  "before the classifier; it acts in training mode only.")
-        _fail(check, context, "in training mode your logits are neither W pooled + b nor W Dropout(pooled) + b.",
-              "logits = self.classifier(self.dropout(pooled_output)).")
-    if describe_difference(shifted[~dropped], pooled[~dropped] / (1 - p)) is not None:
-        if describe_difference(shifted[~dropped], pooled[~dropped]) is None:
-            _fail(check, context, "the entries you kept are not scaled by 1 / (1 - p).",
-                  "use nn.Dropout (or F.dropout), which scales the kept entries by 1 / (1 - p).")
-        kept, kept_pooled = shifted[~dropped], pooled[~dropped]
-        scale = float((kept * kept_pooled).sum() / kept_pooled.square().sum())  # least squares: kept = scale * pooled
-        if scale > 1 and describe_difference(kept, scale * kept_pooled) is None:
-            _fail(check, context, f"the entries you kept are scaled by {scale:.4g}, the 1 / (1 - q) of a dropout with "
-                                  f"q = {1 - 1 / scale:.3g}, where p = {p} gives {1 / (1 - p):.4g}.",
-                  f"drop with probability config.hidden_dropout_prob (here p = {p}): "
-                  "nn.Dropout(config.hidden_dropout_prob), not a fixed probability.")
-        _fail(check, context, "in training mode the entries that were not dropped differ from pooled / (1 - p).",
-              "logits = self.classifier(self.dropout(pooled_output)), with the pooled output of self.bert.")
-    fraction = dropped.double().mean().item()
-    if not p / 3 <= fraction <= 1.5 * p + 0.05:
-        _fail(check, context, f"{fraction:.0%} of the entries were dropped, expected about {p:.0%}.",
-              "drop with probability config.hidden_dropout_prob, as BERT does.")
+    if (logits == 0).any() and not (shifted == 0).any():
+        fail(check, context, "in training mode some logits are exactly 0, where a dropped entry should give the "
+                             "bias b (W 0 + b).",
+             "apply the dropout to the pooled vector, BEFORE the classifier: logits = W Dropout(pooled) + b, not "
+             "Dropout(W pooled + b).")
+    check_dropout(shifted, pooled, p, check=check, context=context, hints=HEAD_DROPOUT_HINTS,
+                  on_kept_differ=partial(_fail_on_another_probability, p=p, context=context))
     return context
 
 
@@ -549,23 +518,23 @@ def check_freeze_layers(student_fn, *, forbid: bool = True) -> str:
     generator = generator_for(check)
     for number, (description, num_layers, k, state) in enumerate(FREEZE_CASES, start=1):
         context = f"test case {number} of {len(FREEZE_CASES)} ({description})"
-        model = _set_flags(_classifier(_config(num_layers), generator), state)
+        model = _set_flags(_classifier(tiny_bert_config(num_layers), generator), state)
         fresh = copy.deepcopy(model)  # for the reference and the mistakes
         all_names = [name for name, _ in model.named_parameters()]
         returned = run_student(student_fn, Case(description, (model, k)), check=check, forbidden=forbidden,
                                parameter_names=["model", "num_trainable_layers"], context=context)
         if returned is None:
-            _fail(check, context, "your function returned None.",
-                  "return the model (as the reference does, so that calls can be chained: "
-                  "model = freeze_layers(model, 2)).")
+            fail(check, context, "your function returned None.",
+                 "return the model (as the reference does, so that calls can be chained: "
+                 "model = freeze_layers(model, 2)).")
         try:
             names, trainable = trainable_names(returned)
         except Exception as error:
-            _fail(check, context, f"what you returned is not a model ({type(error).__name__}: {error}).",
-                  "return the model you were given.")
+            fail(check, context, f"what you returned is not a model ({type(error).__name__}: {error}).",
+                 "return the model you were given.")
         if names != all_names:
-            _fail(check, context, "the model you returned does not have the parameters of the model you were given.",
-                  "return the whole model you were given (not model.bert, not a copy of a part).")
+            fail(check, context, "the model you returned does not have the parameters of the model you were given.",
+                 "return the whole model you were given (not model.bert, not a copy of a part).")
         expected = {name for name, p in reference.freeze_layers(copy.deepcopy(fresh), k).named_parameters()
                     if p.requires_grad}
         if set(trainable) != expected:
@@ -579,7 +548,7 @@ def check_freeze_layers(student_fn, *, forbid: bool = True) -> str:
                 if {name for name, p in mistaken.named_parameters() if p.requires_grad} == set(trainable):
                     hint = mistake_hint
                     break
-            _fail(check, context, _describe_split(set(trainable), expected), hint)
+            fail(check, context, _describe_split(set(trainable), expected), hint)
     return f"freeze_layers: all {len(FREEZE_CASES)} cases agree with the reference"
 
 
@@ -698,29 +667,29 @@ def _read_groups(groups, context: str) -> list[tuple[list[torch.Tensor], object,
     """[(tensors, lr, weight_decay)] of the student's groups, with clear errors for a wrong form."""
     check = "param_groups"
     if not isinstance(groups, (list, tuple)):
-        _fail(check, context, f"you returned {type(groups).__name__}, expected a list of dicts.",
-              'return a list of dicts such as {"params": [...], "lr": ..., "weight_decay": ...}.')
+        fail(check, context, f"you returned {type(groups).__name__}, expected a list of dicts.",
+             'return a list of dicts such as {"params": [...], "lr": ..., "weight_decay": ...}.')
     read = []
     for index, group in enumerate(groups):
         if not isinstance(group, dict):
-            _fail(check, context, f"group {index} is {type(group).__name__}, expected a dict.",
-                  'each group is a dict {"params": [...], "lr": ..., "weight_decay": ...}.')
+            fail(check, context, f"group {index} is {type(group).__name__}, expected a dict.",
+                 'each group is a dict {"params": [...], "lr": ..., "weight_decay": ...}.')
         missing = [key for key in ("params", "lr", "weight_decay") if key not in group]
         if missing:
-            _fail(check, context, f"group {index} has no {', '.join(repr(key) for key in missing)}.",
-                  'each group needs "params" (a list of parameters), "lr" and "weight_decay".')
+            fail(check, context, f"group {index} has no {', '.join(repr(key) for key in missing)}.",
+                 'each group needs "params" (a list of parameters), "lr" and "weight_decay".')
         params = group["params"]
         if isinstance(params, torch.Tensor):
             params = [params]
         try:
             params = list(params)
         except TypeError:
-            _fail(check, context, f'group {index}: "params" is {type(params).__name__}, expected a list of parameters.')
+            fail(check, context, f'group {index}: "params" is {type(params).__name__}, expected a list of parameters.')
         if not all(isinstance(p, torch.Tensor) for p in params):
-            _fail(check, context, f'group {index}: "params" must hold only parameters (tensors).')
+            fail(check, context, f'group {index}: "params" must hold only parameters (tensors).')
         for key in ("lr", "weight_decay"):
             if isinstance(group[key], bool) or not isinstance(group[key], (int, float)):
-                _fail(check, context, f'group {index}: "{key}" is {type(group[key]).__name__}, expected a number.')
+                fail(check, context, f'group {index}: "{key}" is {type(group[key]).__name__}, expected a number.')
         read.append((params, group["lr"], group["weight_decay"]))
     return read
 
@@ -737,9 +706,9 @@ def _match_parameters(model: nn.Module, read, context: str) -> dict[str, list[tu
             name = next((name for name, value in candidates
                          if tensor.dtype == value.dtype and torch.equal(tensor.detach(), value)), None)
             if name is None:
-                _fail("param_groups", context,
-                      f"group {index} holds a tensor of shape {tuple(tensor.shape)} that is not one of the model's "
-                      "parameters.", "put the model's own parameters in the groups (from model.named_parameters() "
+                fail("param_groups", context,
+                     f"group {index} holds a tensor of shape {tuple(tensor.shape)} that is not one of the model's "
+                     "parameters.", "put the model's own parameters in the groups (from model.named_parameters() "
                                      "or module.parameters()), unchanged.")
             found.setdefault(name, []).append((float(lr), float(weight_decay)))
     return found
@@ -771,7 +740,7 @@ def check_param_groups(student_fn, *, forbid: bool = True) -> str:
     generator = generator_for(check)
     for number, (description, num_layers, rates, kwargs, frozen) in enumerate(PARAM_GROUPS_CASES, start=1):
         context = f"test case {number} of {len(PARAM_GROUPS_CASES)} ({description})"
-        model = _classifier(_config(num_layers), generator)
+        model = _classifier(tiny_bert_config(num_layers), generator)
         if frozen is not None:
             reference.freeze_layers(model, frozen)
         groups = run_student(student_fn, Case(description, (model, *rates), kwargs), check=check, forbidden=forbidden,
@@ -779,21 +748,21 @@ def check_param_groups(student_fn, *, forbid: bool = True) -> str:
         found = _match_parameters(model, _read_groups(groups, context), context)
         duplicated = sorted(name for name, where in found.items() if len(where) > 1)
         if duplicated:
-            _fail(check, context, f"{len(duplicated)} parameters are in more than one group, e.g. {duplicated[0]} "
+            fail(check, context, f"{len(duplicated)} parameters are in more than one group, e.g. {duplicated[0]} "
                                   f"({_parts(duplicated)}).",
-                  "each parameter must be in exactly one group (AdamW refuses a parameter that appears twice). "
-                  "Typical cause: a group built from model.parameters() or model.bert.parameters(), which also "
-                  "holds the parameters of the other groups.")
+                 "each parameter must be in exactly one group (AdamW refuses a parameter that appears twice). "
+                 "Typical cause: a group built from model.parameters() or model.bert.parameters(), which also "
+                 "holds the parameters of the other groups.")
         trainable = {name for name, p in model.named_parameters() if p.requires_grad}
         frozen_included = sorted(set(found) - trainable)
         if frozen_included:
-            _fail(check, context, f"{len(frozen_included)} frozen parameters (requires_grad=False) are in the groups: "
+            fail(check, context, f"{len(frozen_included)} frozen parameters (requires_grad=False) are in the groups: "
                                   f"{_parts(frozen_included)}.",
-                  "leave out the frozen parameters: they get no gradient, and the optimizer need not keep state "
-                  "for them. Keep only parameters with p.requires_grad.")
+                 "leave out the frozen parameters: they get no gradient, and the optimizer need not keep state "
+                 "for them. Keep only parameters with p.requires_grad.")
         missing = sorted(trainable - set(found))
         if missing:
-            _fail(check, context, f"{len(missing)} trainable parameters are in no group, e.g. {missing[0]} "
+            fail(check, context, f"{len(missing)} trainable parameters are in no group, e.g. {missing[0]} "
                                   f"({_parts(missing)}).", "every parameter with requires_grad=True must be in a group.")
         actual = {name: where[0] for name, where in found.items()}
         expected = _groups_by_name(model, reference.param_groups(model, *rates, **kwargs))
@@ -809,7 +778,7 @@ def check_param_groups(student_fn, *, forbid: bool = True) -> str:
             problem = (f"{len(wrong)} parameters have the wrong lr or weight_decay ({_parts(wrong)}); e.g. {name}: "
                        f"you gave lr={actual[name][0]:.6g}, weight_decay={actual[name][1]:.6g}, expected "
                        f"lr={expected[name][0]:.6g}, weight_decay={expected[name][1]:.6g}.")
-            _fail(check, context, problem, hint)
+            fail(check, context, problem, hint)
     return f"param_groups: all {len(PARAM_GROUPS_CASES)} cases agree with the reference"
 
 
@@ -861,7 +830,7 @@ TRAINING_CASES = (
 def _training_run(case: _TrainingCase):
     """(model, batches, optimizer, scheduler) of a case, the same at every call."""
     generator = generator_for("train_epoch " + case.description)
-    config = _config(case.num_layers, hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.1)
+    config = tiny_bert_config(case.num_layers, hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.1)
     model = _classifier(config, generator)
     if case.frozen is not None:
         reference.freeze_layers(model, case.frozen)
@@ -1006,8 +975,8 @@ def check_train_epoch(student_fn, *, forbid: bool = True) -> str:
                              context=context)
         expected = _run_training(lambda *args, **kwargs: reference.train_epoch(*args, **kwargs, progress=False), case)
         if isinstance(actual, torch.Tensor) and actual.numel() == 1:
-            _fail(check, context, f"you returned a tensor ({actual.item():.6g}), expected a float.",
-                  "return a Python float: accumulate loss.item() (a tensor would also keep the graph alive).")
+            fail(check, context, f"you returned a tensor ({actual.item():.6g}), expected a float.",
+                 "return a Python float: accumulate loss.item() (a tensor would also keep the graph alive).")
         difference = describe_difference(actual, expected, TRAIN_EPOCH_TOLERANCE, "the mean loss")
         if difference is not None:
             hint = None
@@ -1016,5 +985,5 @@ def check_train_epoch(student_fn, *, forbid: bool = True) -> str:
                     if describe_difference(actual, _run_training(variant, case), TRAIN_EPOCH_TOLERANCE) is None:
                         hint = mistake_hint
                         break
-            _fail(check, context, difference, hint)
+            fail(check, context, difference, hint)
     return f"train_epoch: all {len(TRAINING_CASES)} cases agree with the reference"

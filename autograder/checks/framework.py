@@ -21,6 +21,8 @@ known mistake, a hint about that mistake. Four pieces:
   for the instructor instead (:mod:`autograder.reference_copies`).
 - :func:`with_dependencies`: runs the student's function with the reference versions of the earlier
   exercises it builds on, so one mistake is not punished twice.
+- :func:`visible_check`: a check on its fixed, visible cases (:func:`visible_cases`), for the visible
+  test cells: the student sees the check's message and hint in the notebook.
 
 :func:`check_against_reference` puts them together; most checks are a call to it.
 """
@@ -34,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import wraps
+from typing import NoReturn
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -62,6 +65,7 @@ class Case:
 
 
 _run_seed: int | None = None  # the grading run's seed, set in the grader's process only
+_visible: bool = False  # within visible_check: the fixed cases, whatever the run seed
 
 
 @contextmanager
@@ -75,10 +79,22 @@ def use_run_seed(seed: int):
         _run_seed = previous
 
 
+@contextmanager
+def visible_cases():
+    """Within the block, :func:`generator_for` ignores the grading run's seed: the checks draw their
+    visible cases, the same in the student's notebook and in every grading run."""
+    global _visible
+    previous, _visible = _visible, True
+    try:
+        yield
+    finally:
+        _visible = previous
+
+
 def generator_for(name: str) -> torch.Generator:
-    """A CPU generator seeded by ``name``, and by the grading run's seed within :func:`use_run_seed`:
-    the same inputs for the same (name, run seed)."""
-    if _run_seed is None:
+    """A CPU generator seeded by ``name``, and by the grading run's seed within :func:`use_run_seed`
+    (unless within :func:`visible_cases`): the same inputs for the same (name, run seed)."""
+    if _run_seed is None or _visible:
         return torch.Generator().manual_seed(zlib.crc32(name.encode()))
     digest = hashlib.sha256(f"{_run_seed}:{name}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "big") >> 1)
@@ -325,6 +341,12 @@ def failure_message(check: str, context: str, difference: str, hint: str | None,
     if inputs:
         lines.append("  " + inputs)
     return "\n".join(lines)
+
+
+def fail(check: str, context: str, problem: str, hint: str | None = None) -> NoReturn:
+    """Raise :class:`CheckFailed` with :func:`failure_message`: the checks that compare more than one
+    output (a module's parameters, then its outputs, then its dropout) fail with it."""
+    raise CheckFailed(failure_message(check, context, problem, hint))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -587,6 +609,22 @@ def with_dependencies(student: Callable | type, **references: Callable) -> Calla
     if isinstance(student, type):
         return _rebuild_class(student, original_globals, namespace, rebuilt={})
     return _rebind(student, namespace)
+
+
+def visible_check(check: Callable[..., str], student, **options) -> str:
+    """Run ``check`` (a ``check_<name>`` of :mod:`autograder.checks`) on the student's function or class
+    with its visible cases, and return its summary; raise :class:`CheckFailed` with the check's
+    message, the hint of a known mistake included, on the first case that fails.
+
+    A visible test cell calls it first: ``print(visible_check(check_softmax, softmax))``. The visible
+    cases are fixed (drawn from the seeds of the exercises' names alone), so a student meets the same
+    cases in the notebook as the grader does in the visible test; the hidden tests call the same
+    check on cases drawn from the grading run's seed. The check substitutes the reference versions
+    of the earlier exercises, as in grading, so a correct function passes even when an earlier
+    exercise is wrong. ``options`` go to the check (``forbid=False``).
+    """
+    with visible_cases():
+        return check(student, **options)
 
 
 def call_and_backward(function: Callable, *args, **kwargs):

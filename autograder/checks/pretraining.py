@@ -33,8 +33,8 @@ from autograder.checks.framework import (
     Case,
     CheckFailed,
     Mistake,
-    failure_message,
     check_against_reference,
+    fail,
     generator_for,
     run_student,
 )
@@ -49,10 +49,6 @@ STANDARD_DEVIATIONS = 6  # a proportion must lie within 6 binomial standard devi
 def _tolerance(share: float, count: int) -> float:
     """6 standard deviations of the observed share of ``count`` draws with probability ``share``."""
     return STANDARD_DEVIATIONS * math.sqrt(share * (1 - share) / max(count, 1)) + 1e-9
-
-
-def _fail(check: str, context: str, problem: str, hint: str | None = None):
-    raise CheckFailed(failure_message(check, context, problem, hint))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -258,15 +254,15 @@ def _check_masking_rules(input_ids, special, masked, labels, kwargs, context) ->
     special_or_none = special if special is not None else torch.zeros_like(labelled)
     eligible = ~special_or_none
     if kwargs.get("mlm_probability", 0.15) < 1 and eligible.sum() >= 20 and (labelled | special_or_none).all():
-        _fail(check, context, "labels: every non-special position has a label; none of them is -100.",
-              LABELS_EVERYWHERE_HINT)
+        fail(check, context, "labels: every non-special position has a label; none of them is -100.",
+             LABELS_EVERYWHERE_HINT)
     wrong_labels = labelled & (labels != input_ids)
     if wrong_labels.any():
         index = tuple(torch.nonzero(wrong_labels)[0].tolist())
         problem = (f"labels: at index {index} the label is {labels[index].item()}, but the input token there is "
                    f"{input_ids[index].item()}; a label is -100 or the original token.")
         from_output = bool((labels[labelled] == masked[labelled]).all())
-        _fail(check, context, problem, CORRUPTED_LABELS_HINT if from_output else None)
+        fail(check, context, problem, CORRUPTED_LABELS_HINT if from_output else None)
     changed_unlabelled = changed & ~labelled
     if changed_unlabelled.any():
         index = tuple(torch.nonzero(changed_unlabelled)[0].tolist())
@@ -278,15 +274,15 @@ def _check_masking_rules(input_ids, special, masked, labels, kwargs, context) ->
             hint = INVERTED_LABELS_HINT
         else:
             hint = UNCHOSEN_CHANGED_HINT
-        _fail(check, context, problem, hint)
+        fail(check, context, problem, hint)
     if special is not None and (labelled & special).any():
         index = tuple(torch.nonzero(labelled & special)[0].tolist())
-        _fail(check, context, f"the special token at index {index} (id {input_ids[index].item()}) was chosen: its "
-              f"label is {labels[index].item()} instead of -100.", SPECIAL_HINT)
+        fail(check, context, f"the special token at index {index} (id {input_ids[index].item()}) was chosen: its "
+             f"label is {labels[index].item()} instead of -100.", SPECIAL_HINT)
     outside = masked[changed & ((masked < 0) | (masked >= kwargs["vocab_size"]))]
     if len(outside):
-        _fail(check, context, f"masked_input_ids holds the id {outside[0].item()}, outside the vocabulary "
-              f"[0, {kwargs['vocab_size']}).", VOCABULARY_RANGE_HINT)
+        fail(check, context, f"masked_input_ids holds the id {outside[0].item()}, outside the vocabulary "
+             f"[0, {kwargs['vocab_size']}).", VOCABULARY_RANGE_HINT)
 
 
 def _check_masking_statistics(input_ids, special, masked, labels, kwargs, context) -> None:
@@ -308,7 +304,7 @@ def _check_masking_statistics(input_ids, special, masked, labels, kwargs, contex
             hint = ARGUMENTS_HINT
         else:
             hint = CHOSEN_SHARE_HINT
-        _fail(check, context, problem, hint)
+        fail(check, context, problem, hint)
 
     chosen = int(labelled.sum())
     if chosen == 0:
@@ -322,8 +318,8 @@ def _check_masking_statistics(input_ids, special, masked, labels, kwargs, contex
         most_common = torch.mode(replacements).values.item()
         share_of_most_common = (replacements == most_common).float().mean().item()
         if most_common != kwargs["mask_token_id"] and share_of_most_common > 0.5:
-            _fail(check, context, f"{share_of_most_common:.0%} of the replaced tokens became id {most_common}, but "
-                  f"mask_token_id is {kwargs['mask_token_id']}.", MASK_ID_HINT)
+            fail(check, context, f"{share_of_most_common:.0%} of the replaced tokens became id {most_common}, but "
+                 f"mask_token_id is {kwargs['mask_token_id']}.", MASK_ID_HINT)
     expected = _expected_split(kwargs)
     for name, value in observed.items():
         tolerance = _tolerance(expected[name], chosen)
@@ -331,7 +327,7 @@ def _check_masking_statistics(input_ids, special, masked, labels, kwargs, contex
             shares = ", ".join(f"{key} {observed[key]:.3f} (expected {expected[key]:.3f})" for key in observed)
             problem = (f"of the {chosen} chosen tokens: {shares}; allowed: +-{tolerance:.3f} for {name} "
                        f"({STANDARD_DEVIATIONS} standard deviations).")
-            _fail(check, context, problem, _split_hint(observed, expected, kwargs, chosen))
+            fail(check, context, problem, _split_hint(observed, expected, kwargs, chosen))
 
     replaced = corrupted[(corrupted != kwargs["mask_token_id"]) & (corrupted != original)].double()
     if len(replaced) >= 100:
@@ -341,7 +337,7 @@ def _check_masking_statistics(input_ids, special, masked, labels, kwargs, contex
         if abs(mean - expected_mean) > tolerance:
             problem = (f"the {len(replaced)} random replacements have mean id {mean:.1f}; uniform draws from "
                        f"[0, {vocab_size}) have mean {expected_mean:.1f} (allowed: +-{tolerance:.1f}).")
-            _fail(check, context, problem, UNIFORM_HINT)
+            fail(check, context, problem, UNIFORM_HINT)
 
 
 def _check_generator(student_fn, forbidden) -> None:
@@ -358,11 +354,11 @@ def _check_generator(student_fn, forbidden) -> None:
     context = f"the determinism test case ({case.description}, called twice with torch.Generator().manual_seed(7))"
     first, second = draw(7), draw(7)
     if not all(torch.equal(a, b) for a, b in zip(first, second)):
-        _fail("mask_tokens", context, "the two calls returned different outputs.", GENERATOR_HINT)
+        fail("mask_tokens", context, "the two calls returned different outputs.", GENERATOR_HINT)
     if all(torch.equal(a, b) for a, b in zip(first, draw(8))) and all(
             torch.equal(a, b) for a, b in zip(first, draw(9))):
-        _fail("mask_tokens", f"the determinism test case ({case.description}, with generators seeded 7, 8 and 9)",
-              "the three calls returned the same output: the masks must be random.", GENERATOR_HINT)
+        fail("mask_tokens", f"the determinism test case ({case.description}, with generators seeded 7, 8 and 9)",
+             "the three calls returned the same output: the masks must be random.", GENERATOR_HINT)
 
 
 def check_mask_tokens(student_fn, *, forbid: bool = True) -> str:
@@ -391,7 +387,7 @@ def check_mask_tokens(student_fn, *, forbid: bool = True) -> str:
         input_ids = masking_case.input_ids
         problem = _as_pair(output, input_ids)
         if problem:
-            _fail("mask_tokens", context, problem)
+            fail("mask_tokens", context, problem)
         masked, labels = output
         special = masking_case.kwargs.get("special_tokens_mask")
         _check_masking_rules(input_ids, special, masked, labels, masking_case.kwargs, context)
@@ -468,22 +464,22 @@ def _is_example(example) -> bool:
 def _check_nsp_examples(examples, documents, context: str) -> None:
     check = "make_nsp_examples"
     if not isinstance(examples, list):
-        _fail(check, context, f"you returned a {type(examples).__name__}, expected a list of (sentence_a, "
-              "sentence_b, label) tuples.")
+        fail(check, context, f"you returned a {type(examples).__name__}, expected a list of (sentence_a, "
+             "sentence_b, label) tuples.")
     bad = next((example for example in examples if not _is_example(example)), None)
     if bad is not None:
-        _fail(check, context, f"an example is {bad!r}; each must be a tuple (sentence_a: str, sentence_b: str, "
-              "label: 0 or 1).")
+        fail(check, context, f"an example is {bad!r}; each must be a tuple (sentence_a: str, sentence_b: str, "
+             "label: 0 or 1).")
     where = {sentence: (d, s) for d, document in enumerate(documents) for s, sentence in enumerate(document)}
     unknown = next((b for _, b, _ in examples if b not in where), None) or next(
         (a for a, _, _ in examples if a not in where), None)
     if unknown is not None:
-        _fail(check, context, f"{unknown!r} is not a sentence of the documents.")
+        fail(check, context, f"{unknown!r} is not a sentence of the documents.")
     expected_first = [sentence for document in documents for sentence in document[:-1]]
     if len(examples) != len(expected_first):
         problem = (f"you returned {len(examples)} examples, expected {len(expected_first)} (one per two "
                    "consecutive sentences of a document).")
-        _fail(check, context, problem, BOTH_HINT if len(examples) == 2 * len(expected_first) else COUNT_HINT)
+        fail(check, context, problem, BOTH_HINT if len(examples) == 2 * len(expected_first) else COUNT_HINT)
 
     consecutive = [where[b] == (where[a][0], where[a][1] + 1) for a, b, _ in examples]
     same_document = [where[a][0] == where[b][0] for a, b, _ in examples]
@@ -495,23 +491,23 @@ def _check_nsp_examples(examples, documents, context: str) -> None:
         a, b, label = examples[wrong_is_next[0]]
         problem = f"the example {(a, b, label)!r} has label 0 (IsNext), but {b!r} does not follow {a!r}."
         swapped = not_next and sum(consecutive[index] for index in not_next) > 0.9 * len(not_next)
-        _fail(check, context, problem, SWAPPED_HINT if swapped else IS_NEXT_HINT)
+        fail(check, context, problem, SWAPPED_HINT if swapped else IS_NEXT_HINT)
     wrong_not_next = [index for index in not_next if same_document[index]]
     if wrong_not_next:
         a, b, label = examples[wrong_not_next[0]]
-        _fail(check, context, f"the example {(a, b, label)!r} has label 1 (NotNext), but both sentences come "
-              f"from document {where[a][0]}.", SAME_DOCUMENT_HINT)
+        fail(check, context, f"the example {(a, b, label)!r} has label 1 (NotNext), but both sentences come "
+             f"from document {where[a][0]}.", SAME_DOCUMENT_HINT)
     first = [a for a, _, _ in examples]
     if first != expected_first:
         index = next(i for i, (a, e) in enumerate(zip(first, expected_first)) if a != e)
-        _fail(check, context, f"example {index} starts with {first[index]!r}, expected {expected_first[index]!r}.",
-              ORDER_HINT)
+        fail(check, context, f"example {index} starts with {first[index]!r}, expected {expected_first[index]!r}.",
+             ORDER_HINT)
 
     count = len(examples)
     share = len(is_next) / count
     if count >= 500 and abs(share - 0.5) > _tolerance(0.5, count):
-        _fail(check, context, f"{share:.3f} of the {count} examples are IsNext, expected 1/2 (allowed: "
-              f"+-{_tolerance(0.5, count):.3f}, {STANDARD_DEVIATIONS} standard deviations).", COIN_HINT)
+        fail(check, context, f"{share:.3f} of the {count} examples are IsNext, expected 1/2 (allowed: "
+             f"+-{_tolerance(0.5, count):.3f}, {STANDARD_DEVIATIONS} standard deviations).", COIN_HINT)
     non_empty = [d for d, document in enumerate(documents) if document]
     if len(not_next) >= 500 and len(non_empty) >= 20:
         sources = [where[examples[index][1]] for index in not_next]
@@ -519,9 +515,9 @@ def _check_nsp_examples(examples, documents, context: str) -> None:
         first_sentences = sum(position == 0 for _, position in sources)
         distinct = len({doc for doc, _ in sources})
         if following > 0.5 * len(sources) or first_sentences > 0.5 * len(sources) or distinct < 0.5 * len(non_empty):
-            _fail(check, context, f"the NotNext sentences are not random: {following} of {len(sources)} come from "
-                  f"the next document, {first_sentences} are the first sentence of their document, and they come "
-                  f"from {distinct} of the {len(non_empty)} documents.", RANDOM_DOCUMENT_HINT)
+            fail(check, context, f"the NotNext sentences are not random: {following} of {len(sources)} come from "
+                 f"the next document, {first_sentences} are the first sentence of their document, and they come "
+                 f"from {distinct} of the {len(non_empty)} documents.", RANDOM_DOCUMENT_HINT)
 
 
 def check_make_nsp_examples(student_fn, *, forbid: bool = True) -> str:
@@ -562,11 +558,11 @@ def check_make_nsp_examples(student_fn, *, forbid: bool = True) -> str:
     torch.manual_seed(2)
     second = run_student(student_fn, case, check="make_nsp_examples", forbidden=forbidden, context=context)
     if first != second:
-        _fail("make_nsp_examples", context, "the two calls with seed=0 returned different examples.", SEED_HINT)
+        fail("make_nsp_examples", context, "the two calls with seed=0 returned different examples.", SEED_HINT)
     other = run_student(student_fn, cases[1], check="make_nsp_examples", forbidden=forbidden, context=context)
     if other == first:
-        _fail("make_nsp_examples", f"the determinism test case ({cases[0].description}, and seed=3)",
-              "seeds 0 and 3 returned the same examples.", SEED_HINT)
+        fail("make_nsp_examples", f"the determinism test case ({cases[0].description}, and seed=3)",
+             "seeds 0 and 3 returned the same examples.", SEED_HINT)
     return f"make_nsp_examples: all {len(cases)} cases follow the rules of next sentence prediction; seeds repeat"
 
 

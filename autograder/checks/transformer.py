@@ -37,6 +37,7 @@ from autograder.checks.framework import (
     run_student,
     with_dependencies,
 )
+from autograder.checks.modules import build_with_reference_weights, constructor_call
 from bertlab import attention as reference_attention
 from bertlab import norm as reference_norm
 from bertlab import transformer as reference
@@ -76,12 +77,6 @@ class ModuleCase:
     evaluate: bool = False
 
 
-def _constructor_call(name: str, args: tuple, kwargs: Mapping) -> str:
-    """How the constructor is called, e.g. ``FeedForward(8, 16, dropout=0.5)``."""
-    arguments = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
-    return f"{name}({', '.join(arguments)})"
-
-
 def random_state(module: nn.Module, generator: torch.Generator, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """Random weights for ``module``: matrices ~ N(0, 1/fan_in), biases ~ N(0, 0.1^2), the gains of the
     norms ~ N(1, 0.2^2) (so that a norm left out or put in the wrong place changes the output)."""
@@ -95,81 +90,6 @@ def random_state(module: nn.Module, generator: torch.Generator, dtype: torch.dty
             values = random_normal(generator, *tensor.shape, scale=0.1)
         state[name] = values.to(dtype)
     return state
-
-
-def _describe_parameters(state: Mapping[str, torch.Tensor], names) -> str:
-    """``names`` with their shapes; a submodule all of whose (more than 2) tensors are named is
-    written ``submodule.* (n tensors)``."""
-    groups = {}
-    for name in sorted(names):
-        groups.setdefault(name.split(".")[0], []).append(name)
-    parts = []
-    for prefix, members in groups.items():
-        whole = [name for name in state if name.startswith(prefix + ".")]
-        if len(members) > 2 and sorted(whole) == members:
-            parts.append(f"{prefix}.* ({len(members)} tensors)")
-        else:
-            parts.extend(f"{name} {tuple(state[name].shape)}" for name in members)
-    return ", ".join(parts) or "none"
-
-
-def _check_parameter_names(student_state, expected_state, *, check, context, constructor, naming_hint) -> None:
-    """Fail with the missing, unexpected and misshapen parameters of the student's module, if any."""
-    missing = expected_state.keys() - student_state.keys()
-    unexpected = student_state.keys() - expected_state.keys()
-    misshapen = [name for name in expected_state.keys() & student_state.keys()
-                 if student_state[name].shape != expected_state[name].shape]
-    if not (missing or unexpected or misshapen):
-        return
-    problems = []
-    if missing:
-        problems.append(f"missing {_describe_parameters(expected_state, missing)}")
-    if unexpected:
-        problems.append(f"unexpected {_describe_parameters(student_state, unexpected)}")
-    for name in sorted(misshapen):
-        problems.append(f"{name} has shape {tuple(student_state[name].shape)}, expected "
-                        f"{tuple(expected_state[name].shape)}")
-    difference = (
-        f"the parameters of your {constructor} do not match the reference's, so its weights cannot be "
-        f"loaded into your module: {'; '.join(problems)}. Expected: "
-        f"{_describe_parameters(expected_state, expected_state.keys())}."
-    )
-    raise CheckFailed(failure_message(check, context, difference, naming_hint))
-
-
-def build_student_module(student_class, case: ModuleCase, state: Mapping[str, torch.Tensor], *, check: str,
-                         context: str, naming_hint: str) -> nn.Module:
-    """Construct the student's module, check its parameter names and shapes, load ``state`` into it
-    with ``load_state_dict`` and switch it to evaluation mode when the case asks for it.
-
-    ``NotImplementedError`` (a blank exercise) passes through; any other error becomes a
-    :class:`CheckFailed` that names the constructor call.
-    """
-    constructor = _constructor_call(check, case.init_args, case.init_kwargs)
-    try:
-        module = student_class(*case.init_args, **case.init_kwargs)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise CheckFailed(failure_message(
-            check, context, f"{constructor} raised {type(error).__name__}: {error}", None)) from error
-    if not all(callable(getattr(module, method, None)) for method in ("state_dict", "load_state_dict", "eval")):
-        raise CheckFailed(failure_message(
-            check, context, f"{constructor} returned a {type(module).__name__}, expected a torch.nn.Module "
-            f"(write `class {check}(nn.Module)` and call `super().__init__()` first).", None))
-    _check_parameter_names(module.state_dict(), state, check=check, context=context, constructor=constructor,
-                           naming_hint=naming_hint)
-    try:
-        # assign=True gives the module the weights' dtype (float64 cases); float32 weights are copied in.
-        module.load_state_dict({name: tensor.clone() for name, tensor in state.items()},
-                               assign=case.dtype != torch.float32)
-    except Exception as error:
-        raise CheckFailed(failure_message(
-            check, context, f"loading the reference's weights into your {constructor} with load_state_dict "
-            f"raised {type(error).__name__}: {error}", naming_hint)) from error
-    if case.evaluate:
-        module.eval()
-    return module
 
 
 def check_module_against_reference(
@@ -210,8 +130,12 @@ def check_module_against_reference(
         if case.evaluate:
             reference_module.eval()
         known_mistakes = mistakes(reference_module)
-        student_module = build_student_module(student_class, case, state, check=check, context=context,
-                                              naming_hint=naming_hint)
+        # assign=True gives the module the weights' dtype (float64 cases); float32 weights are copied in.
+        student_module = build_with_reference_weights(
+            student_class, case.init_args, case.init_kwargs, reference_module, check=check, context=context,
+            naming_hint=naming_hint, forbidden=forbidden, assign=case.dtype != torch.float32)
+        if case.evaluate:
+            student_module.eval()
         actual = run_student(student_module, case.forward, check=check, forbidden=forbidden,
                              parameter_names=parameter_names, mistakes=known_mistakes, context=context)
         args, kwargs = case.forward.fresh_arguments()
@@ -413,7 +337,7 @@ def feed_forward_cases() -> list[ModuleCase]:
 
     def case(description, init_args, x_shape, init_kwargs=None, dtype=torch.float32, evaluate=False):
         init_kwargs = init_kwargs or {}
-        call = _constructor_call("FeedForward", init_args, init_kwargs)
+        call = constructor_call("FeedForward", init_args, init_kwargs)
         forward = Case(description, (random_normal(g, *x_shape, dtype=dtype),))
         return ModuleCase(f"{call}{', eval mode' if evaluate else ''}, {description}", init_args, forward,
                           init_kwargs, dtype, evaluate)
@@ -511,7 +435,7 @@ def encoder_layer_cases() -> list[ModuleCase]:
 
     def case(description, init_args, x_shape, mask=None, dtype=torch.float32, evaluate=False):
         forward = Case(description, (random_normal(g, *x_shape, dtype=dtype),), {} if mask is None else {"mask": mask})
-        call = _constructor_call("EncoderLayer", init_args, {})
+        call = constructor_call("EncoderLayer", init_args, {})
         return ModuleCase(f"{call}{', eval mode' if evaluate else ''}, {description}", init_args, forward,
                           dtype=dtype, evaluate=evaluate)
 

@@ -1,0 +1,293 @@
+"""Hints where students work: the visible test cell of every exercise of chapters 01-07 runs the
+exercise's check first (``visible_check``), so a typical mistake shows its hint in the student's notebook.
+
+Each mistake is put into the solution in place of the right function: every mistake of the check's
+catalogue (``<NAME>_MISTAKES``) and every typical wrong implementation of the chapter's mutation tests
+(``tests/test_<module>_checks.py``). The visible test cell then runs as in the student's notebook,
+after the chapter's solution cells and the setup code the test cells use, and must fail with the
+mistake's hint. A correct function whose earlier exercise is wrong passes its visible test.
+"""
+
+import ast
+import functools
+import html
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+import test_attention_checks
+import test_bert_checks
+import test_efficient_checks
+import test_norm_checks
+import test_positional_checks
+import test_pretraining_checks
+import test_transformer_checks
+from autograder.chapters import load_chapters
+from autograder.checks import attention, efficient, norm, positional, pretraining
+from autograder.checks.framework import allowed
+from autograder.course import grade_id, is_graded_test, is_solution, python_source
+from checks_helpers import solution_cells
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: chapter -> the mutation tests of its checks (their ``mutants``)
+MUTATION_TESTS = {
+    "01_attention": test_attention_checks.TestAttentionChecks,
+    "02_transformer": test_transformer_checks.TestTransformerChecks,
+    "03_positional": test_positional_checks.TestPositionalChecks,
+    "04_normalization": test_norm_checks.TestNormChecks,
+    "05_efficient_attention": test_efficient_checks.TestEfficientChecks,
+    "06_bert": test_bert_checks.TestBertChecks,
+    "07_pretraining": test_pretraining_checks.TestPretrainingChecks,
+}
+
+#: (chapter, exercise) -> the catalogue of its check, for the checks with one of functions
+CATALOGUES = {
+    ("01_attention", "softmax"): attention.SOFTMAX_MISTAKES,
+    ("01_attention", "additive_score"): attention.ADDITIVE_SCORE_MISTAKES,
+    ("01_attention", "scaled_dot_product_attention"): attention.ATTENTION_MISTAKES,
+    ("01_attention", "causal_mask"): attention.CAUSAL_MASK_MISTAKES,
+    ("01_attention", "padding_mask"): attention.PADDING_MASK_MISTAKES,
+    ("03_positional", "sinusoidal_positional_encoding"): positional.SINUSOIDAL_MISTAKES,
+    ("03_positional", "relative_position_bucket"): positional.RELATIVE_POSITION_BUCKET_MISTAKES,
+    ("03_positional", "alibi_slopes"): positional.ALIBI_SLOPES_MISTAKES,
+    ("03_positional", "alibi_bias"): positional.ALIBI_BIAS_MISTAKES,
+    ("03_positional", "apply_rope"): positional.APPLY_ROPE_MISTAKES,
+    ("04_normalization", "layer_norm"): norm.LAYER_NORM_MISTAKES,
+    ("04_normalization", "rms_norm"): norm.RMS_NORM_MISTAKES,
+    ("04_normalization", "pre_norm_residual"): norm.PRE_NORM_RESIDUAL_MISTAKES,
+    ("04_normalization", "post_norm_residual"): norm.POST_NORM_RESIDUAL_MISTAKES,
+    ("05_efficient_attention", "sliding_window_mask"): efficient.SLIDING_WINDOW_MASK_MISTAKES,
+    ("05_efficient_attention", "repeat_kv"): efficient.REPEAT_KV_MISTAKES,
+    ("05_efficient_attention", "kv_cache_bytes"): efficient.KV_CACHE_BYTES_MISTAKES,
+    ("05_efficient_attention", "flash_attention"): efficient.FLASH_ATTENTION_MISTAKES,
+    ("05_efficient_attention", "linear_attention"): efficient.LINEAR_ATTENTION_MISTAKES,
+    ("07_pretraining", "mlm_loss"): pretraining.MLM_LOSS_MISTAKES,
+}
+
+#: The mistakes of issue 13 in chapter 01, written as a student writes them: (exercise, code, hint)
+STUDENT_MISTAKES = [
+    ("softmax", "def softmax(x, dim=-1):\n    e = torch.exp(x)\n    return e / e.sum(dim=dim, keepdim=True)",
+     "Subtract the maximum along `dim`"),
+    ("softmax", "def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=0, keepdim=True))\n"
+                "    return e / e.sum(dim=0, keepdim=True)", "sum to 1 along axis 0"),
+    ("softmax", "def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+                "    return e / e.sum(dim=dim, keepdim=True)", "must give zeros, not NaN"),
+    ("scaled_dot_product_attention",
+     "def scaled_dot_product_attention(q, k, v, mask=None):\n    scores = q @ k.transpose(-2, -1)\n"
+     "    if mask is not None:\n        scores = scores.masked_fill(~mask, float('-inf'))\n"
+     "    weights = softmax(scores)\n    return weights @ v, weights", "divide the scores by sqrt(d_k)"),
+    ("scaled_dot_product_attention",
+     "def scaled_dot_product_attention(q, k, v, mask=None):\n    scores = q @ k.transpose(-2, -1) / q.shape[-1]\n"
+     "    if mask is not None:\n        scores = scores.masked_fill(~mask, float('-inf'))\n"
+     "    weights = softmax(scores)\n    return weights @ v, weights", "not by d_k"),
+    ("scaled_dot_product_attention",
+     "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+     "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+     "    if mask is not None:\n        scores = scores.masked_fill(mask, float('-inf'))\n"
+     "    weights = softmax(scores)\n    return weights @ v, weights", "True in the mask means 'may attend'"),
+    ("padding_mask", "def padding_mask(attention_mask):\n    return (attention_mask == 0)[:, None, None, :]",
+     "1 marks a real token"),
+    ("additive_score", "def additive_score(q, k, w_q, w_k, v):\n"
+                       "    return torch.tanh((q @ w_q.T).unsqueeze(-2) + (k @ w_k.T).unsqueeze(-3)).sum(-1)",
+     "not a plain sum"),
+    ("causal_mask", "def causal_mask(n, m=None, device=None):\n"
+                    "    return torch.triu(torch.ones(n, n if m is None else m, dtype=torch.bool, device=device), diagonal=1)",
+     "True above the diagonal"),
+]
+
+
+@functools.cache
+def chapters():
+    return load_chapters(ROOT)
+
+
+@functools.cache
+def student_namespace(chapter: str) -> dict:
+    """The names a student's notebook holds when the test cells run: the solution cells, and the setup
+    code the test cells use (the instructor code the grader runs too; no figure, no training)."""
+    namespace = {"__name__": "__main__"}
+    for source in student_code(chapter, {}):
+        exec(compile(source, f"<{chapter}>", "exec"), namespace)
+    return namespace
+
+
+def student_code(chapter: str, replacements: dict[str, str]) -> list[str]:
+    """The code cells of the solution notebook of ``chapter`` but its test cells: the solution cells
+    (those of ``replacements``, exercise -> code, replaced), and of the other cells the imports and the
+    statements the test cells use (the setup), so that no figure and no training runs."""
+    needed = {source for kind, source in chapters()[chapter].context if kind == "context"}
+    sources = []
+    for cell in nbformat.read(ROOT / "solutions" / chapter / f"{chapter}.ipynb", as_version=4).cells:
+        if cell.cell_type != "code" or is_graded_test(cell):
+            continue
+        if is_solution(cell):
+            sources.append(replacements.get(grade_id(cell), cell.source))
+        else:
+            source = python_source(cell.source)
+            sources.append("\n".join(ast.get_source_segment(source, node) for node in ast.parse(source).body
+                                      if isinstance(node, (ast.Import, ast.ImportFrom))
+                                      or ast.get_source_segment(source, node) in needed))
+    return sources
+
+
+def run_visible_test(chapter: str, exercise: str, namespace: dict) -> str:
+    """Run the visible test cell of ``exercise`` in ``namespace`` (a student's notebook), as the student
+    does; return the message it fails with ("" when it passes)."""
+    namespace = dict(namespace)
+    test = chapters()[chapter].test(f"test_{exercise}")
+    try:
+        exec(compile(python_source(test.released), f"<test_{exercise}>", "exec"), namespace)
+    except AssertionError as error:
+        return str(error) or "an AssertionError without a message"
+    return ""
+
+
+def with_exercise(chapter: str, exercise: str, implementation) -> dict:
+    """The student's notebook of ``chapter`` with ``implementation`` in place of the solution's ``exercise``."""
+    return {**student_namespace(chapter), exercise: implementation}
+
+
+def _mistakes():
+    for chapter, tests in MUTATION_TESTS.items():
+        for exercise, mutants in tests.mutants.items():
+            for number, (wrong, hint) in enumerate(mutants):
+                yield pytest.param(chapter, exercise, wrong, hint, id=f"{chapter}-{exercise}-mutant{number}")
+    for (chapter, exercise), catalogue in CATALOGUES.items():
+        for number, mistake in enumerate(catalogue):
+            # what the catalogue's implementation calls (the reference, a built-in) is allowed: the hint is tested
+            yield pytest.param(chapter, exercise, allowed(mistake.implementation), mistake.hint,
+                               id=f"{chapter}-{exercise}-catalogue{number}")
+
+
+@pytest.mark.parametrize("chapter, exercise, wrong, hint", list(_mistakes()))
+def test_visible_test_shows_the_hint_of_the_mistake(chapter, exercise, wrong, hint):
+    message = run_visible_test(chapter, exercise, with_exercise(chapter, exercise, wrong))
+    assert hint in message, f"expected the hint {hint!r}, the visible test said:\n{message}"
+
+
+@pytest.mark.parametrize("exercise, code, hint", STUDENT_MISTAKES, ids=[f"{e}-{i}" for i, (e, _, _) in enumerate(STUDENT_MISTAKES)])
+def test_visible_test_shows_the_hint_of_the_mistakes_of_issue_13(exercise, code, hint):
+    namespace = dict(student_namespace("01_attention"))
+    exec(code, namespace)
+    message = run_visible_test("01_attention", exercise, namespace)
+    assert hint in message, f"expected the hint {hint!r}, the visible test said:\n{message}"
+
+
+@pytest.mark.parametrize("chapter", MUTATION_TESTS)
+def test_the_solution_passes_its_visible_tests(chapter):
+    for exercise in MUTATION_TESTS[chapter].references:
+        assert run_visible_test(chapter, exercise, student_namespace(chapter)) == "", exercise
+
+
+@pytest.mark.parametrize("chapter, exercise, dependency, wrong", [
+    ("01_attention", "scaled_dot_product_attention", "softmax", lambda x, dim=-1: torch.softmax(x, dim=0)),
+    ("02_transformer", "EncoderLayer", "FeedForward", test_transformer_checks.FFNActivationOnInput),
+    ("02_transformer", "EncoderLayer", "MultiHeadAttention", test_transformer_checks.TestTransformerChecks.mutants["MultiHeadAttention"][0][0]),
+    ("03_positional", "alibi_bias", "alibi_slopes", lambda num_heads, *, device=None: torch.ones(num_heads, device=device)),
+])
+def test_a_correct_function_passes_its_visible_test_when_an_earlier_exercise_is_wrong(chapter, exercise, dependency, wrong):
+    namespace = with_exercise(chapter, dependency, wrong)
+    assert run_visible_test(chapter, dependency, namespace) != "", "the earlier exercise should be wrong"
+    exec(dict(solution_cells(ROOT / "solutions" / chapter / f"{chapter}.ipynb"))[exercise], namespace)  # reads it
+    assert run_visible_test(chapter, exercise, namespace) == ""
+
+
+# --------------------------------------------------------------------------------------------------
+# The same hints in the grader's feedback and results.json
+# --------------------------------------------------------------------------------------------------
+
+#: One mistake of each other chapter, as a student writes it: (chapter, exercise, solution's code, wrong code, hint)
+CHAPTER_MISTAKES = [
+    ("02_transformer", "FeedForward", "return self.linear2(self.dropout(self.activation(self.linear1(x))))",
+     "return self.linear2(self.dropout(self.linear1(x)))", "apply the activation between the two linear layers"),
+    ("03_positional", "apply_rope",
+     "rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)  # (..., N, D/2, 2)\n"
+     "    return rotated.flatten(-2).to(x.dtype)",
+     "return torch.cat([even * cos - odd * sin, even * sin + odd * cos], dim=-1).to(x.dtype)",
+     "put each rotated pair back in place"),
+    ("04_normalization", "rms_norm", "torch.sqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps)",
+     "(torch.sqrt(h.pow(2).mean(dim=-1, keepdim=True)) + eps)", "eps goes inside the square root"),
+    ("05_efficient_attention", "repeat_kv", "return x.repeat_interleave(n_rep, dim=-3)",
+     "return torch.cat([x] * n_rep, dim=-3)", "query head h uses key/value head h // n_rep"),
+    ("06_bert", "count_parameters", "layer = attention + feed_forward + 2 * 2 * H",
+     "layer = attention + feed_forward + 2 * H", "a post-norm encoder layer has TWO LayerNorms"),
+    ("07_pretraining", "mlm_loss", "return -picked.mean()", "return -picked.sum()",
+     "take the mean over the labelled positions, not the sum"),
+]
+
+
+def solution_code(chapter: str, exercise: str) -> str:
+    return dict(solution_cells(ROOT / "solutions" / chapter / f"{chapter}.ipynb"))[exercise]
+
+
+def wrong_solution(chapter: str, exercise: str, right: str, wrong: str) -> str:
+    """The solution cell of ``exercise`` with the code ``right`` replaced by ``wrong``."""
+    code = solution_code(chapter, exercise)
+    assert code.count(right) == 1, f"{chapter}: the solution of {exercise} no longer holds {right!r}"
+    return code.replace(right, wrong)
+
+
+@pytest.mark.parametrize("chapter, exercise, right, wrong, hint", CHAPTER_MISTAKES, ids=[m[0] for m in CHAPTER_MISTAKES])
+def test_visible_test_shows_the_hint_of_a_mistake_written_into_the_solution(chapter, exercise, right, wrong, hint):
+    namespace = dict(student_namespace(chapter))
+    exec(wrong_solution(chapter, exercise, right, wrong), namespace)
+    message = run_visible_test(chapter, exercise, namespace)
+    assert hint in message, f"expected the hint {hint!r}, the visible test said:\n{message}"
+
+
+def submission(chapter: str, replacements: dict[str, str]):
+    """The solution notebook of ``chapter`` as a student submits it: its code cells those of
+    :func:`student_code` (no figure, no training), its test cells the released ones."""
+    notebook = nbformat.read(ROOT / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
+    code = iter(student_code(chapter, replacements))
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.source = chapters()[chapter].test(grade_id(cell)).released if is_graded_test(cell) else next(code)
+    return notebook
+
+
+#: student -> (chapter, exercise, hint): chapter 01's mistakes of issue 13, then one of each other chapter
+GRADED_MISTAKES = {
+    **{f"attention{number}": ("01_attention", exercise, hint)
+       for number, (exercise, _, hint) in enumerate(STUDENT_MISTAKES)},
+    **{f"chapter{chapter[:2]}": (chapter, exercise, hint) for chapter, exercise, _, _, hint in CHAPTER_MISTAKES},
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """One grading run of a class whose students each made one mistake (:data:`GRADED_MISTAKES`)."""
+    from autograder.grade import grade
+    from autograder.sandbox import Limits
+
+    submissions = tmp_path_factory.mktemp("hints")
+    codes = {f"attention{number}": {exercise: code} for number, (exercise, code, _) in enumerate(STUDENT_MISTAKES)}
+    codes |= {f"chapter{chapter[:2]}": {exercise: wrong_solution(chapter, exercise, right, wrong)}
+              for chapter, exercise, right, wrong, _ in CHAPTER_MISTAKES}
+    for student, (chapter, _, _) in GRADED_MISTAKES.items():
+        folder = submissions / student / chapter
+        folder.mkdir(parents=True)
+        nbformat.write(submission(chapter, codes[student]), folder / f"{chapter}.ipynb")
+    out = tmp_path_factory.mktemp("hints-out")
+    grade(submissions, out, jobs=2, limits=Limits(cell_timeout=300), course_root=ROOT, seed=7)
+    return out
+
+
+@pytest.mark.parametrize("student", GRADED_MISTAKES)
+def test_grading_results_and_feedback_show_the_hint_and_the_failing_line(graded, student):
+    from grading_helpers import feedback_pages, records
+
+    chapter, exercise, hint = GRADED_MISTAKES[student]
+    results = {grade_id: test for (who, graded_chapter, grade_id), test in records(graded).items()
+               if (who, graded_chapter) == (student, chapter)}
+    test = results[f"test_{exercise}"]
+    assert test.status == "failed" and hint in test.message, test
+    assert test.message.startswith("line ") and f"visible_check(check_{exercise}, {exercise})" in test.message.splitlines()[0]
+    assert hint in test.headline  # the summary table's line
+    page = html.unescape(feedback_pages(graded)[student])
+    assert hint in page and f"print(visible_check(check_{exercise}, {exercise}))" in page
+    others = [result for grade_id, result in results.items() if grade_id != f"test_{exercise}"]
+    assert all(result.status == "passed" for result in others), others
