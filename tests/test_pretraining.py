@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+import transformers
 from transformers import BertTokenizer as HFBertTokenizer
+from transformers import BertTokenizerFast as HFBertTokenizerFast
 from transformers import DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
 
 from bertlab import pretraining
@@ -23,6 +25,9 @@ from bertlab.pretraining import (
     NOT_NEXT,
     MaskedLMScores,
     PretrainingDataset,
+    course_bert,
+    course_bert_folder,
+    course_bert_token_counts,
     evaluate_masked_lm,
     get_linear_schedule,
     load_metrics,
@@ -599,3 +604,31 @@ def test_torchrun_two_processes_train_identical_replicas(tokenizer, tmp_path):
         # only rank 0 writes: one line per logged step
         assert [r["step"] for r in load_metrics(tmp_path / f"nsp{nsp}" / "metrics.jsonl")] == [1, 2, 3]
         assert (rank0["history"][0]["nsp_loss"] is None) == (not nsp)
+
+
+# ---------------------------------------------------------------------------------------------- the course's BERT
+
+
+def test_the_course_bert_ships_with_the_package_and_hugging_face_reads_it():
+    folder = course_bert_folder()
+    assert (folder / "model.safetensors").stat().st_size <= 25e6
+    card = (folder / "README.md").read_text()
+    assert all(part in card for part in ("Maas", "Large Movie Review", "Held-out", "float16"))
+    model, tokenizer = course_bert(device="cpu")
+    config = model.config
+    assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (4, 256, tokenizer.vocab_size)
+    assert next(model.parameters()).dtype == torch.float32 and not model.training
+    counts = course_bert_token_counts()
+    assert counts.shape == (tokenizer.vocab_size,) and counts.sum() > 1e6
+
+    texts = ["This movie was surprisingly good, and the acting was superb!",
+             "A dull, predictable plot; I wouldn't watch it again."]
+    theirs = HFBertTokenizerFast.from_pretrained(folder)
+    assert [theirs.tokenize(text) for text in texts] == [tokenizer.tokenize(text) for text in texts]
+    hf_model = transformers.BertForPreTraining.from_pretrained(folder, attn_implementation="eager").eval()
+    assert next(hf_model.parameters()).dtype == torch.float32
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        ours = model(**batch).mlm_logits
+        expected = hf_model(**batch).prediction_logits
+    torch.testing.assert_close(ours, expected, atol=1e-4, rtol=1e-4)

@@ -58,6 +58,7 @@ PRETRAIN_ARGUMENTS = [
     "--seq-len", "128", "--batch-size", "32", "--steps", "6000", "--lr", "5e-4", "--seed", "0",
     "--log-every", "25", "--checkpoint-every", "100", "--no-progress",
 ]
+FINETUNING_DROPOUT = 0.1  # BERT's, in the shipped config.json: what fine-tuning uses
 HELD_OUT_REVIEWS = 1000  # test reviews per polarity scored by export (2,000 reviews, about 0.5M tokens)
 EVALUATION_SEED = 1234
 
@@ -69,9 +70,11 @@ def pretrain(args: argparse.Namespace) -> int:
     return cli.main(argv)
 
 
-def card(settings: dict, config: dict, history: list[dict], scores: dict, machine: str) -> str:
+def card(settings: dict, config: dict, history: list[dict], scores: dict, machine: str,
+         pretraining_dropout: float) -> str:
     """The model card: what the model is, what it was trained on and how, and how well it predicts."""
     hours = sum(record["seconds"] for record in history) / 3600
+    segments_tokens = settings["max_steps"] * settings["batch_size"] * settings["seq_len"]
     final = history[-1]
     model, unigram = scores["model"], scores["unigram"]
     return f"""# The course's BERT: BERT-mini pretrained on IMDB movie reviews
@@ -87,6 +90,7 @@ book's pretraining, fine-tuning and distillation chapters start from it, offline
 | training text | the 75,000 unlabelled (`train/unsup`) and training (`train/pos`, `train/neg`) reviews of the Large Movie Review Dataset v1.0 (Maas et al., 2011); the 25,000 test reviews are held out |
 | objective | masked language modelling only, 15% of the tokens (80% [MASK], 10% random, 10% unchanged), new masks at every pass, on segments of contiguous full sentences of up to {settings["seq_len"]} tokens (RoBERTa's recipe, Liu et al., 2019): no next sentence prediction, so the pooler and the NSP head keep their initial weights |
 | optimisation | {settings["max_steps"]} steps of {settings["batch_size"]} segments, AdamW (betas 0.9/0.999, eps 1e-6, weight decay {settings["weight_decay"]}), peak learning rate {settings["lr"]:g}, linear warm-up over {settings["warmup_steps"]} steps and linear decay to 0, gradients clipped at norm {settings["max_grad_norm"]}, seed {settings["seed"]} |
+| dropout | {pretraining_dropout:g} while pretraining{" (a run this short learns faster without it, as in Geiping and Goldstein's Cramming, 2023)" if pretraining_dropout == 0 else ""}; `config.json` sets BERT's {config["hidden_dropout_prob"]:g} for fine-tuning |
 | hardware and time | {machine}; {hours:.2f} hours of training |
 | storage | float16 safetensors (the model was trained in float32) |
 
@@ -118,8 +122,8 @@ model = BertForPreTraining.from_pretrained(folder)             # or BertForSeque
 # transformers.BertForPreTraining.from_pretrained(folder), BertTokenizerFast.from_pretrained(folder)
 ```
 
-It is a small model trained for about two CPU hours on 20M tokens of movie reviews: it knows the
-words and phrasing of reviews, not the world; a released BERT-base saw 3.3B words for 1M steps.
+It is a small model trained for {hours:.1f} hours of a 2-core CPU on {segments_tokens / 1e6:.0f}M token positions of movie
+reviews: it knows the words and phrasing of reviews, not the world; a released BERT-base saw 3.3B words for 1M steps.
 
 ## Data and citations
 
@@ -133,6 +137,9 @@ Iulia Turc, Ming-Wei Chang, Kenton Lee and Kristina Toutanova. 2019. Well-Read S
 On the Importance of Pre-training Compact Models. arXiv:1908.08962.
 
 Yinhan Liu et al. 2019. RoBERTa: A Robustly Optimized BERT Pretraining Approach. arXiv:1907.11692.
+
+Jonas Geiping and Tom Goldstein. 2023. Cramming: Training a Language Model on a Single GPU in One Day.
+In *Proceedings of ICML 2023*.
 """
 
 
@@ -161,6 +168,8 @@ def export(args: argparse.Namespace) -> int:
               metadata={"format": "pt"})  # half the size; from_pretrained computes in float32
     stored = json.loads((PACKAGE_FOLDER / "config.json").read_text())
     stored["torch_dtype"] = "float32"  # what to compute in: Hugging Face would otherwise keep float16
+    pretraining_dropout = stored["hidden_dropout_prob"]
+    stored["hidden_dropout_prob"] = stored["attention_probs_dropout_prob"] = FINETUNING_DROPOUT
     (PACKAGE_FOLDER / "config.json").write_text(json.dumps(stored, indent=2) + "\n")
     tokenizer.save_vocabulary(PACKAGE_FOLDER)
     (PACKAGE_FOLDER / TOKEN_COUNTS_FILE).write_text("".join(f"{int(count)}\n" for count in counts.tolist()))
@@ -174,7 +183,7 @@ def export(args: argparse.Namespace) -> int:
               "held_out_reviews": 2 * HELD_OUT_REVIEWS,
               "model": vars(model_scores), "unigram": vars(unigram_scores),
               "ln_vocab_size": math.log(tokenizer.vocab_size)}
-    (PACKAGE_FOLDER / "README.md").write_text(card(settings, stored, history, scores, machine))
+    (PACKAGE_FOLDER / "README.md").write_text(card(settings, stored, history, scores, machine, pretraining_dropout))
     RESULTS_FILE.write_text(json.dumps({
         "command": "python tools/course_bert.py export --data-root DIR",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
