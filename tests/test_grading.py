@@ -247,7 +247,9 @@ def test_a_newer_submission_replaces_the_graded_one_and_an_older_one_is_ignored(
 
 def test_interrupted_run_leaves_whole_files_and_the_next_run_resumes(course_folder, tmp_path):
     submissions, out = tmp_path / "submissions", tmp_path / "out"
-    for name, content in (("ann", "{not a notebook"), ("ben", nbformat.writes(course_folder[2]["01_tiny"]))):
+    slow = nbformat.from_dict(copy.deepcopy(course_folder[2]["01_tiny"]))
+    slow.cells.insert(0, nbformat.v4.new_code_cell("import time\ntime.sleep(40)"))  # still running at the Ctrl-C
+    for name, content in (("ann", "{not a notebook"), ("ben", nbformat.writes(slow))):
         (submissions / name / "01_tiny").mkdir(parents=True)  # ann's is graded fast, ben's cut short
         (submissions / name / "01_tiny" / "01_tiny.ipynb").write_text(content)
     command = [sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--root",
@@ -424,7 +426,8 @@ def test_the_grader_s_own_verdicts(verdicts, test, status):
     if test == "test_forbidden":
         assert "implement this yourself" in verdicts[test].message
     if test == "test_exit_raises":
-        assert verdicts[test].message == "the test failed"
+        assert verdicts[test].message.splitlines() == [  # the failing line of the test, then its message
+            "line 2: raise AssertionError('the test failed')", "the test failed"]
 
 
 def test_the_notebook_time_limit_stops_the_run():
