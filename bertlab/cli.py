@@ -273,7 +273,7 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--mlm-probability", type=fraction, default=0.15, help="share of tokens to predict (default: 0.15)")
     parser.add_argument("--dropout", type=dropout_probability, default=0.1,
                         help="dropout on the hidden states and attention weights while pretraining (default: 0.1, "
-                        "BERT's; a short run learns faster without it)")
+                        "BERT's)")
     parser.add_argument("--warmup-steps", type=non_negative_int, default=None, help="default: 10%% of --steps")
     parser.add_argument("--weight-decay", type=non_negative_float, default=0.01, help="AdamW weight decay (default: 0.01)")
     parser.add_argument("--grad-accum-steps", type=positive_int, default=1, metavar="N",
