@@ -501,14 +501,14 @@ def test_mistakes_are_far_from_the_right_answer():
     tolerances away, so that a right answer computed in another order never gets a mistake's hint; and
     every mistake is seen, by far, in some case."""
     tolerance = checks.TRAIN_EPOCH_TOLERANCE
-    largest = {hint: 0.0 for _, hint in checks.TRAIN_EPOCH_MISTAKES}
+    largest = {mistake.hint: 0.0 for mistake in checks.TRAIN_EPOCH_MISTAKES}
     for case in checks.TRAINING_CASES:
         right = checks._run_training(lambda *args, **kwargs: bertlab.finetuning.train_epoch(*args, **kwargs, progress=False), case)
         allowed = tolerance.atol + tolerance.rtol * abs(right)
-        for mistake, hint in checks.TRAIN_EPOCH_MISTAKES:
-            distance = abs(checks._run_training(mistake, case) - right) / allowed
-            assert distance < 1 or distance > 5, (case.description, hint, distance)
-            largest[hint] = max(largest[hint], distance)
+        for mistake in checks.TRAIN_EPOCH_MISTAKES:
+            distance = abs(checks._run_training(mistake.implementation, case) - right) / allowed
+            assert distance < 1 or distance > 5, (case.description, mistake.hint, distance)
+            largest[mistake.hint] = max(largest[mistake.hint], distance)
     assert all(distance > 100 for distance in largest.values()), largest
 
 

@@ -1,4 +1,4 @@
-"""Hints where students work: the visible test cell of every exercise of chapters 01-07 runs the
+"""Hints where students work: the visible test cell of every exercise of chapters 01-09 runs the
 exercise's check first (``visible_check``), so a typical mistake shows its hint in the student's notebook.
 
 Each mistake is put into the solution in place of the right function: every mistake of the check's
@@ -19,13 +19,15 @@ import torch
 
 import test_attention_checks
 import test_bert_checks
+import test_distillation_checks
 import test_efficient_checks
+import test_finetuning_checks
 import test_norm_checks
 import test_positional_checks
 import test_pretraining_checks
 import test_transformer_checks
 from autograder.chapters import load_chapters
-from autograder.checks import attention, efficient, norm, positional, pretraining
+from autograder.checks import attention, bert, distillation, efficient, finetuning, norm, positional, pretraining
 from autograder.checks.framework import allowed
 from autograder.course import grade_id, is_graded_test, is_solution, python_source
 from checks_helpers import solution_cells
@@ -41,9 +43,12 @@ MUTATION_TESTS = {
     "05_efficient_attention": test_efficient_checks.TestEfficientChecks,
     "06_bert": test_bert_checks.TestBertChecks,
     "07_pretraining": test_pretraining_checks.TestPretrainingChecks,
+    "08_finetuning": test_finetuning_checks.TestFinetuningChecks,
+    "09_distillation": test_distillation_checks.TestDistillationChecks,
 }
 
-#: (chapter, exercise) -> the catalogue of its check, for the checks with one of functions
+#: (chapter, exercise) -> the catalogue of its check (``Mistake`` records), for the checks whose catalogue holds
+#: wrong implementations of the exercise itself
 CATALOGUES = {
     ("01_attention", "softmax"): attention.SOFTMAX_MISTAKES,
     ("01_attention", "additive_score"): attention.ADDITIVE_SCORE_MISTAKES,
@@ -64,7 +69,15 @@ CATALOGUES = {
     ("05_efficient_attention", "kv_cache_bytes"): efficient.KV_CACHE_BYTES_MISTAKES,
     ("05_efficient_attention", "flash_attention"): efficient.FLASH_ATTENTION_MISTAKES,
     ("05_efficient_attention", "linear_attention"): efficient.LINEAR_ATTENTION_MISTAKES,
+    ("06_bert", "wordpiece_tokenize"): bert.WORDPIECE_MISTAKES,
+    ("06_bert", "encode"): bert.ENCODE_MISTAKES,
+    ("06_bert", "count_parameters"): bert.COUNT_PARAMETERS_MISTAKES,
     ("07_pretraining", "mlm_loss"): pretraining.MLM_LOSS_MISTAKES,
+    ("08_finetuning", "freeze_layers"): finetuning.FREEZE_MISTAKES,
+    ("08_finetuning", "param_groups"): finetuning.PARAM_GROUPS_MISTAKES,
+    ("08_finetuning", "train_epoch"): finetuning.TRAIN_EPOCH_MISTAKES,
+    ("09_distillation", "softmax_with_temperature"): distillation.SOFTMAX_WITH_TEMPERATURE_MISTAKES,
+    ("09_distillation", "distillation_loss"): distillation.DISTILLATION_LOSS_MISTAKES,
 }
 
 #: The mistakes of issue 13 in chapter 01, written as a student writes them: (exercise, code, hint)
@@ -216,6 +229,12 @@ CHAPTER_MISTAKES = [
      "layer = attention + feed_forward + 2 * H", "a post-norm encoder layer has TWO LayerNorms"),
     ("07_pretraining", "mlm_loss", "return -picked.mean()", "return -picked.sum()",
      "take the mean over the labelled positions, not the sum"),
+    ("08_finetuning", "train_epoch",
+     "loss.backward()\n        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], "
+     "max_grad_norm)\n        optimizer.step()",
+     "optimizer.step()\n        loss.backward()\n        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() "
+     "if p.requires_grad], max_grad_norm)", "a step before backward uses the zeroed ones"),
+    ("09_distillation", "distillation_loss", "soft = T**2 * F.kl_div(", "soft = F.kl_div(", "multiply the soft term by T^2"),
 ]
 
 

@@ -46,6 +46,7 @@ from autograder.checks.framework import (
     DEFAULT_TOLERANCES,
     Case,
     CheckFailed,
+    Mistake,
     Tolerance,
     describe_difference,
     fail,
@@ -186,15 +187,15 @@ def _head_variant(*, features: str = "pooled", softmax: bool = False):
 
 
 HEAD_LOGITS_MISTAKES = (
-    (_head_variant(features="cls"),
+    Mistake(_head_variant(features="cls"),
      "classify the POOLED output, pooled = tanh(W_p h_[CLS] + b_p) (the second output of self.bert), not "
      "the raw [CLS] vector sequence_output[:, 0]: BERT's classifier reads the pooler."),
-    (_head_variant(features="mean"),
+    Mistake(_head_variant(features="mean"),
      "classify the pooled [CLS] vector (the second output of self.bert), not the mean of the token vectors."),
-    (_head_variant(features="tokens"),
+    Mistake(_head_variant(features="tokens"),
      "classify one vector per sequence, the pooled [CLS] vector: the logits have shape (B, num_labels), "
      "not one row per token."),
-    (_head_variant(softmax=True),
+    Mistake(_head_variant(softmax=True),
      "return the logits W Dropout(pooled) + b, not probabilities: no softmax in the model (the "
      "cross-entropy applies its own log-softmax)."),
 )
@@ -214,13 +215,13 @@ def _loss_variant(kind: str):
 
 
 HEAD_LOSS_MISTAKES = (
-    (_loss_variant("softmax"),
+    Mistake(_loss_variant("softmax"),
      "the cross-entropy takes the logits: F.cross_entropy(logits, labels) applies the log-softmax itself; "
      "a softmax before it squashes the loss."),
-    (_loss_variant("sum"), "the loss is the MEAN cross-entropy over the batch (F.cross_entropy's default), not the sum."),
-    (_loss_variant("nll"),
+    Mistake(_loss_variant("sum"), "the loss is the MEAN cross-entropy over the batch (F.cross_entropy's default), not the sum."),
+    Mistake(_loss_variant("nll"),
      "F.nll_loss expects log-probabilities: use F.cross_entropy(logits, labels), which takes the logits."),
-    (_loss_variant("bce"),
+    Mistake(_loss_variant("bce"),
      "the loss of a classifier with num_labels classes is the cross-entropy of the softmax, "
      "F.cross_entropy(logits, labels), not a binary cross-entropy per class."),
 )
@@ -275,12 +276,13 @@ def _compare_head(module, reference_model, inputs: _Inputs, context: str, forbid
                      "in eval mode (model.eval()) the dropout must do nothing: use nn.Dropout, or "
                      "F.dropout(x, p, training=self.training).")
             if isinstance(logits, torch.Tensor) and logits.shape == expected.logits.shape:
-                hint = next((hint for variant, hint in HEAD_LOGITS_MISTAKES
-                             if describe_difference(logits, variant(reference_model, inputs.kwargs)) is None), None)
+                hint = next((mistake.hint for mistake in HEAD_LOGITS_MISTAKES
+                             if describe_difference(logits, mistake.implementation(reference_model, inputs.kwargs)) is None),
+                            None)
             else:
-                hint = next((hint for variant, hint in HEAD_LOGITS_MISTAKES
+                hint = next((mistake.hint for mistake in HEAD_LOGITS_MISTAKES
                              if isinstance(logits, torch.Tensor)
-                             and logits.shape == variant(reference_model, inputs.kwargs).shape), None)
+                             and logits.shape == mistake.implementation(reference_model, inputs.kwargs).shape), None)
             fail(check, context, difference, hint)
         if "labels" not in inputs.kwargs:
             if loss is not None:
@@ -294,9 +296,9 @@ def _compare_head(module, reference_model, inputs: _Inputs, context: str, forbid
         if difference is not None:
             hint = None
             if isinstance(loss, torch.Tensor) and loss.shape == expected.loss.shape:
-                hint = next((hint for variant, hint in HEAD_LOSS_MISTAKES
-                             if describe_difference(loss, variant(expected.logits, inputs.kwargs["labels"])) is None),
-                            None)
+                hint = next((mistake.hint for mistake in HEAD_LOSS_MISTAKES
+                             if describe_difference(loss, mistake.implementation(expected.logits, inputs.kwargs["labels"]))
+                             is None), None)
             if hint is None and isinstance(loss, torch.Tensor) and loss.dim() > 0:
                 hint = "the loss is one number, the mean cross-entropy over the batch: reduce it to a scalar."
             fail(check, context, difference, hint)
@@ -466,27 +468,27 @@ def _freeze_variant(*, top: bool = False, embeddings: bool = True, head: str = "
 
 
 FREEZE_MISTAKES = (
-    (_freeze_variant(top=True),
+    Mistake(_freeze_variant(top=True),
      "freeze the BOTTOM layers and train the TOP ones: with L layers, layers L - num_trainable_layers ... L - 1 "
      "train (they are the most task-specific), layers 0 ... L - num_trainable_layers - 1 are frozen."),
-    (_freeze_variant(negative_slice=True),
+    Mistake(_freeze_variant(negative_slice=True),
      "with num_trainable_layers = 0, layers[-0:] is the WHOLE list (-0 is 0): slice with "
      "layers[:L - num_trainable_layers] for the frozen ones instead."),
-    (_freeze_variant(counts_frozen=True),
+    Mistake(_freeze_variant(counts_frozen=True),
      "num_trainable_layers counts the layers that TRAIN (the top ones); the other L - num_trainable_layers "
      "layers, at the bottom, are frozen."),
-    (_freeze_variant(embeddings=False),
+    Mistake(_freeze_variant(embeddings=False),
      "freeze the embeddings too (model.bert.embeddings): they are the bottom of the network."),
-    (_freeze_variant(head="frozen"),
+    Mistake(_freeze_variant(head="frozen"),
      "the head trains: leave requires_grad=True on model.bert.pooler and model.classifier (the classifier is "
      "new, random, and must learn the task)."),
-    (_freeze_variant(head="pooler"),
+    Mistake(_freeze_variant(head="pooler"),
      "the pooler (model.bert.pooler) belongs to the head: it trains, whatever num_trainable_layers is."),
-    (_freeze_variant(offset=1),
+    Mistake(_freeze_variant(offset=1),
      "off by one: exactly num_trainable_layers layers train, here one more than asked."),
-    (_freeze_variant(offset=-1),
+    Mistake(_freeze_variant(offset=-1),
      "off by one: exactly num_trainable_layers layers train, here one fewer than asked."),
-    (_freeze_variant(reset=False),
+    Mistake(_freeze_variant(reset=False),
      "set requires_grad on EVERY parameter: True on what trains, False on what is frozen. A model that "
      "arrives (partly) frozen must come out with exactly the asked split, e.g. start with "
      "model.requires_grad_(True)."),
@@ -539,14 +541,14 @@ def check_freeze_layers(student_fn, *, forbid: bool = True) -> str:
                     if p.requires_grad}
         if set(trainable) != expected:
             hint = None
-            for variant, mistake_hint in FREEZE_MISTAKES:
+            for mistake in FREEZE_MISTAKES:
                 mistaken = copy.deepcopy(fresh)
                 try:
-                    variant(mistaken, k)
+                    mistake.implementation(mistaken, k)
                 except Exception:
                     continue
                 if {name for name, p in mistaken.named_parameters() if p.requires_grad} == set(trainable):
-                    hint = mistake_hint
+                    hint = mistake.hint
                     break
             fail(check, context, _describe_split(set(trainable), expected), hint)
     return f"freeze_layers: all {len(FREEZE_CASES)} cases agree with the reference"
@@ -630,35 +632,35 @@ PARAM_GROUPS_TOP_FASTEST_HINT = (
     "encoder_lr and the lower layers less (the embeddings least, encoder_lr * layer_decay ** L), not the other "
     "way round.")
 PARAM_GROUPS_MISTAKES = (
-    (_param_groups_variant(swap=True),
+    Mistake(_param_groups_variant(swap=True),
      "encoder_lr and head_lr are swapped: the encoder (embeddings and layers) gets encoder_lr (times the "
      "layer decay), the head (pooler and classifier) gets head_lr."),
-    (_param_groups_variant(decay_norms=True),
+    Mistake(_param_groups_variant(decay_norms=True),
      "no weight decay on the LayerNorm weights either (BERT excludes biases and LayerNorm parameters): in "
      "bertlab they are named norm, norm1 and norm2, not LayerNorm as in Hugging Face, so decide by the shape: "
      "decay exactly the parameters with p.dim() >= 2."),
-    (_param_groups_variant(decay="all"),
+    Mistake(_param_groups_variant(decay="all"),
      "no weight decay on biases and LayerNorm weights (the 1-D parameters): weight_decay only for "
      "p.dim() >= 2, 0.0 for the others."),
-    (_param_groups_variant(decay="none"),
+    Mistake(_param_groups_variant(decay="none"),
      "the weight matrices and embedding tables (p.dim() >= 2) get weight_decay; only biases and LayerNorm "
      "weights get 0.0."),
-    (_param_groups_variant(decay="inverted"),
+    Mistake(_param_groups_variant(decay="inverted"),
      "weight decay the other way round: the matrices (p.dim() >= 2) get weight_decay, the 1-D parameters 0.0."),
-    (_param_groups_variant(exponent="bottom"), PARAM_GROUPS_TOP_FASTEST_HINT),
-    (_param_groups_variant(exponent="bottom", embeddings="encoder"), PARAM_GROUPS_TOP_FASTEST_HINT),
-    (_param_groups_variant(exponent="shifted", embeddings="decayed"),
+    Mistake(_param_groups_variant(exponent="bottom"), PARAM_GROUPS_TOP_FASTEST_HINT),
+    Mistake(_param_groups_variant(exponent="bottom", embeddings="encoder"), PARAM_GROUPS_TOP_FASTEST_HINT),
+    Mistake(_param_groups_variant(exponent="shifted", embeddings="decayed"),
      "off by one in the exponent: the top layer (l = L - 1) gets encoder_lr itself, "
      "lr(layer l) = encoder_lr * layer_decay ** (L - 1 - l)."),
-    (_param_groups_variant(exponent="none"),
+    Mistake(_param_groups_variant(exponent="none"),
      "apply the layer decay: lr(layer l) = encoder_lr * layer_decay ** (L - 1 - l) and "
      "lr(embeddings) = encoder_lr * layer_decay ** L."),
-    (_param_groups_variant(embeddings="encoder"),
+    Mistake(_param_groups_variant(embeddings="encoder"),
      "the embeddings sit below layer 0: lr(embeddings) = encoder_lr * layer_decay ** L."),
-    (_param_groups_variant(embeddings="like_layer_0"),
+    Mistake(_param_groups_variant(embeddings="like_layer_0"),
      "the embeddings sit one step below layer 0: lr(embeddings) = encoder_lr * layer_decay ** L, not the rate "
      "of layer 0."),
-    (_param_groups_variant(pooler="encoder"),
+    Mistake(_param_groups_variant(pooler="encoder"),
      "the pooler (model.bert.pooler) belongs to the head: it gets head_lr, like the classifier."),
 )
 
@@ -768,9 +770,9 @@ def check_param_groups(student_fn, *, forbid: bool = True) -> str:
         expected = _groups_by_name(model, reference.param_groups(model, *rates, **kwargs))
         if not _same_rates(actual, expected):
             hint = None
-            for variant, mistake_hint in PARAM_GROUPS_MISTAKES:
-                if _same_rates(actual, _groups_by_name(model, variant(model, *rates, **kwargs))):
-                    hint = mistake_hint
+            for mistake in PARAM_GROUPS_MISTAKES:
+                if _same_rates(actual, _groups_by_name(model, mistake.implementation(model, *rates, **kwargs))):
+                    hint = mistake.hint
                     break
             wrong = [name for name in expected if not (_close(actual[name][0], expected[name][0])
                                                        and _close(actual[name][1], expected[name][1]))]
@@ -880,8 +882,6 @@ def _train_epoch_variant(*, zero_grad: str = "before_backward", clip: str = "bef
             loss = loss_fn(model, batch)
             if zero_grad == "before_backward":
                 optimizer.zero_grad()
-            if zero_grad == "step_first":
-                optimizer.step()
             loss.backward()
             if zero_grad == "after_backward":
                 optimizer.zero_grad()
@@ -889,14 +889,9 @@ def _train_epoch_variant(*, zero_grad: str = "before_backward", clip: str = "bef
                 torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             elif clip == "value":
                 torch.nn.utils.clip_grad_value_(model.parameters(), max_grad_norm)
-            if zero_grad != "step_first":
-                optimizer.step()
-            if clip == "after_step":
-                torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+            optimizer.step()
             if schedule == "after_step":
                 scheduler.step()
-            if zero_grad == "step_first":
-                optimizer.zero_grad()
             losses.append(loss.item())
             sizes.append(len(batch["index"]))
         if schedule == "per_epoch":
@@ -913,35 +908,35 @@ def _train_epoch_variant(*, zero_grad: str = "before_backward", clip: str = "bef
 
 
 TRAIN_EPOCH_MISTAKES = (
-    (_train_epoch_variant(train_mode=False),
+    Mistake(_train_epoch_variant(train_mode=False),
      "put the model in training mode first (model.train()): it may arrive in eval mode (after an evaluation), "
      "and then the dropout is off."),
-    (_train_epoch_variant(zero_grad="never"),
+    Mistake(_train_epoch_variant(zero_grad="never"),
      "call optimizer.zero_grad() at every step (before loss.backward()): backward ADDS to the .grad of the "
      "previous steps, so without it every step uses the sum of all the gradients so far."),
-    (_train_epoch_variant(zero_grad="after_backward"),
-     "optimizer.zero_grad() must come before loss.backward() (or after optimizer.step()), not between "
-     "backward and step: there it erases the gradients the step needs."),
-    (_train_epoch_variant(zero_grad="step_first"),
-     "the order is loss = loss_fn(...), loss.backward(), clip, optimizer.step(): the step uses the gradients "
-     "that backward has just computed."),
+    # Zeroing between backward and step, and stepping before backward, both step with zero gradients (the
+    # model never changes): one hint for both.
+    Mistake(_train_epoch_variant(zero_grad="after_backward"),
+     "the step must use the gradients that backward has just computed: the order is optimizer.zero_grad(), "
+     "loss.backward(), clip, optimizer.step(). A zero_grad() between backward and step erases them, and a step "
+     "before backward uses the zeroed ones: either way the model does not change."),
     # Clipping after the step and not clipping give the same updates: one hint for both.
-    (_train_epoch_variant(clip="none"),
+    Mistake(_train_epoch_variant(clip="none"),
      "clip the gradients' global norm to max_grad_norm, and clip the gradients BEFORE optimizer.step() (after "
      "loss.backward()): torch.nn.utils.clip_grad_norm_(trainable parameters, max_grad_norm). Without it, or "
      "after the step, the step uses the unclipped gradients."),
-    (_train_epoch_variant(clip="value"),
+    Mistake(_train_epoch_variant(clip="value"),
      "clip the gradients' global NORM (clip_grad_norm_), not each value (clip_grad_value_)."),
-    (_train_epoch_variant(schedule="before_step"),
+    Mistake(_train_epoch_variant(schedule="before_step"),
      "call scheduler.step() AFTER optimizer.step(): otherwise the first step already uses the second step's "
      "learning rate."),
-    (_train_epoch_variant(schedule="per_epoch"),
+    Mistake(_train_epoch_variant(schedule="per_epoch"),
      "call scheduler.step() after EVERY optimizer.step() (the schedule counts steps, not epochs)."),
-    (_train_epoch_variant(mean="unweighted"),
+    Mistake(_train_epoch_variant(mean="unweighted"),
      "return the mean loss per EXAMPLE: weight each batch's loss by its number of examples "
      "(len(batch[\"index\"])), since the last batch may be smaller."),
-    (_train_epoch_variant(mean="sum"), "return the MEAN loss per example: divide the sum by the number of examples."),
-    (_train_epoch_variant(mean="last"), "return the mean loss over the whole epoch, not the last batch's loss."),
+    Mistake(_train_epoch_variant(mean="sum"), "return the MEAN loss per example: divide the sum by the number of examples."),
+    Mistake(_train_epoch_variant(mean="last"), "return the mean loss over the whole epoch, not the last batch's loss."),
 )
 
 
@@ -981,9 +976,9 @@ def check_train_epoch(student_fn, *, forbid: bool = True) -> str:
         if difference is not None:
             hint = None
             if isinstance(actual, (int, float)):
-                for variant, mistake_hint in TRAIN_EPOCH_MISTAKES:
-                    if describe_difference(actual, _run_training(variant, case), TRAIN_EPOCH_TOLERANCE) is None:
-                        hint = mistake_hint
+                for mistake in TRAIN_EPOCH_MISTAKES:
+                    if describe_difference(actual, _run_training(mistake.implementation, case), TRAIN_EPOCH_TOLERANCE) is None:
+                        hint = mistake.hint
                         break
             fail(check, context, difference, hint)
     return f"train_epoch: all {len(TRAINING_CASES)} cases agree with the reference"
