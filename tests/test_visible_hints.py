@@ -210,6 +210,11 @@ def test_a_correct_function_passes_its_visible_test_when_an_earlier_exercise_is_
 
 # --------------------------------------------------------------------------------------------------
 # The same hints in the grader's feedback and results.json
+#
+# Grading runs the same released test cell in the student's process, so a mistake fails there with the
+# message tested above; what is left to test is that grading carries that message, its hint and the
+# failing line into results.json, the summary and the feedback page. One graded class does: chapter
+# 01's mistakes of issue 13 and one mistake written into each other chapter's solution.
 # --------------------------------------------------------------------------------------------------
 
 #: One mistake of each other chapter, as a student writes it: (chapter, exercise, solution's code, wrong code, hint)
