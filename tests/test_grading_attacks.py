@@ -32,7 +32,7 @@ import nbformat
 import pytest
 from checks_helpers import run_in_grader
 from grading_helpers import (
-    ADD, DOUBLE, HIDDEN_LINES, SOFTMAX, build_course, class_results, feedback_pages, graded_notebook, insert_after,
+    ADD, DOUBLE, HIDDEN_LINES, SOFTMAX, build_course, class_results, feedback_pages, insert_after,
     notebooks, put, records, student_outputs, tiny_solutions, with_cells)
 from nbformat.v4 import new_code_cell, new_markdown_cell
 

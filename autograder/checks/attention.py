@@ -12,14 +12,13 @@ import torch
 import torch.nn.functional as F
 
 from autograder.checks.framework import (
-    DEFAULT_TOLERANCES,
     Case,
     Mistake,
-    Tolerance,
     check_against_reference,
     generator_for,
     random_normal,
 )
+from autograder.checks.shared_attention import ATTENTION_FORBIDDEN, ATTENTION_TOLERANCES
 from bertlab import attention as reference
 
 NEG_INF = float("-inf")
@@ -243,26 +242,6 @@ def check_additive_score(student_fn, *, forbid: bool = True) -> str:
 # --------------------------------------------------------------------------------------------------
 # scaled_dot_product_attention
 # --------------------------------------------------------------------------------------------------
-
-ATTENTION_FORBIDDEN = (
-    reference.scaled_dot_product_attention,
-    reference.fused_attention,
-    reference.MultiHeadAttention.forward,
-    F.scaled_dot_product_attention,
-    F.multi_head_attention_forward,
-    torch.nn.MultiheadAttention.forward,
-    torch.ops.aten.scaled_dot_product_attention,
-    torch.ops.aten._scaled_dot_product_attention_math,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
-    "bertlab.efficient.grouped_query_attention",
-    "bertlab.efficient.sliding_window_attention",
-    "bertlab.efficient.flash_attention",
-    "transformers.integrations.sdpa_attention.sdpa_attention_forward",
-    "transformers.models.bert.modeling_bert.eager_attention_forward",
-)
-
-#: Scores of about 300 make float32 rounding of q k^T visible in the weights: slightly looser.
-ATTENTION_TOLERANCES = {**DEFAULT_TOLERANCES, torch.float32: Tolerance(atol=2e-5, rtol=2e-4)}
 
 
 def scaled_dot_product_attention_cases() -> list[Case]:

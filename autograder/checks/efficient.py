@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from autograder.checks.attention import ATTENTION_TOLERANCES
 from autograder.checks.framework import (
     Case,
     CheckFailed,
@@ -32,6 +31,7 @@ from autograder.checks.framework import (
     random_normal,
     run_student,
 )
+from autograder.checks.shared_attention import ATTENTION_TOLERANCES
 from bertlab import attention as attention_reference
 from bertlab import efficient as reference
 

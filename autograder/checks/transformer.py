@@ -22,7 +22,6 @@ from functools import partial
 import torch
 from torch import nn
 
-from autograder.checks.attention import ATTENTION_FORBIDDEN
 from autograder.checks.framework import (
     DEFAULT_TOLERANCES,
     Case,
@@ -37,6 +36,7 @@ from autograder.checks.framework import (
     run_student,
     with_dependencies,
 )
+from autograder.checks.shared_attention import ATTENTION_FORBIDDEN
 from autograder.checks.modules import build_with_reference_weights, constructor_call
 from bertlab import attention as reference_attention
 from bertlab import norm as reference_norm
