@@ -71,3 +71,40 @@ def test_autocast_on_this_gpu_uses_the_chosen_precision():
     with autocast(device):
         assert (a @ a).dtype == autocast_dtype(device)
     assert grad_scaler(device).is_enabled() == (autocast_dtype(device) == torch.float16)
+
+
+# --------------------------------------------------------------------------------------------------
+# The recorded results the book reads
+# --------------------------------------------------------------------------------------------------
+
+REQUIRED = {"command": [], "classification": ["course_bert", "random_init"]}
+
+
+def write_results(folder, text):
+    results = folder / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (results / "bert-cpu.json").write_text(text)
+    return results / "bert-cpu.json"
+
+
+def test_recorded_results_are_found_from_a_folder_below_the_repository(tmp_path):
+    write_results(tmp_path, '{"command": "python x", "classification": {"course_bert": 1, "random_init": 2}}')
+    chapter = tmp_path / "chapters" / "08_finetuning"
+    chapter.mkdir(parents=True)
+    recorded = utils.read_recorded_results("bert-cpu.json", REQUIRED, start=chapter)
+    assert recorded["classification"]["random_init"] == 2
+
+
+@pytest.mark.parametrize("text, reason", [
+    (None, "No recorded results here (benchmarks/results/bert-cpu.json is in the course repository)"),
+    ('{"command": ', "could not be read"),
+    ("[1, 2]", "holds a list, not the record of a run"),
+    ('{"classification": {"course_bert": 1}}', "lacks command, classification.random_init: it was written by an older"),
+    ('{"command": "x", "classification": 3}', "lacks classification.course_bert, classification.random_init"),
+])
+def test_recorded_results_that_cannot_be_shown_say_why_in_one_line(tmp_path, text, reason):
+    if text is not None:
+        write_results(tmp_path, text)
+    with pytest.raises(utils.RecordedResultsUnavailable) as unavailable:
+        utils.read_recorded_results("bert-cpu.json", REQUIRED, start=tmp_path)
+    assert reason in str(unavailable.value) and "\n" not in str(unavailable.value)
