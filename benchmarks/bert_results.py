@@ -1,7 +1,7 @@
 """What the course's pretrained BERT achieves on MR, under a fair protocol.
 
     python benchmarks/bert_results.py --data-root DIR [--quick] [--device auto|cpu|cuda] [--threads T]
-                                      [--out benchmarks/results/bert-<device>.json]
+                                      [--out benchmarks/results/bert-<device>.json] [--work-dir DIR]
 
 DIR holds ``rt-polarity/`` (the sentence polarity dataset v1.0, MR; Pang and Lee, 2005), split 80/10/10
 by ``bertlab.data`` as in the chapters. The course's BERT is the one the package ships
@@ -27,10 +27,14 @@ trained at that rate; test accuracy reported as mean and standard deviation over
 
 The JSON holds the settings, the machine, every run and the checks of the expectations; a Markdown
 table is printed and written next to it (``.md``).
+
+The full run takes about 1.5 hours on a 2-core CPU. It is resumable: each finished stage (and the
+fine-tuned teacher's weights) is kept in ``--work-dir`` (default ``runs/bert-results-<device>``), and the
+same command started again goes on after the last finished stage. A run with other settings starts
+afresh; delete the folder to start afresh with the same ones.
 """
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -55,7 +59,7 @@ from bertlab.utils import resolve_device, seed_everything
 RESULTS = Path(__file__).resolve().parent / "results"
 COURSE_BERT_RESULTS = RESULTS / "course-bert.json"
 SETTINGS = {
-    "full": dict(seeds=[0, 1, 2], epochs=3, batch_size=32, max_length=64, min_steps=300,
+    "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=64, min_steps=150,
                  learning_rates=[1e-4, 3e-4, 1e-3], head_only_learning_rates=[1e-3, 3e-3, 1e-2],
                  curve_sizes=[250, 1000, 4000], tfidf_c=[0.3, 1.0, 3.0, 10.0], alpha=0.5, temperature=2.0,
                  repeats=5, max_train_examples=None),
@@ -65,19 +69,34 @@ SETTINGS = {
 }
 
 
-class Stopwatch:
-    """Wall-clock seconds of the named stages of the run."""
+class Stages:
+    """The named stages of a run, each finished one kept with its wall-clock seconds in ``folder/stages.json``
+    so that an interrupted run resumes after its last finished stage. Records from a run with other
+    ``settings`` are not reused."""
 
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
+    def __init__(self, folder: Path, settings: dict):
+        self.path = folder / "stages.json"
+        self.settings = settings
+        saved = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        reuse = saved.get("settings") == settings
+        self.records: dict[str, dict] = saved["records"] if reuse else {}
+        self.seconds: dict[str, float] = saved["seconds"] if reuse else {}
 
-    @contextlib.contextmanager
-    def stage(self, name: str):
+    def run(self, name: str, compute) -> dict:
+        """``compute()``'s record (a JSON-serialisable dict), or the record of an earlier run of this stage."""
+        if name in self.records:
+            print(f"== {name}: finished by an earlier run ({self.seconds[name]:.0f} s)", flush=True)
+            return self.records[name]
         print(f"\n== {name}", flush=True)
         start = time.perf_counter()
-        yield
+        record = compute()
         self.seconds[name] = round(time.perf_counter() - start, 1)
+        self.records[name] = record
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps({"settings": self.settings, "records": self.records, "seconds": self.seconds},
+                                        indent=2) + "\n")
         print(f"== {name}: {self.seconds[name]:.0f} s", flush=True)
+        return record
 
 
 def quietly(function, *args, **kwargs):
@@ -115,7 +134,8 @@ def summary(accuracies: list[float]) -> dict:
 def run(args: argparse.Namespace) -> dict:
     settings = SETTINGS["quick" if args.quick else "full"]
     device = resolve_device(args.device)
-    watch = Stopwatch()
+    stages = Stages(args.work_dir, settings)
+    teacher_weights = args.work_dir / "teacher.pt"
     splits = load_sentiment("mr", root=args.data_root)
     train = splits.train[: settings["max_train_examples"]]
     dev, test = splits.dev, splits.test
@@ -129,6 +149,9 @@ def run(args: argparse.Namespace) -> dict:
     def random_classifier() -> BertForSequenceClassification:
         return BertForSequenceClassification(pretrained_classifier().config)  # seeded by the caller
 
+    def test_accuracy(model) -> float:
+        return evaluate(model, tokenizer, test, max_length=settings["max_length"])["accuracy"]
+
     def train_bert(make_model, examples, lr, seed, epochs, head_only=False):
         seed_everything(seed)
         model = make_model()
@@ -138,46 +161,56 @@ def run(args: argparse.Namespace) -> dict:
                  max_length=settings["max_length"], device=device, seed=seed, progress=not args.no_progress)
         return model
 
-    def compare(name, make_model, examples, learning_rates, seeds, head_only=False):
-        """Learning rate chosen on dev with seed 0, then every seed at that rate; test accuracies."""
+    def compare(name, make_model, examples, learning_rates, seeds, head_only=False, keep_first=None):
+        """Learning rate chosen on dev with seed 0, then every seed at that rate; test accuracies. The
+        first seed's weights are saved to ``keep_first`` when it is given."""
         epochs = max(settings["epochs"], math.ceil(settings["min_steps"] * settings["batch_size"] / len(examples)))
-        with watch.stage(f"{name}, {len(examples)} examples, {epochs} epochs"):
+
+        def compute() -> dict:
             tuned = choose_learning_rate(
                 lambda lr: train_bert(make_model, examples, lr, seeds[0], epochs, head_only), learning_rates,
                 tokenizer, dev, max_length=settings["max_length"])
-            models = [tuned.model] + [train_bert(make_model, examples, tuned.learning_rate, seed, epochs, head_only)
-                                      for seed in seeds[1:]]
-            accuracies = [evaluate(model, tokenizer, test, max_length=settings["max_length"])["accuracy"]
-                          for model in models]
-        print(f"{name}: lr {tuned.learning_rate:g} (dev {tuned.dev_accuracy_by_learning_rate}); "
-              f"test {[round(a, 4) for a in accuracies]}")
-        record = {"learning_rate": tuned.learning_rate, "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
-                  "epochs": epochs, "train_examples": len(examples), **summary(accuracies)}
-        return record, tuned.model
+            if keep_first is not None:
+                torch.save(tuned.model.state_dict(), keep_first)
+            accuracies = [test_accuracy(tuned.model)] + [
+                test_accuracy(train_bert(make_model, examples, tuned.learning_rate, seed, epochs, head_only))
+                for seed in seeds[1:]]
+            print(f"{name}: lr {tuned.learning_rate:g} (dev {tuned.dev_accuracy_by_learning_rate}); "
+                  f"test {[round(a, 4) for a in accuracies]}")
+            return {"learning_rate": tuned.learning_rate,
+                    "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
+                    "epochs": epochs, "train_examples": len(examples), **summary(accuracies)}
+
+        return stages.run(f"{name}, {len(examples)} examples, {epochs} epochs", compute)
 
     # ---------------------------------------------------------------------------- (a) MR
-    classification = {}
-    with watch.stage("tf-idf logistic regression"):
-        classification["tfidf_logistic_regression"] = tfidf_logistic_regression(train, dev, test, settings["tfidf_c"])
-    with watch.stage("bag of words"):
-        classification["bag_of_words"] = train_bag_of_words(train, seed=0).evaluate(test)
+    classification = {
+        "tfidf_logistic_regression": stages.run("tf-idf logistic regression", lambda: tfidf_logistic_regression(
+            train, dev, test, settings["tfidf_c"])),
+        "bag_of_words": stages.run("bag of words", lambda: train_bag_of_words(train, seed=0).evaluate(test)),
+    }
     seeds, grid = settings["seeds"], settings["learning_rates"]
-    classification["random_init"], _ = compare("BERT-mini, random init", random_classifier, train, grid, seeds)
-    classification["course_bert_head_only"], _ = compare("course BERT, head only", pretrained_classifier, train,
-                                                         settings["head_only_learning_rates"], seeds, head_only=True)
-    classification["course_bert"], teacher = compare("course BERT, all weights", pretrained_classifier, train, grid,
-                                                     seeds)
+    classification["random_init"] = compare("BERT-mini, random init", random_classifier, train, grid, seeds)
+    classification["course_bert_head_only"] = compare("course BERT, head only", pretrained_classifier, train,
+                                                      settings["head_only_learning_rates"], seeds, head_only=True)
+    classification["course_bert"] = compare("course BERT, all weights", pretrained_classifier, train, grid, seeds,
+                                            keep_first=teacher_weights)
 
     # ---------------------------------------------------------------------------- (b) learning curve
     curve = {"sizes": [*settings["curve_sizes"], len(train)], "pretrained": [], "random_init": []}
     for size in settings["curve_sizes"]:
         for key, make_model in (("pretrained", pretrained_classifier), ("random_init", random_classifier)):
-            record, _ = compare(f"curve: {key}", make_model, train[:size], grid, seeds[:1])
-            curve[key].append(record)
+            curve[key].append(compare(f"curve: {key}", make_model, train[:size], grid, seeds[:1]))
     curve["pretrained"].append(classification["course_bert"])
     curve["random_init"].append(classification["random_init"])
 
     # ---------------------------------------------------------------------------- (c) distillation
+    if not teacher_weights.is_file():
+        raise FileNotFoundError(f"{teacher_weights}: the fine-tuned teacher's weights are missing; delete "
+                                f"{stages.path} to run every stage again")
+    teacher = pretrained_classifier()
+    teacher.load_state_dict(torch.load(teacher_weights, map_location="cpu", weights_only=True))
+
     def student(lr: float, teacher_model=None) -> BertForSequenceClassification:
         """The half-depth student: the course BERT's pretrained layers 0 and 2 and a new head, distilled
         from ``teacher_model``, or fine-tuned on the labels alone when it is None."""
@@ -192,25 +225,29 @@ def run(args: argparse.Namespace) -> dict:
                     temperature=settings["temperature"], **options)
         return model
 
-    with watch.stage("distillation"):
+    def distillation_and_comparison() -> dict:
         distilled = choose_learning_rate(lambda lr: student(lr, teacher), grid, tokenizer, dev,
                                          max_length=settings["max_length"])
-    with watch.stage("student on labels alone"):
-        labels_alone = choose_learning_rate(student, grid, tokenizer, dev, max_length=settings["max_length"])
-    with watch.stage("comparison"):
         comparison = compare_models(teacher, distilled.model, tokenizer, test, batch_size=32,
                                     max_length=settings["max_length"], repeats=settings["repeats"],
                                     names=("teacher: course BERT, 4 layers", "distilled student, 2 layers"))
+        return {"learning_rate": distilled.learning_rate,
+                "dev_accuracy_by_learning_rate": distilled.dev_accuracy_by_learning_rate,
+                "comparison": [vars(row) for row in comparison.rows],
+                "comparison_markdown": comparison.to_markdown()}
+
+    def labels_alone() -> dict:
+        tuned = choose_learning_rate(student, grid, tokenizer, dev, max_length=settings["max_length"])
+        return {"learning_rate": tuned.learning_rate, "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
+                "test_accuracy": test_accuracy(tuned.model)}
+
+    distilled = stages.run("distillation and the side-by-side comparison", distillation_and_comparison)
     distillation = {
         "student_layers": [0, 2],
-        "distilled": {"learning_rate": distilled.learning_rate,
-                      "dev_accuracy_by_learning_rate": distilled.dev_accuracy_by_learning_rate},
-        "labels_alone": {"learning_rate": labels_alone.learning_rate,
-                         "dev_accuracy_by_learning_rate": labels_alone.dev_accuracy_by_learning_rate,
-                         "test_accuracy": evaluate(labels_alone.model, tokenizer, test,
-                                                   max_length=settings["max_length"])["accuracy"]},
-        "comparison": [vars(row) for row in comparison.rows],
-        "comparison_markdown": comparison.to_markdown(),
+        "distilled": {key: distilled[key] for key in ("learning_rate", "dev_accuracy_by_learning_rate")},
+        "labels_alone": stages.run("student on labels alone", labels_alone),
+        "comparison": distilled["comparison"],
+        "comparison_markdown": distilled["comparison_markdown"],
     }
 
     results = {
@@ -225,7 +262,7 @@ def run(args: argparse.Namespace) -> dict:
         "classification": classification,
         "learning_curve": curve,
         "distillation": distillation,
-        "seconds": watch.seconds,
+        "seconds": stages.seconds,
     }
     results["checks"] = check_expectations(results)
     return results
@@ -324,8 +361,14 @@ def main() -> None:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--out", type=Path, help="JSON file (default: benchmarks/results/bert-DEVICE[-quick].json)")
+    parser.add_argument("--work-dir", type=Path,
+                        help="the finished stages and the teacher's weights, for resuming (default: "
+                             "runs/bert-results-DEVICE[-quick] in the repository)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args()
+    run_name = f"{resolve_device(args.device).type}{'-quick' if args.quick else ''}"  # cpu, cuda-quick, ...
+    if args.work_dir is None:
+        args.work_dir = Path(__file__).resolve().parents[1] / "runs" / f"bert-results-{run_name}"
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:
@@ -334,8 +377,7 @@ def main() -> None:
         parser.exit(1, f"error: {error}\n")
     table = markdown(results)
     print("\n" + table)
-    suffix = "-quick" if args.quick else ""
-    out = args.out or RESULTS / f"bert-{resolve_device(args.device).type}{suffix}.json"
+    out = args.out or RESULTS / f"bert-{run_name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     out.with_suffix(".md").write_text(table + "\n")
