@@ -30,11 +30,12 @@ table is printed and written next to it (``.md``).
 
 The full run takes about 1.5 hours on a 2-core CPU. It is resumable: each finished stage (and the
 fine-tuned teacher's weights) is kept in ``--work-dir`` (default ``runs/bert-results-<device>``), and the
-same command started again goes on after the last finished stage. A run with other settings starts
-afresh; delete the folder to start afresh with the same ones.
+same command started again goes on after the last finished stage. A run with other settings, another
+course BERT or other data starts afresh; delete the folder to start afresh otherwise.
 """
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -71,14 +72,14 @@ SETTINGS = {
 
 class Stages:
     """The named stages of a run, each finished one kept with its wall-clock seconds in ``folder/stages.json``
-    so that an interrupted run resumes after its last finished stage. Records from a run with other
-    ``settings`` are not reused."""
+    so that an interrupted run resumes after its last finished stage. Records are reused only by a run of
+    the same ``identity`` (the settings, the course BERT's weights and the data)."""
 
-    def __init__(self, folder: Path, settings: dict):
+    def __init__(self, folder: Path, identity: dict):
         self.path = folder / "stages.json"
-        self.settings = settings
+        self.identity = identity
         saved = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        reuse = saved.get("settings") == settings
+        reuse = saved.get("identity") == identity
         self.records: dict[str, dict] = saved["records"] if reuse else {}
         self.seconds: dict[str, float] = saved["seconds"] if reuse else {}
 
@@ -93,7 +94,7 @@ class Stages:
         self.seconds[name] = round(time.perf_counter() - start, 1)
         self.records[name] = record
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps({"settings": self.settings, "records": self.records, "seconds": self.seconds},
+        self.path.write_text(json.dumps({"identity": self.identity, "records": self.records, "seconds": self.seconds},
                                         indent=2) + "\n")
         print(f"== {name}: {self.seconds[name]:.0f} s", flush=True)
         return record
@@ -134,13 +135,15 @@ def summary(accuracies: list[float]) -> dict:
 def run(args: argparse.Namespace) -> dict:
     settings = SETTINGS["quick" if args.quick else "full"]
     device = resolve_device(args.device)
-    stages = Stages(args.work_dir, settings)
-    teacher_weights = args.work_dir / "teacher.pt"
     splits = load_sentiment("mr", root=args.data_root)
     train = splits.train[: settings["max_train_examples"]]
     dev, test = splits.dev, splits.test
     print(f"MR: {len(train)} train, {len(dev)} dev, {len(test)} test ({splits.source})")
     folder = course_bert_folder()
+    weights_sha256 = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    stages = Stages(args.work_dir, {"settings": settings, "course_bert_sha256": weights_sha256,
+                                    "dataset": [splits.source, len(train), len(dev), len(test)]})
+    teacher_weights = args.work_dir / "teacher.pt"
     tokenizer = BertTokenizer(folder / "vocab.txt")
 
     def pretrained_classifier() -> BertForSequenceClassification:
