@@ -31,7 +31,7 @@ from autograder.checks.framework import (
     random_normal,
     run_student,
 )
-from autograder.checks.shared_attention import ATTENTION_TOLERANCES
+from autograder.checks.shared_attention import ATTENTION_FORBIDDEN, ATTENTION_TOLERANCES
 from bertlab import attention as attention_reference
 from bertlab import efficient as reference
 
@@ -405,24 +405,14 @@ def check_kv_cache_bytes(student_fn, *, forbid: bool = True) -> str:
 # flash_attention
 # --------------------------------------------------------------------------------------------------
 
-FLASH_ATTENTION_FORBIDDEN = (
+FLASH_ATTENTION_FORBIDDEN = (  # what computes attention, and PyTorch's fused kernels on every device
+    *ATTENTION_FORBIDDEN,
     reference.flash_attention,
     reference.sliding_window_attention,
     reference.grouped_query_attention,
-    attention_reference.scaled_dot_product_attention,
-    attention_reference.fused_attention,
-    attention_reference.MultiHeadAttention.forward,
-    F.scaled_dot_product_attention,
-    F.multi_head_attention_forward,
-    torch.nn.MultiheadAttention.forward,
-    torch.ops.aten.scaled_dot_product_attention,
-    torch.ops.aten._scaled_dot_product_attention_math,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
     torch.ops.aten._scaled_dot_product_flash_attention,
     torch.ops.aten._scaled_dot_product_efficient_attention,
     torch.ops.aten._scaled_dot_product_cudnn_attention,
-    "transformers.integrations.sdpa_attention.sdpa_attention_forward",
-    "transformers.models.bert.modeling_bert.eager_attention_forward",
 )
 
 
