@@ -35,7 +35,6 @@ course BERT or other data starts afresh; delete the folder to start afresh other
 """
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -53,7 +52,7 @@ from bertlab.bert import BertForSequenceClassification
 from bertlab.data import load_sentiment
 from bertlab.distillation import compare_models, distill, init_student_from_teacher
 from bertlab.finetuning import choose_learning_rate, evaluate, finetune, freeze_layers, train_bag_of_words
-from bertlab.pretraining import course_bert_folder
+from bertlab.pretraining import course_bert_folder, course_bert_sha256
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import resolve_device, seed_everything
 
@@ -140,7 +139,7 @@ def run(args: argparse.Namespace) -> dict:
     dev, test = splits.dev, splits.test
     print(f"MR: {len(train)} train, {len(dev)} dev, {len(test)} test ({splits.source})")
     folder = course_bert_folder()
-    weights_sha256 = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    weights_sha256 = course_bert_sha256()
     stages = Stages(args.work_dir, {"settings": settings, "course_bert_sha256": weights_sha256,
                                     "dataset": [splits.source, len(train), len(dev), len(test)]})
     teacher_weights = args.work_dir / "teacher.pt"
@@ -261,6 +260,7 @@ def run(args: argparse.Namespace) -> dict:
         "machine": machine(device),
         "dataset": {"name": splits.name, "source": splits.source, "train": len(train), "dev": len(dev),
                     "test": len(test)},
+        "course_bert_sha256": weights_sha256,  # the chapters show this run only beside these weights
         "course_bert": json.loads(COURSE_BERT_RESULTS.read_text())["held_out"] if COURSE_BERT_RESULTS.is_file() else None,
         "classification": classification,
         "learning_curve": curve,

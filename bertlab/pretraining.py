@@ -24,12 +24,13 @@ pretrained once with this code on a 2-core CPU (``tools/course_bert.py``) and sh
 import array
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,14 @@ from tqdm.auto import tqdm
 
 from bertlab.bert import BertForPreTraining
 from bertlab.tokenization import BertTokenizer
-from bertlab.utils import autocast, grad_scaler, resolve_device, seed_everything
+from bertlab.utils import (
+    RecordedResultsUnavailable,
+    autocast,
+    grad_scaler,
+    read_recorded_results,
+    resolve_device,
+    seed_everything,
+)
 
 IGNORE_INDEX = -100  # label of the positions that are not predicted (ignored by cross-entropy)
 IS_NEXT, NOT_NEXT = 0, 1  # NSP labels, as in BERT and Hugging Face's BertForPreTraining
@@ -962,6 +970,24 @@ def course_bert_token_counts() -> torch.Tensor:
     for the unigram baseline ``unigram_masked_lm`` without reading the 20M tokens again."""
     path = course_bert_folder() / TOKEN_COUNTS_FILE
     return torch.tensor([float(line) for line in path.read_text().split()], dtype=torch.float64)
+
+
+def course_bert_sha256() -> str:
+    """The SHA-256 (hex) of the course BERT's weights file: which release of the model a run used."""
+    return hashlib.sha256((course_bert_folder() / "model.safetensors").read_bytes()).hexdigest()
+
+
+def read_course_bert_results(name: str, required: Mapping[str, Sequence[str]], start: str | Path | None = None) -> dict:
+    """``bertlab.utils.read_recorded_results`` for a recorded run of the course's BERT, which must have
+    used the weights installed here: the run's ``course_bert_sha256`` is compared with
+    :func:`course_bert_sha256`, and :class:`~bertlab.utils.RecordedResultsUnavailable` says so when
+    they differ, so that a chapter never shows another release's numbers as this model's."""
+    recorded = read_recorded_results(name, {**required, "course_bert_sha256": []}, start)
+    if recorded["course_bert_sha256"] != course_bert_sha256():
+        raise RecordedResultsUnavailable(
+            f"benchmarks/results/{name} was recorded with other weights of the course's BERT than the ones "
+            f"installed here: run benchmarks/bert_results.py again")
+    return recorded
 
 
 def course_bert(device: str | torch.device | None = None) -> tuple[BertForPreTraining, BertTokenizer]:

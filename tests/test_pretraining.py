@@ -1,6 +1,8 @@
 """Tests for bertlab.pretraining: masking, NSP pairs, datasets, optimisation, the training loop, resuming, DDP."""
 
 import dataclasses
+import hashlib
+import json
 import math
 import os
 import socket
@@ -41,7 +43,7 @@ from bertlab.pretraining import (
     weight_decay_groups,
 )
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
-from bertlab.utils import grad_scaler
+from bertlab.utils import RecordedResultsUnavailable, grad_scaler
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB_SIZE = 1000
@@ -632,3 +634,29 @@ def test_the_course_bert_ships_with_the_package_and_hugging_face_reads_it():
         ours = model(**batch).mlm_logits
         expected = hf_model(**batch).prediction_logits
     torch.testing.assert_close(ours, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_the_weights_sha256_is_computed_by_hashlib_from_the_shipped_file():
+    expected = hashlib.sha256((course_bert_folder() / "model.safetensors").read_bytes()).hexdigest()
+    assert pretraining.course_bert_sha256() == expected and len(expected) == 64
+
+
+@pytest.mark.parametrize("sha256, reason", [
+    (None, "lacks course_bert_sha256: it was written by an older version of the script"),
+    ("0" * 64, "was recorded with other weights of the course's BERT than the ones installed here: run "
+               "benchmarks/bert_results.py again"),
+])
+def test_a_recorded_run_of_other_weights_is_not_shown_as_the_course_berts(tmp_path, sha256, reason):
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    record = {"command": "python benchmarks/bert_results.py", "classification": {"course_bert": 0.75}}
+    (results / "bert-cpu.json").write_text(json.dumps({**record, "course_bert_sha256": sha256} if sha256 else record))
+    with pytest.raises(RecordedResultsUnavailable) as unavailable:
+        pretraining.read_course_bert_results("bert-cpu.json", {"classification": ["course_bert"]}, start=tmp_path)
+    assert reason in str(unavailable.value) and "\n" not in str(unavailable.value)
+
+    (results / "bert-cpu.json").write_text(json.dumps({**record, "course_bert_sha256": pretraining.course_bert_sha256()}))
+    chapter = tmp_path / "chapters" / "08_finetuning"
+    chapter.mkdir(parents=True)
+    recorded = pretraining.read_course_bert_results("bert-cpu.json", {"classification": ["course_bert"]}, start=chapter)
+    assert recorded["classification"]["course_bert"] == 0.75
