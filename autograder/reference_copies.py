@@ -5,7 +5,9 @@ switch it off; so the grader also reads the submission's source, which the stude
 change, and flags an exercise (:func:`find_copies`) when
 
 - its definition (the last ``def`` or ``class`` of its name) is the reference's (the ``bertlab``
-  function or class of the same name) once docstrings, annotations and every name are normalized;
+  function or class of the same name) once docstrings, annotations and every name are normalized,
+  for references of at least ``MIN_COPY_NODES`` syntax nodes (a one-line formula such as
+  ``causal_mask`` has few ways to be written, and an honest solution may well be the reference's);
 - its definition, or a function or class of the notebook that the definition uses, refers to the
   reference (through any import, alias or ``getattr`` with a constant name), or the exercise's name
   is bound to the reference after its definition (``softmax = bertlab.attention.softmax``);
@@ -32,6 +34,7 @@ DYNAMIC_NAMES = {"exec", "eval", "compile", "__import__"}
 DYNAMIC_ATTRIBUTES = {"getsource", "getsourcelines", "getsourcefile", "__code__", "FunctionType", "CodeType",
                       "reload", "run_path", "run_module", "__globals__"}
 CODE_LOADERS = {"marshal", "pickle", "dill", "cloudpickle"}  # their load and loads build code too
+MIN_COPY_NODES = 50  # syntax nodes in a reference's body (docstring aside) for its shape to be a sign of a copy
 
 
 @functools.cache
@@ -52,11 +55,21 @@ def references(exercise: str) -> tuple[object, ...]:
 
 @functools.cache
 def _normalized_reference(reference) -> str | None:
+    """The reference's shape (:func:`normalized`); None when it is too short to tell a copy by."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(reference)))
     except (OSError, TypeError, SyntaxError):
         return None
-    return normalized(tree.body[0])
+    definition = tree.body[0]
+    body = [statement for statement in definition.body if not _is_docstring(statement)]
+    if sum(1 for statement in body for _ in ast.walk(statement)) < MIN_COPY_NODES:
+        return None
+    return normalized(definition)
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+            and isinstance(statement.value.value, str))
 
 
 class _Normalizer(ast.NodeTransformer):
@@ -84,9 +97,7 @@ class _Normalizer(ast.NodeTransformer):
         node.name = self.rename(node.name)
         if getattr(node, "returns", None) is not None:
             node.returns = None
-        node.body = [statement for statement in node.body
-                     if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
-                             and isinstance(statement.value.value, str))] or [ast.Pass()]
+        node.body = [statement for statement in node.body if not _is_docstring(statement)] or [ast.Pass()]
         return self.generic_visit(node)
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _definition

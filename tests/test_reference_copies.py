@@ -1,0 +1,63 @@
+"""The grader's static reading of a submission for the reference's code (autograder.reference_copies).
+
+Each case has an honest student and a blank one beside the copier: only the copier is flagged."""
+
+import inspect
+import re
+import textwrap
+
+import bertlab.attention
+import bertlab.norm
+from autograder.reference_copies import find_copies
+
+BLANK = "def {name}(*args, **kwargs):\n    raise NotImplementedError()\n"
+
+
+def renamed_copy(function, **names) -> str:
+    """The reference's source with its docstring gone and some names changed, as a copier would hand it in."""
+    source = textwrap.dedent(inspect.getsource(function))
+    source = source.replace(function.__doc__, "retyped") if function.__doc__ else source
+    for old, new in names.items():
+        source = re.sub(rf"\b{old}\b", new, source)
+    return source
+
+
+HONEST_SOFTMAX = """
+import torch
+
+def softmax(scores, dim=-1):
+    shifted = scores - scores.amax(dim=dim, keepdim=True)
+    exponentials = torch.exp(shifted)
+    return exponentials / exponentials.sum(dim=dim, keepdim=True)
+"""
+
+# The natural one-line answer, which is also the reference's: too short to tell a copy by.
+HONEST_CAUSAL_MASK = """
+import torch
+
+def causal_mask(size, other=None, device=None):
+    other = size if other is None else other
+    return torch.ones(size, other, dtype=torch.bool, device=device).tril()
+"""
+
+
+def flagged(source: str, exercise: str) -> list[str]:
+    return [copy.reason for copy in find_copies([source], [exercise])]
+
+
+def test_the_reference_s_code_renamed_is_flagged_and_an_honest_or_blank_answer_is_not():
+    copy = renamed_copy(bertlab.norm.layer_norm, x="inputs", eps="epsilon")
+    reasons = flagged(copy, "layer_norm")
+    assert len(reasons) == 1 and "its code is the reference's" in reasons[0]
+    assert flagged(HONEST_SOFTMAX, "softmax") == []
+    assert flagged(BLANK.format(name="layer_norm"), "layer_norm") == []
+
+
+def test_a_one_line_formula_equal_to_the_reference_is_not_flagged_but_calling_the_reference_is():
+    reference = textwrap.dedent(inspect.getsource(bertlab.attention.causal_mask))
+    assert "tril()" in reference  # the honest answer above is the reference's shape
+    assert flagged(HONEST_CAUSAL_MASK, "causal_mask") == []
+    assert flagged(BLANK.format(name="causal_mask"), "causal_mask") == []
+    calling = "import bertlab.attention as A\n\ndef causal_mask(n, m=None, device=None):\n    return A.causal_mask(n, m, device)\n"
+    reasons = flagged(calling, "causal_mask")
+    assert len(reasons) == 1 and "it uses bertlab.attention.causal_mask" in reasons[0]
