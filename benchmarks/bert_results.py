@@ -60,7 +60,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 COURSE_BERT_RESULTS = RESULTS / "course-bert.json"
 SETTINGS = {
     "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=64, min_steps=150,
-                 learning_rates=[1e-4, 3e-4, 1e-3], head_only_learning_rates=[1e-3, 3e-3, 1e-2],
+                 learning_rates=[1e-4, 3e-4, 1e-3], head_only_learning_rates=[3e-4, 1e-3, 3e-3, 1e-2],
                  curve_sizes=[250, 1000, 4000], tfidf_c=[0.3, 1.0, 3.0, 10.0], alpha=0.5, temperature=2.0,
                  repeats=5, max_train_examples=None),
     "quick": dict(seeds=[0], epochs=1, batch_size=32, max_length=64, min_steps=20,
