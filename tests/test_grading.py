@@ -254,7 +254,10 @@ def test_interrupted_run_leaves_whole_files_and_the_next_run_resumes(course_fold
         (submissions / name / "01_tiny" / "01_tiny.ipynb").write_text(content)
     command = [sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--root",
                str(course_folder[0])]
-    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A grader in a terminal's foreground: Ctrl-C raises KeyboardInterrupt in it even when the test suite itself
+    # runs in the background, whose shell starts it with SIGINT ignored (a disposition its children inherit).
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600
     while not list((out / ".work" / "results").glob("*/*.json")) and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.2)
