@@ -2,13 +2,14 @@
 
 Each case has an honest student and a blank one beside the copier: only the copier is flagged."""
 
+import ast
 import inspect
 import re
 import textwrap
 
 import bertlab.attention
 import bertlab.norm
-from autograder.reference_copies import find_copies
+from autograder.reference_copies import find_copies, normalized
 
 BLANK = "def {name}(*args, **kwargs):\n    raise NotImplementedError()\n"
 
@@ -54,8 +55,9 @@ def test_the_reference_s_code_renamed_is_flagged_and_an_honest_or_blank_answer_i
 
 
 def test_a_one_line_formula_equal_to_the_reference_is_not_flagged_but_calling_the_reference_is():
-    reference = textwrap.dedent(inspect.getsource(bertlab.attention.causal_mask))
-    assert "tril()" in reference  # the honest answer above is the reference's shape
+    reference = ast.parse(textwrap.dedent(inspect.getsource(bertlab.attention.causal_mask))).body[0]
+    honest = next(node for node in ast.parse(HONEST_CAUSAL_MASK).body if isinstance(node, ast.FunctionDef))
+    assert normalized(honest) == normalized(reference)  # the honest answer has the reference's very shape
     assert flagged(HONEST_CAUSAL_MASK, "causal_mask") == []
     assert flagged(BLANK.format(name="causal_mask"), "causal_mask") == []
     calling = "import bertlab.attention as A\n\ndef causal_mask(n, m=None, device=None):\n    return A.causal_mask(n, m, device)\n"
