@@ -18,8 +18,9 @@ trained at that rate; test accuracy reported as mean and standard deviation over
     bertlab's bag-of-words logistic regression, BERT-mini from random weights (the course vocabulary),
     the course BERT with its encoder frozen (head only), and the course BERT fine-tuned whole.
 (b) A learning curve: test accuracy against the number of labelled examples (250, 1000, 4000, all),
-    pretrained against random init; smaller sets get more epochs (at least ``MIN_STEPS`` steps), the
-    same for both.
+    pretrained against random init; smaller sets get more epochs (at least ``min_steps`` steps), the
+    same for both, and a wider grid of learning rates (``curve_learning_rates``: the best rate moves
+    with the number of steps and examples).
 (c) Distillation: the fine-tuned course BERT (seed 0) teaches a half-depth student (Hinton et al.'s
     loss, alpha 0.5, T = 2); the same student trained on the labels alone shows what the teacher adds.
     Both students start from the course BERT's pretrained layers 0 and 2 and a new head.
@@ -28,10 +29,12 @@ trained at that rate; test accuracy reported as mean and standard deviation over
 The JSON holds the settings, the machine, every run and the checks of the expectations; a Markdown
 table is printed and written next to it (``.md``).
 
-The full run takes about 1.5 hours on a 2-core CPU. It is resumable: each finished stage (and the
+The full run takes about 1.8 hours on a 2-core CPU. It is resumable: each finished stage (and the
 fine-tuned teacher's weights) is kept in ``--work-dir`` (default ``runs/bert-results-<device>``), and the
-same command started again goes on after the last finished stage. A run with other settings, another
-course BERT or other data starts afresh; delete the folder to start afresh otherwise.
+same command started again goes on after the last finished stage. Each stage is kept with what it
+depends on (the course BERT's weights, the data and the settings it reads): a run with other settings
+computes again only the stages they change, and another course BERT or other data all of them.
+Delete the folder to start afresh otherwise.
 """
 
 import argparse
@@ -61,42 +64,46 @@ COURSE_BERT_RESULTS = RESULTS / "course-bert.json"
 SETTINGS = {
     "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=64, min_steps=150,
                  learning_rates=[1e-4, 3e-4, 1e-3], head_only_learning_rates=[3e-4, 1e-3, 3e-3, 1e-2],
-                 curve_sizes=[250, 1000, 4000], tfidf_c=[0.3, 1.0, 3.0, 10.0], alpha=0.5, temperature=2.0,
+                 curve_sizes=[250, 1000, 4000], curve_learning_rates=[3e-5, 1e-4, 3e-4, 1e-3, 3e-3],
+                 tfidf_c=[0.3, 1.0, 3.0, 10.0, 30.0, 100.0], alpha=0.5, temperature=2.0,
                  repeats=5, max_train_examples=None),
     "quick": dict(seeds=[0], epochs=1, batch_size=32, max_length=64, min_steps=20,
                   learning_rates=[3e-4, 1e-3], head_only_learning_rates=[3e-3], curve_sizes=[250],
+                  curve_learning_rates=[3e-4, 1e-3],
                   tfidf_c=[1.0], alpha=0.5, temperature=2.0, repeats=2, max_train_examples=500),
 }
 
 
 class Stages:
-    """The named stages of a run, each finished one kept with its wall-clock seconds in ``folder/stages.json``
-    so that an interrupted run resumes after its last finished stage. Records are reused only by a run of
-    the same ``identity`` (the settings, the course BERT's weights and the data)."""
+    """The named stages of a run, each finished one kept in ``folder/stages.json`` with its wall-clock
+    seconds and its ``identity``: the course BERT's weights, the data and the settings that stage
+    depends on. A run resumes after its last finished stage, and a run with other settings computes
+    again only the stages that depend on them."""
 
-    def __init__(self, folder: Path, identity: dict):
+    def __init__(self, folder: Path, common: dict):
         self.path = folder / "stages.json"
-        self.identity = identity
+        self.common = common
         saved = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        reuse = saved.get("identity") == identity
-        self.records: dict[str, dict] = saved["records"] if reuse else {}
-        self.seconds: dict[str, float] = saved["seconds"] if reuse else {}
+        self.saved: dict[str, dict] = saved.get("stages", {})  # a file of an older format: nothing to reuse
+        self.seconds: dict[str, float] = {}
 
-    def run(self, name: str, compute) -> dict:
-        """``compute()``'s record (a JSON-serialisable dict), or the record of an earlier run of this stage."""
-        if name in self.records:
-            print(f"== {name}: finished by an earlier run ({self.seconds[name]:.0f} s)", flush=True)
-            return self.records[name]
-        print(f"\n== {name}", flush=True)
-        start = time.perf_counter()
-        record = compute()
-        self.seconds[name] = round(time.perf_counter() - start, 1)
-        self.records[name] = record
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps({"identity": self.identity, "records": self.records, "seconds": self.seconds},
-                                        indent=2) + "\n")
-        print(f"== {name}: {self.seconds[name]:.0f} s", flush=True)
-        return record
+    def run(self, name: str, compute, **depends_on) -> dict:
+        """``compute()``'s record (a JSON-serialisable dict), or the record of an earlier run of this
+        stage with the same identity (``depends_on``, the settings it reads, and the common identity)."""
+        identity = {**self.common, **depends_on}
+        saved = self.saved.get(name)
+        if saved is not None and saved["identity"] == identity:
+            print(f"== {name}: finished by an earlier run ({saved['seconds']:.0f} s)", flush=True)
+        else:
+            print(f"\n== {name}", flush=True)
+            start = time.perf_counter()
+            saved = {"identity": identity, "record": compute(), "seconds": round(time.perf_counter() - start, 1)}
+            self.saved[name] = saved
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps({"stages": self.saved}, indent=2) + "\n")
+            print(f"== {name}: {saved['seconds']:.0f} s", flush=True)
+        self.seconds[name] = saved["seconds"]
+        return saved["record"]
 
 
 def quietly(function, *args, **kwargs):
@@ -140,8 +147,9 @@ def run(args: argparse.Namespace) -> dict:
     print(f"MR: {len(train)} train, {len(dev)} dev, {len(test)} test ({splits.source})")
     folder = course_bert_folder()
     weights_sha256 = course_bert_sha256()
-    stages = Stages(args.work_dir, {"settings": settings, "course_bert_sha256": weights_sha256,
+    stages = Stages(args.work_dir, {"course_bert_sha256": weights_sha256,
                                     "dataset": [splits.source, len(train), len(dev), len(test)]})
+    training = {key: settings[key] for key in ("epochs", "batch_size", "max_length", "min_steps")}
     teacher_weights = args.work_dir / "teacher.pt"
     tokenizer = BertTokenizer(folder / "vocab.txt")
 
@@ -183,12 +191,13 @@ def run(args: argparse.Namespace) -> dict:
                     "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
                     "epochs": epochs, "train_examples": len(examples), **summary(accuracies)}
 
-        return stages.run(f"{name}, {len(examples)} examples, {epochs} epochs", compute)
+        return stages.run(f"{name}, {len(examples)} examples, {epochs} epochs", compute,
+                          learning_rates=learning_rates, seeds=seeds, **training)
 
     # ---------------------------------------------------------------------------- (a) MR
     classification = {
         "tfidf_logistic_regression": stages.run("tf-idf logistic regression", lambda: tfidf_logistic_regression(
-            train, dev, test, settings["tfidf_c"])),
+            train, dev, test, settings["tfidf_c"]), tfidf_c=settings["tfidf_c"]),
         "bag_of_words": stages.run("bag of words", lambda: train_bag_of_words(train, seed=0).evaluate(test)),
     }
     seeds, grid = settings["seeds"], settings["learning_rates"]
@@ -202,7 +211,8 @@ def run(args: argparse.Namespace) -> dict:
     curve = {"sizes": [*settings["curve_sizes"], len(train)], "pretrained": [], "random_init": []}
     for size in settings["curve_sizes"]:
         for key, make_model in (("pretrained", pretrained_classifier), ("random_init", random_classifier)):
-            curve[key].append(compare(f"curve: {key}", make_model, train[:size], grid, seeds[:1]))
+            curve[key].append(compare(f"curve: {key}", make_model, train[:size], settings["curve_learning_rates"],
+                                      seeds[:1]))
     curve["pretrained"].append(classification["course_bert"])
     curve["random_init"].append(classification["random_init"])
 
@@ -243,11 +253,14 @@ def run(args: argparse.Namespace) -> dict:
         return {"learning_rate": tuned.learning_rate, "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
                 "test_accuracy": test_accuracy(tuned.model)}
 
-    distilled = stages.run("distillation and the side-by-side comparison", distillation_and_comparison)
+    teacher_and_students = dict(learning_rates=grid, seeds=seeds, **training)  # the teacher: the stage above
+    distilled = stages.run("distillation and the side-by-side comparison", distillation_and_comparison,
+                           alpha=settings["alpha"], temperature=settings["temperature"], repeats=settings["repeats"],
+                           **teacher_and_students)
     distillation = {
         "student_layers": [0, 2],
         "distilled": {key: distilled[key] for key in ("learning_rate", "dev_accuracy_by_learning_rate")},
-        "labels_alone": stages.run("student on labels alone", labels_alone),
+        "labels_alone": stages.run("student on labels alone", labels_alone, learning_rates=grid, **training),
         "comparison": distilled["comparison"],
         "comparison_markdown": distilled["comparison_markdown"],
     }
