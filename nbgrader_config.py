@@ -31,3 +31,6 @@ c.InstallCell.root = str(ROOT)
 # Seconds per cell when nbgrader executes a notebook (autograde, validate): chapter 07's pretraining
 # takes a minute on a quiet 2-core CPU; nbgrader's default, 30 s, would fail it.
 c.ExecutePreprocessor.timeout = 600
+# Notebooks rendered by nbgrader (the formgrader, feedback) with nbconvert's HTML sanitizer on: a student's
+# Markdown and outputs must not run as script in the instructor's Jupyter session.
+c.HTMLExporter.sanitize_html = True

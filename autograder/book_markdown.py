@@ -10,7 +10,7 @@ cell as nbconvert does (mistune, with nbconvert's math parser), except that
 - ``{cite:t}`key``` and ``{cite:p}`key``` become "Author (year)" and "(Author, year)"
   (:mod:`autograder.citations`).
 
-The HTML is then sanitized (:func:`autograder.feedback.sanitized_html`): MathML's presentation
+The HTML is then sanitized (:func:`autograder.sanitize.sanitized_html`): MathML's presentation
 elements and attributes are allowed there (:data:`MATHML_TAGS`, :data:`MATHML_ATTRIBUTES`), and
 nothing else of MathML (no ``href``, no ``style``, no HTML inside ``annotation-xml``).
 """

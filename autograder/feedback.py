@@ -29,15 +29,11 @@ from autograder.citations import Reference
 from autograder.course import grade_id
 from autograder.graded_notebook import MARKS, outcome_text
 from autograder.results import NotebookResult
+from autograder.sanitize import sanitized_html
 
 CONTENT_SECURITY_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
                            "base-uri 'none'; form-action 'none'")
 _POLICY_TAG = f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'.encode()
-SAFE_TAGS = {"a", "abbr", "b", "blockquote", "br", "code", "dd", "del", "div", "dl", "dt", "em", "h1", "h2", "h3", "h4",
-             "h5", "h6", "hr", "i", "li", "ol", "p", "pre", "span", "strong", "sub", "sup", "table", "tbody", "td",
-             "th", "thead", "tr", "ul"}
-SAFE_ATTRIBUTES = {"a": ["href", "title", "class"], "*": ["id", "class"], "th": ["align"], "td": ["align"]}
-
 
 def markdown_text(text: str) -> str:
     """``text`` as literal Markdown on one line: HTML escaped, Markdown's punctuation (and the ``$`` of
@@ -87,17 +83,6 @@ def lock(page: bytes) -> bytes:
     match = re.search(rb"<head[^>]*>", page, re.IGNORECASE)
     at = match.end() if match else 0
     return page[:at] + _POLICY_TAG + page[at:]
-
-
-def sanitized_html(html_text: str) -> str:
-    """HTML rendered from Markdown, with what a page needs for text kept (headings, paragraphs, lists,
-    tables, code, links to http, https and mailto, MathML's presentation elements) and everything else
-    removed: scripts, event handlers, styles, frames, forms, images, other link schemes."""
-    import bleach
-
-    return bleach.clean(html_text, tags=SAFE_TAGS | book_markdown.MATHML_TAGS,
-                        attributes={**SAFE_ATTRIBUTES, **book_markdown.MATHML_ATTRIBUTES},
-                        protocols=["http", "https", "mailto"], strip=True)
 
 
 def render(course, view, result: NotebookResult, chapter: Chapter, references: dict[str, Reference]) -> bytes:

@@ -48,14 +48,17 @@ from autograder.client import STARTUP_SECONDS
 from autograder.chapters import Chapter, load_chapters
 from autograder.citations import read_references
 from autograder.course import GradingError
+from autograder.feedback import plain_page
 from autograder.job import FEEDBACK_SECONDS, Job, JobOutput, work
 from autograder.nbgrader_adapter import (
     create_gradebook, export_csv, prepare_gradebook, quiet_nbgrader, register_chapters, store_grades)
 from autograder.results import (
-    GRADER_VERSION, NO_SUBMISSION, ClassResults, NotebookResult, ResultStore, Skipped, TestResult)
+    GRADER_ERROR, GRADER_VERSION, NO_SUBMISSION, UNSANDBOXED, ClassResults, NotebookResult, ResultStore, Skipped,
+    TestResult)
 from autograder.runner import MAX_RESTARTS
 from autograder.sandbox import Limits, isolation_available, resource_bounds
-from autograder.submissions import Submission, collect_submissions
+from autograder.submissions import Submission, collect_submissions, look_alike_names
+from autograder.wire import printable
 
 SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
 # Imported once by the server the workers are forked from, rather than by every worker.
@@ -72,7 +75,8 @@ class Report:
     results: ClassResults
     graded: int = 0  # (student, chapter) graded in this run
     reused: int = 0  # already graded with the same submission, not graded again
-    failures: list[str] = field(default_factory=list)  # jobs the grader itself could not finish
+    failures: list[str] = field(default_factory=list)  # jobs the grader itself could not finish, and why
+    grader_errors: dict[tuple[str, str], NotebookResult] = field(default_factory=dict)  # their results
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -88,7 +92,8 @@ def write_atomically(path: Path, data: bytes | str, mode: int = PRIVATE) -> None
     try:
         os.fchmod(descriptor, mode)
         with os.fdopen(descriptor, "wb") as file:
-            file.write(data.encode() if isinstance(data, str) else data)
+            # Text from a submission may hold what UTF-8 cannot encode (a file name's undecodable byte).
+            file.write(data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
@@ -108,12 +113,13 @@ def grader_sources() -> str:
     return digest.hexdigest()
 
 
-def fingerprint(submission: Submission, chapter: Chapter, limits: Limits) -> str:
+def fingerprint(submission: Submission, chapter: Chapter, limits: Limits, isolated: bool) -> str:
     """What a grade depends on: the submission, the instructor's notebook, the limits (not the number
-    of threads, which only changes the speed) and the grader's and the reference's sources."""
+    of threads, which only changes the speed), whether the sandbox confined the code, and the
+    grader's and the reference's sources."""
     bounds = {name: float(value) for name, value in asdict(limits).items() if name != "threads"}
     parts = (grader_sources(), chapter.fingerprint, json.dumps(bounds, sort_keys=True), submission.problem or "",
-             submission.digest)
+             submission.digest, "sandboxed" if isolated else "unsandboxed")
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -145,15 +151,31 @@ def _prepare_course(work_folder: Path, course_root: Path, chapter_names: list[st
     register_chapters(work_folder / "course", db_url, chapter_names)
 
 
-def _sandbox_options(course_root: Path, out: Path, submissions: Path) -> dict:
-    """What every sandbox hides (should it bind a folder that holds them) and may read: the
-    course's data folder (``bertlab.data.data_root``), read-only, when there is one."""
+def _sandbox_options(course_root: Path, out: Path, submissions: Path, isolated: bool) -> dict:
+    """Whether the sandboxes get namespaces, what every sandbox hides (should it bind a folder that
+    holds them) and may read: the course's data folder (``bertlab.data.data_root``), read-only, when
+    there is one."""
     from bertlab.data import data_root
 
     hide = (course_root / course.SOLUTIONS, course_root / ".git", out, submissions.resolve())
     data = data_root()
     share = (data,) if data.is_dir() else ()
-    return {"hide": hide, "share": share, "variables": {"BERTLAB_DATA": str(data)} if share else {}}
+    return {"hide": hide, "share": share, "variables": {"BERTLAB_DATA": str(data)} if share else {},
+            "isolate": isolated}
+
+
+def _sandbox_in_force(unsandboxed: bool) -> tuple[bool, str]:
+    """Whether the sandboxes get namespaces, and how the student's code is confined, in words.
+
+    Raises GradingError when namespaces do not work here, unless ``unsandboxed`` accepts running the
+    students' code with the grading user's rights."""
+    isolated, how = isolation_available()
+    if isolated:
+        return True, how
+    if not unsandboxed:
+        raise GradingError(f"the sandbox cannot start here, so no student code is run: {how}. Fix it (instructors.md, "
+                           "\"Threat model\"), or pass --unsandboxed to run the students' code with your own rights")
+    return False, f"{UNSANDBOXED} ({how})"
 
 
 def _missing(results: dict[tuple[str, str], NotebookResult], chapters: dict[str, Chapter]) -> list[NotebookResult]:
@@ -200,22 +222,24 @@ def grade(
     progress: str = "none",
     seed: int | None = None,
     regrade: bool = False,
+    unsandboxed: bool = False,
 ) -> Report:
     """Grade every submission in ``submissions`` into ``out``; see the module's docstring.
 
     ``limits`` bound each notebook; ``db`` is a SQLAlchemy URL of the gradebook (default: SQLite at
     ``out/gradebook.db``); ``progress`` is one of :data:`PROGRESS`, shown on stderr; ``seed`` is the
     run seed of the hidden tests' inputs (default: a new random one); ``regrade`` grades every
-    submission again, reusing no stored result. Raises :class:`GradingError` when grading cannot
-    start; a submission that fails is graded with the reason instead.
+    submission again, reusing no stored result. Where the sandbox cannot start, no student code runs
+    (:class:`GradingError`) unless ``unsandboxed`` accepts running it with the grading user's rights;
+    the results then say so. Raises :class:`GradingError` when grading cannot start; a submission
+    that fails is graded with the reason instead.
     """
-    from nbgrader.api import Gradebook
-
     if progress not in PROGRESS:
         raise ValueError(f"progress={progress!r}: one of {', '.join(PROGRESS)}")
     quiet_nbgrader()
     out, course_root = Path(out).resolve(), Path(course_root).resolve()
     _check_folders(Path(submissions), out, course_root)
+    isolated, sandbox = _sandbox_in_force(unsandboxed)
     work_folder = out / ".work"
     work_folder.mkdir(parents=True, exist_ok=True)
     limits = limits or Limits()
@@ -232,15 +256,14 @@ def grade(
             raise GradingError(f"no chapter to grade: {course_root / course.SOLUTIONS} has no notebooks")
         found, skipped = collect_submissions(submissions, chapters)
         bounds = resource_bounds().describe(limits)
-        report = Report(ClassResults([], skipped, bounds), notes=[f"memory and processes: {bounds}"])
-        isolated, how = isolation_available()
+        report = Report(ClassResults([], skipped, bounds, sandbox, look_alike_names(found)),
+                        notes=[f"memory, processes and CPU: {bounds}"])
         if not isolated:
-            report.notes.append(f"WARNING: no sandbox namespaces ({how}): student code can read the grading "
-                                "user's files and reach the network; only time and memory limits apply")
+            report.notes.append(sandbox)
         store = ResultStore(work_folder)
         previous = store.load()
         involved = sorted({s.chapter for s in found if s.chapter in chapters} | {c for _, c in previous if c in chapters})
-        options = _sandbox_options(course_root, out, Path(submissions))
+        options = _sandbox_options(course_root, out, Path(submissions), isolated)
         references = read_references(course_root / "references.bib")
         todo = []
         for submission in found:
@@ -249,7 +272,7 @@ def grade(
                                        submission.student))
                 continue
             chapter = chapters[submission.chapter]
-            print_id = fingerprint(submission, chapter, limits)
+            print_id = fingerprint(submission, chapter, limits, isolated)
             old = None if regrade else previous.get((submission.student, submission.chapter))
             if old and old.fingerprint == print_id:
                 report.reused += 1
@@ -269,18 +292,40 @@ def grade(
         try:
             _run_jobs(todo, jobs, _Finisher(out, work_folder, db_url, store, report), progress)
         finally:
-            results = store.load()
-            with Gradebook(db_url) as gradebook:  # also heals a run cut short between a result and the gradebook
-                for result in results.values():
-                    if result.chapter in chapters:
-                        store_grades(gradebook, result, chapters[result.chapter].notebook)
-            notebooks = [result for result in results.values() if result.chapter in chapters]
-            report.results.notebooks = sorted(notebooks + _missing(results, chapters),
-                                              key=lambda result: (result.student, result.chapter))
-            write_atomically(out / "results.json", report.results.to_json())
-            export_csv(db_url, out / "grades.csv")
+            _write_class_results(out, db_url, chapters, {**store.load(), **report.grader_errors}, report)
             shutil.rmtree(work_folder / "jobs", ignore_errors=True)
     return report
+
+
+def _write_class_results(out: Path, db_url: str, chapters: dict[str, Chapter],
+                         results: dict[tuple[str, str], NotebookResult], report: Report) -> None:
+    """The gradebook (which also heals a run cut short between a result and the gradebook),
+    results.json and grades.csv, from every result; a record or a step that fails is reported in
+    ``report.failures`` and the others are still written."""
+    from nbgrader.api import Gradebook
+
+    notebooks = [result for result in results.values() if result.chapter in chapters]
+    with Gradebook(db_url) as gradebook:
+        for result in notebooks:
+            try:
+                store_grades(gradebook, result, chapters[result.chapter].notebook)
+            except Exception as error:
+                gradebook.db.rollback()
+                report.failures.append(f"{result.student}/{result.chapter}: not written to the gradebook: "
+                                       f"{one_line(error)}")
+    report.results.notebooks = sorted(notebooks + _missing(results, chapters),
+                                      key=lambda result: (result.student, result.chapter))
+    write_atomically(out / "results.json", report.results.to_json())
+    try:
+        export_csv(db_url, out / "grades.csv")
+    except Exception as error:
+        report.failures.append(f"grades.csv could not be written: {one_line(error)}")
+
+
+def one_line(error: BaseException | str) -> str:
+    """An error in one printable line, for the instructor's terminal and the results."""
+    text = str(error) if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return printable(" ".join(text.split()), 300)
 
 
 def _job(submission: Submission, chapter: Chapter, work_folder: Path, print_id: str, seed: int, limits: Limits,
@@ -313,14 +358,14 @@ class _Finisher:
         from nbgrader.api import Gradebook
 
         name = f"{job.student}/{job.chapter.name}"
+        page = self.out / "feedback" / job.student / job.chapter.name / f"{job.chapter.notebook}.html"
         try:
             if output is None:
                 raise RuntimeError(failure)
-            notebook = job.chapter.notebook
-            page = self.out / "feedback" / job.student / job.chapter.name / f"{notebook}.html"
             _shared_folder(page.parent, self.out / "feedback")
             write_atomically(page, Path(output.feedback).read_bytes(), SHARED)
-            graded = self.work_folder / "course" / "autograded" / job.student / job.chapter.name / f"{notebook}.ipynb"
+            graded = (self.work_folder / "course" / "autograded" / job.student / job.chapter.name
+                      / f"{job.chapter.notebook}.ipynb")
             write_atomically(graded, Path(output.graded).read_bytes())
             result = replace(output.result, feedback=str(page.relative_to(self.out)))
             write_atomically(self.store.path(job.student, job.chapter.name), self.store.encode(result))
@@ -329,10 +374,34 @@ class _Finisher:
             self.report.graded += 1
             return f"{result.line()} ({result.seconds.get('total', 0):.0f} s)"
         except Exception as error:
-            self.report.failures.append(f"{name}: the grader failed: {error}")
+            why = one_line(error if output is not None else failure.splitlines()[0] if failure else "no result")
+            self.report.failures.append(f"{name}: the grader failed: {why}")
+            result = grader_error_result(job, why)
+            self.report.grader_errors[job.student, job.chapter.name] = replace(result, feedback=self._plain(page, result))
             return f"{name}: the grader failed (see the end of the run)"
         finally:
             shutil.rmtree(job.folder, ignore_errors=True)
+
+
+    def _plain(self, page: Path, result: NotebookResult) -> str | None:
+        """A plain feedback page for a job the grader could not finish; its path, or None when even
+        that cannot be written."""
+        try:
+            _shared_folder(page.parent, self.out / "feedback")
+            write_atomically(page, plain_page(result, "The grader could not grade this notebook; it is graded again "
+                                                      "by the next run."), SHARED)
+        except OSError:
+            return None
+        return str(page.relative_to(self.out))
+
+
+def grader_error_result(job: Job, why: str) -> NotebookResult:
+    """The result of a job the grader could not finish: every test an error of cause "grader error",
+    with why in one line. It is not stored, so the next run grades the submission again."""
+    message = f"the grader could not grade this notebook ({why}); it is graded again by the next run"
+    return NotebookResult(job.student, job.chapter.name, origin=job.origin, timestamp=job.timestamp, seed=job.seed,
+                          notes=job.notes, tests=tuple(TestResult(test.grade_id, 0.0, test.points, "error", message,
+                                                                  GRADER_ERROR) for test in job.chapter.tests))
 
 
 def _workers():

@@ -4,8 +4,9 @@
 student's cells in a sandbox, the tests in the grader), grades each test cell (``tampered`` where
 the submission's copy of a test cell differs from the released one: the instructor's version is what
 ran), flags exercises that may be the reference's code (:mod:`autograder.reference_copies`), and
-writes two files into the job's folder: the graded notebook for the instructor and the feedback page
-for the student, rendered within :data:`FEEDBACK_SECONDS`. It returns a :class:`JobOutput`; the class
+writes two files into the job's folder: the graded notebook for the instructor (made inert, as
+nbgrader's formgrader renders it unsanitized: :func:`autograder.sanitize.inert_notebook`) and the
+feedback page for the student, rendered within :data:`FEEDBACK_SECONDS`. It returns a :class:`JobOutput`; the class
 run (:mod:`autograder.grade`) puts the files in place and records the grades.
 
 A worker runs one job and ends (:func:`work`): nothing of one student's run reaches the next.
@@ -27,8 +28,9 @@ from autograder.citations import Reference
 from autograder.course import grade_id
 from autograder.nbgrader_adapter import quiet_nbgrader
 from autograder.reference_copies import find_copies
-from autograder.results import UNREADABLE, NotebookResult, TestResult
+from autograder.results import UNREADABLE, UNSANDBOXED, NotebookResult, TestResult
 from autograder.runner import NotebookRun, Outcome, run_notebook
+from autograder.sanitize import inert_notebook
 from autograder.sandbox import Limits, Sandbox
 from autograder.submissions import read_notebook
 
@@ -52,7 +54,7 @@ class Job:
     chapter_source: str  # the private course's copy of the chapter's folder in solutions/
     template: str  # a gradebook that knows the chapters
     limits: Limits
-    sandbox: dict  # Sandbox's options: what it must hide, what it may read, its extra variables
+    sandbox: dict  # Sandbox's options: whether it is isolated, what it must hide and may read, its variables
     references: dict[str, Reference]  # the course's references.bib, for the feedback's citations
 
 
@@ -153,12 +155,13 @@ def grade_job(job: Job) -> JobOutput:
     outcomes = run.outcomes if run else {test.grade_id: Outcome("error", f"this submission cannot be graded: {problem}",
                                                                 cause=UNREADABLE) for test in chapter.tests}
     notes = job.notes + (("the outputs of the notebook were cut at their limit",) if run and run.truncated else ())
+    unsandboxed = () if job.sandbox["isolate"] else (UNSANDBOXED,)
     result = NotebookResult(
         student=job.student, chapter=chapter.name, origin=job.origin, timestamp=job.timestamp,
-        fingerprint=job.fingerprint, seed=job.seed, problem=problem, notes=notes, copies=copies,
+        fingerprint=job.fingerprint, seed=job.seed, problem=problem, notes=unsandboxed + notes, copies=copies,
         tests=tuple(grade_of(test, outcomes[test.grade_id], problems.get(test.grade_id), notes) for test in chapter.tests))
     graded = graded_notebook.build(notebook, instructor, chapter, run, result)
-    nbformat.write(graded, folder / "graded.ipynb")
+    nbformat.write(inert_notebook(graded, job.references), folder / "graded.ipynb")  # for the formgrader
     before_feedback = time.perf_counter()
     page, page_problem = _feedback_page(job, graded, run, result)
     (folder / "feedback.html").write_bytes(page)

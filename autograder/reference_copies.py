@@ -25,6 +25,7 @@ import functools
 import importlib
 import inspect
 import pkgutil
+import sys
 import textwrap
 
 from autograder.course import python_source
@@ -128,14 +129,15 @@ def _dotted(node: ast.AST, bindings: dict[str, str]) -> str | None:
 
 
 def _bertlab_object(path: str | None):
-    """The object of the grader's own ``bertlab`` a dotted path names (read, never called)."""
+    """The object of the grader's own ``bertlab`` a dotted path names (read, never called). Only modules
+    already imported are looked in (:func:`references` imports those that define exercises): a name
+    in a submission never imports a module (``bertlab.__main__`` would run the command line)."""
     if not path or not path.startswith("bertlab"):
         return None
     parts = path.split(".")
     for split in range(len(parts), 0, -1):
-        try:
-            found = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
+        found = sys.modules.get(".".join(parts[:split]))
+        if found is None:
             continue
         for part in parts[split:]:
             found = inspect.getattr_static(found, part, None)
@@ -156,7 +158,9 @@ class _Notebook:
         for number, source in enumerate(sources, start=1):
             try:
                 tree = ast.parse(python_source(source))
-            except SyntaxError:
+            except (SyntaxError, ValueError, RuntimeError, RecursionError, MemoryError):
+                # Not Python, or more than IPython's transformation can take (600 shell commands
+                # make it give up with a RuntimeError): nothing to read there.
                 continue
             for node in tree.body:
                 self._read(node, number)

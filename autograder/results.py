@@ -4,7 +4,9 @@ the collector skipped (:class:`Skipped`), and the class's :class:`ClassResults`,
 
 ``results.json``::
 
-    {"grader_version": ..., "bounds": "how memory and processes were bounded",
+    {"grader_version": ..., "bounds": "how memory, processes and CPU were bounded",
+     "sandbox": "how the students' code was confined",
+     "look_alikes": ["students whose names look alike: ...", ...],
      "notebooks": [{"student", "chapter", "origin", "timestamp", "fingerprint", "seed", "problem",
                     "notes": [...], "copies": [{"exercise", "reason"}],
                     "tests": [{"grade_id", "points", "max_points", "status", "message", "cause"}],
@@ -37,11 +39,14 @@ GRADER_VERSION = "3"  # with the grader's and the reference's sources, part of e
 STATUSES = ("passed", "failed", "error", "timeout", "tampered", "missing")
 # The causes of a test's status, where an instructor tells them apart: an error is an exercise left
 # blank (it still raises NotImplementedError), a crash (any other exception, the memory limit, the
-# student's process ending) or a notebook that cannot be read as the chapter's; a missing test is an
-# exercise not defined in the notebook (renamed or deleted) or a chapter with no submission at all.
-BLANK, CRASH, UNREADABLE = "blank", "crash", "unreadable"
+# student's process ending), a notebook that cannot be read as the chapter's, or a job the grader
+# itself could not finish (graded again by the next run); a missing test is an exercise not defined
+# in the notebook (renamed or deleted) or a chapter with no submission at all.
+BLANK, CRASH, UNREADABLE, GRADER_ERROR = "blank", "crash", "unreadable", "grader error"
 NOT_DEFINED, NO_SUBMISSION = "not defined", "no submission"
-CAUSES = {"error": (BLANK, CRASH, UNREADABLE), "missing": (NOT_DEFINED, NO_SUBMISSION)}
+CAUSES = {"error": (BLANK, CRASH, UNREADABLE, GRADER_ERROR), "missing": (NOT_DEFINED, NO_SUBMISSION)}
+UNSANDBOXED = ("WARNING: graded WITHOUT the sandbox (--unsandboxed): the students' code ran with the grading "
+               "user's rights (files, network); only time and memory limits applied")
 SUMMARY_MESSAGE_CHARS = 120  # of a test's message, in the summary's line of its student
 
 
@@ -159,26 +164,31 @@ class ClassResults:
     notebooks: list[NotebookResult]
     skipped: list[Skipped]
     bounds: str
+    sandbox: str = "Linux namespaces"  # how the students' code was confined (isolation_available)
+    look_alikes: list[str] = field(default_factory=list)  # groups of students whose names look alike
 
     def to_json(self) -> str:
-        return json.dumps({"grader_version": GRADER_VERSION, "bounds": self.bounds,
-                           "notebooks": [result.to_json() for result in self.notebooks],
+        return json.dumps({"grader_version": GRADER_VERSION, "bounds": self.bounds, "sandbox": self.sandbox,
+                           "look_alikes": self.look_alikes, "notebooks": [result.to_json() for result in self.notebooks],
                            "skipped": [asdict(item) for item in self.skipped]}, indent=1, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str) -> "ClassResults":
         data = json.loads(text)
         return cls([NotebookResult.from_json(item) for item in data["notebooks"]],
-                   [Skipped(**item) for item in data["skipped"]], data["bounds"])
+                   [Skipped(**item) for item in data["skipped"]], data["bounds"],
+                   data.get("sandbox", cls.sandbox), data.get("look_alikes", []))
 
     def summary(self) -> str:
-        """Markdown: per chapter the students, those who handed it in, the mean score, full marks and
-        the exercises flagged; then one line per student and chapter (:meth:`NotebookResult.line`), the
-        exercises flagged as copies of the reference, and what was skipped."""
+        """Markdown: a warning when the students' code ran without the sandbox; per chapter the
+        students, those who handed it in, the mean score, full marks and the exercises flagged; then one line per student and chapter (:meth:`NotebookResult.line`), the
+        exercises flagged as copies of the reference, the students whose names look alike, and what
+        was skipped."""
         by_chapter = defaultdict(list)
         for result in self.notebooks:
             by_chapter[result.chapter].append(result)
-        lines = ["| chapter | students | handed in | mean score | full marks | copies |",
+        lines = [f"{_text(self.sandbox)}", ""] if self.sandbox.startswith(UNSANDBOXED) else []
+        lines += ["| chapter | students | handed in | mean score | full marks | copies |",
                  "|---|---:|---:|---:|---:|---:|"]
         for chapter in sorted(by_chapter):
             results = by_chapter[chapter]
@@ -195,6 +205,9 @@ class ClassResults:
             lines += ["", "Exercises that may be the reference's code (for the instructor to look at):"]
             lines += [f"- {_text(result.student)}/{_text(result.chapter)}, {_text(copy.exercise)}: {_text(copy.reason)}"
                       for result, copy in copies]
+        if self.look_alikes:
+            lines += ["", "Names that look alike (check that they are different students):"]
+            lines += [f"- {_text(line)}" for line in self.look_alikes]
         if self.skipped:
             lines += ["", "Not graded:"]
             lines += [f"- {_text(item.path)}: {_text(item.reason)}" for item in self.skipped]

@@ -38,13 +38,20 @@ namespaces before it executes ``argv`` (:func:`enter`). What is enforced where n
   memory outside both (``memfd_create``, System V shared memory and message queues) are refused
   with a seccomp filter. The memory of the tree is then at most processes x memory_mb, plus the
   scratch space (a memory file system, which no process limit counts).
+- CPU: all the processes of a sandbox together get ``Limits.threads`` cores on average: cgroup v2's
+  ``cpu.max`` where the cgroup folder also delegates the cpu controller, else :class:`CpuShare`, a
+  thread of the grader that stops them (SIGSTOP) while they have used more than that.
 - Time: ``RLIMIT_CPU`` as a backstop; the wall-clock limits per cell and per notebook are enforced
   by the caller, which kills the process group (and with it the namespace).
 
-Without namespaces (macOS, containers that forbid them) only the scratch folder (on disk, bounded
-per file only) as working directory and ``$HOME``, a minimal environment, a session of its own and
-the resource limits apply: the code can then read whatever the grading user can read, and reach the
-network.
+The sandbox binds the grader's Python wherever it lives (a virtual environment or a clone under
+``/tmp``, under ``$HOME``, a user site, a conda prefix), after its scratch space, so that its own
+``/tmp`` covers nothing it binds. :func:`isolation_available` checks that a sandbox starts and
+imports the course's packages and PyTorch; where it does not (macOS, containers that forbid
+namespaces), ``autograder grade`` runs no student code unless told to (``--unsandboxed``). Such a
+sandbox (``isolate=False``) has only the scratch folder (on disk, bounded per file only) as working
+directory and ``$HOME``, a minimal environment, a session of its own and the resource limits: the
+code can then read whatever the grading user can read, and reach the network.
 """
 
 import ctypes
@@ -59,6 +66,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -72,6 +81,7 @@ SANDBOX_UID = 1000  # the student's uid inside a nested user namespace
 STUDENT_UID_BASE = 2_000_000  # host uids of the students' code when the grader runs as root
 COURSE_PACKAGES = ("bertlab", "autograder")  # importable in the sandbox, read-only, from the grader's copy
 WORK, HOME = "/sandbox/work", "/sandbox/home"  # in an isolated sandbox, both in its scratch space
+CPU_PERIOD, CPU_BURST = 0.2, 1.0  # seconds between two looks at a sandbox's CPU time; seconds of credit it may bank
 
 
 @dataclass(frozen=True)
@@ -86,7 +96,7 @@ class Limits:
     scratch_files: int = 10_000  # files and folders in that space
     file_size_mb: int = 64  # largest file it may write (RLIMIT_FSIZE)
     open_files: int = 512  # RLIMIT_NOFILE
-    threads: int = 1  # torch / OpenMP threads
+    threads: int = 1  # torch / OpenMP threads, and the cores all its processes may use together
 
 
 # --------------------------------------------------------------------------------------------------
@@ -117,9 +127,11 @@ class Sandbox:
             folder.mkdir()
         self.hide = tuple(str(Path(path).resolve()) for path in hide)
         self.uid = student_uid() if self.isolated and os.geteuid() == 0 else None
-        cgroups = resource_bounds().cgroup
-        self.cgroup = _Cgroup(cgroups, limits) if cgroups is not None else None
+        bounds = resource_bounds()
+        self.cgroup = _Cgroup(bounds, limits) if bounds.cgroup is not None else None
         self.processes: list[subprocess.Popen] = []
+        self.cpu_share = (None if bounds.cpu_max else
+                          CpuShare(lambda: [process.pid for process in self.processes], limits.threads))
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -161,6 +173,7 @@ class Sandbox:
             "LANG": "C.UTF-8",
             "TMPDIR": "/tmp" if self.isolated else str(self.runtime),
             "PYTHONPATH": _import_path(),
+            **_user_site_variable(),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONHASHSEED": "0",
             "MPLBACKEND": "module://matplotlib_inline.backend_inline",  # figures become PNG outputs
@@ -182,6 +195,8 @@ class Sandbox:
             self.command(argv), cwd=self.work, env=self.environment(), start_new_session=True, **popen_kwargs
         )
         self.processes.append(process)
+        if self.cpu_share is not None:
+            self.cpu_share.start()
         return process
 
     def run(self, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
@@ -195,6 +210,8 @@ class Sandbox:
         return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
     def close(self) -> None:
+        if self.cpu_share is not None:
+            self.cpu_share.stop()
         for process in self.processes:
             kill(process)
         self.processes.clear()
@@ -244,14 +261,17 @@ def student_uid() -> int:
 
 @functools.cache
 def isolation_available() -> tuple[bool, str]:
-    """Whether sandboxes get namespaces here, and why not when they do not (tried once)."""
+    """Whether sandboxes get namespaces here, and why not when they do not (tried once): a sandbox
+    must start the grader's Python as an unprivileged user alone in its PID namespace, and that
+    Python must import the course's packages and PyTorch, as a student process does."""
     if platform.system() != "Linux" or platform.machine() not in _SYSCALLS:
         return False, f"namespaces are not supported on {platform.system()} {platform.machine()}"
     if not (shutil.which("unshare") and shutil.which("setpriv")):
         return False, "the util-linux tools unshare and setpriv are not installed"
     with Sandbox(isolate=True) as sandbox:
-        probe = "import os; print(os.getuid() != 0, sum(name.isdigit() for name in os.listdir('/proc')) < 5)"
-        result = sandbox.run([sys.executable, "-I", "-c", probe], timeout=60)
+        probe = ("import os, torch, bertlab, autograder.wire; "
+                 "print(os.getuid() != 0, sum(name.isdigit() for name in os.listdir('/proc')) < 5)")
+        result = sandbox.run([sys.executable, "-c", probe], timeout=120)
     if result.returncode != 0 or result.stdout.split() != ["True", "True"]:
         reason = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
         return False, f"namespaces do not work here ({reason})"
@@ -269,16 +289,20 @@ class Bounds:
 
     cgroup: Path | None  # the cgroup v2 folder under which each sandbox gets its cgroup, if any
     reason: str  # why there is none, or where it is
+    cpu_max: bool = False  # whether that folder also delegates the cpu controller (cpu.max)
 
     def describe(self, limits: Limits) -> str:
+        cpu = (f"; CPU: {limits.threads} core(s) for all the processes of a submission, "
+               + ("by cgroup v2's cpu.max" if self.cpu_max else
+                  f"by the grader, which stops them (SIGSTOP) while they are over it (averaged over {CPU_BURST:g} s)"))
         if self.cgroup is not None:
             return (f"cgroup v2 ({self.cgroup}): {limits.memory_mb} MB of memory and {limits.processes} processes "
-                    "and threads for all the processes of a submission")
+                    f"and threads for all the processes of a submission{cpu}")
         root = " (the student's code runs as an unprivileged host user)" if os.geteuid() == 0 else ""
         return (f"per-process limits, since {self.reason}: {limits.memory_mb} MB of address space per process "
                 f"(RLIMIT_AS), {limits.processes} processes and threads (RLIMIT_NPROC){root}, "
                 f"{limits.open_files} open files; memfd_create and System V shared memory refused; at most "
-                f"{limits.processes} x {limits.memory_mb} MB in all, and the {limits.scratch_mb} MB scratch space")
+                f"{limits.processes} x {limits.memory_mb} MB in all, and the {limits.scratch_mb} MB scratch space{cpu}")
 
 
 @functools.cache
@@ -294,7 +318,7 @@ def resource_bounds() -> Bounds:
         except OSError:
             continue
         if {"memory", "pids"} <= enabled and os.access(folder, os.W_OK):
-            return Bounds(folder, str(folder))
+            return Bounds(folder, str(folder), cpu_max="cpu" in enabled)
     where = f"$AUTOGRADER_CGROUP ({requested})" if requested else "the grader's cgroup"
     return Bounds(None, f"{where} does not delegate the memory and pids controllers of cgroup v2")
 
@@ -313,13 +337,16 @@ def _own_cgroup() -> Path | None:
 class _Cgroup:
     """One sandbox's cgroup: its memory and process limits, joined by every process it starts."""
 
-    def __init__(self, parent: Path, limits: Limits):
-        self.path = parent / f"autograder-{uuid.uuid4().hex}"
+    def __init__(self, bounds: Bounds, limits: Limits):
+        self.path = bounds.cgroup / f"autograder-{uuid.uuid4().hex}"
         self.path.mkdir()
         (self.path / "memory.max").write_text(str(limits.memory_mb * 1024 * 1024))
         if (self.path / "memory.swap.max").exists():
             (self.path / "memory.swap.max").write_text("0")
         (self.path / "pids.max").write_text(str(limits.processes))
+        if bounds.cpu_max:
+            period = 100_000  # microseconds
+            (self.path / "cpu.max").write_text(f"{limits.threads * period} {period}")
 
     def join(self) -> None:
         """Called in the new process before it executes the sandbox's command."""
@@ -334,9 +361,103 @@ class _Cgroup:
                 self.path.rmdir()
                 return
             except OSError:
-                import time
-
                 time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------------------------------
+# The CPU of a whole sandbox, where no cgroup's cpu.max bounds it
+# --------------------------------------------------------------------------------------------------
+
+
+class CpuShare:
+    """Holds the processes of a sandbox to ``cores`` cores on average, as cgroup v2's ``cpu.max`` would.
+
+    A thread of the grader looks every :data:`CPU_PERIOD` seconds at the CPU time of every process
+    descended from ``roots()`` (the sandbox's first processes; in a PID namespace every process of the
+    sandbox descends from them, whatever sessions it makes). Time is credit: ``cores`` seconds per
+    second, at most :data:`CPU_BURST` seconds' worth banked. While the processes have used more than
+    their credit they are all stopped (SIGSTOP, which no process can catch) and continued once the
+    credit is back. A process that lives shorter than one look is counted when its parent reaps it.
+    """
+
+    def __init__(self, roots, cores: float):
+        self.roots, self.cores = roots, cores
+        self.stopped_seconds = 0.0  # how long the processes were held, in all
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="cpu-share", daemon=True)
+
+    def start(self) -> None:
+        if not self._thread.is_alive() and not self._done.is_set():
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _watch(self) -> None:
+        credit, seen, held = self.cores * CPU_BURST, {}, []
+        before = time.monotonic()
+        while not self._done.wait(CPU_PERIOD):
+            now = time.monotonic()
+            times = cpu_times(descendants(self.roots()))
+            used = sum(max(0.0, spent - seen.get(pid, 0.0)) for pid, spent in times.items())
+            seen = times
+            credit = min(self.cores * CPU_BURST, credit + self.cores * (now - before)) - used
+            if held:
+                self.stopped_seconds += now - before
+            before = now
+            if credit < 0:
+                held = list(times)
+                _signal_all(held, signal.SIGSTOP)
+            elif held:
+                _signal_all(held, signal.SIGCONT)
+                held = []
+        _signal_all(held, signal.SIGCONT)
+
+
+def _signal_all(pids: list[int], number: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, number)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def descendants(roots: list[int]) -> list[int]:
+    """``roots`` and every process descended from them (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields:
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def cpu_times(pids: list[int]) -> dict[int, float]:
+    """Seconds of CPU of each process, its reaped children's included (gone ones are left out)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    times = {}
+    for pid in pids:
+        fields = _stat_fields(pid)
+        if fields:
+            times[pid] = sum(int(value) for value in fields[11:15]) / tick  # utime, stime, cutime, cstime
+    return times
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name (state, ppid, ...), None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2:].split()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -384,6 +505,16 @@ def _package_directories() -> list[str]:
         spec = importlib.util.find_spec(name)
         folders += [path for path in (spec.submodule_search_locations or []) if os.path.isdir(path)] if spec else []
     return folders
+
+
+def _user_site_variable() -> dict[str, str]:
+    """PYTHONUSERBASE of the grader's user site (``pip install --user``), when it has one: a sandboxed
+    Python has another $HOME, where it would look for it in vain."""
+    import site
+
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        return {"PYTHONUSERBASE": site.getuserbase()}
+    return {}
 
 
 def _import_path() -> str:
@@ -504,6 +635,9 @@ def _build_root(config: dict) -> None:
     kernel = _Kernel()
     new_root = os.path.join(config["root"], ".root")
     kernel.mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
+    # The scratch space first: what the plan binds may lie under its mount points (a virtual
+    # environment or a clone under /tmp), and a later mount would cover it.
+    writable = _scratch_space(kernel, new_root, config)
     for kind, path, argument in config["plan"]:
         target = new_root + path
         if kind == "symlink":
@@ -516,7 +650,6 @@ def _build_root(config: dict) -> None:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             open(target, "a").close()
         kernel.mount(path, target, None, MS_BIND | MS_REC)
-    writable = _scratch_space(kernel, new_root, config)
     for path in config["hide"]:
         target = new_root + path
         if os.path.isdir(target):

@@ -8,19 +8,35 @@ chapter comes from its path, else from its graded cells; a student's name become
 counts. What cannot be graded (not JSON, another chapter's notebook, too large) is kept with the
 reason, to be graded as such.
 
-It trusts nothing in the folder:
+It trusts nothing in the folder, and no one file stops the collection of the others:
 
-- A symbolic link (a notebook, a folder, a zip member) is never followed: it is skipped, with why.
+- Only regular files are read, and links are never followed: a symbolic link (a notebook, a folder,
+  a zip member), a pipe or a device is skipped, with why.
 - Every folder and file it does not grade is reported (:class:`autograder.results.Skipped`): hidden
   files, other kinds of files, a student folder without a notebook.
-- Files are read one at a time and at most :data:`MAX_NOTEBOOK_BYTES` each; a :class:`Submission`
-  keeps where its bytes are and their digest, not the bytes. A zip file is read member by member,
-  at most :data:`MAX_ZIP_MEMBERS` members and :data:`MAX_ZIP_BYTES` in all; nested zips are not opened.
+- Each file and each zip member is read on its own: whatever goes wrong with one (a folder that cannot
+  be listed, a zip file that cannot be opened, a member whose data is corrupt) is reported for that
+  one, skipped or kept with its problem, and the others are read.
+- Files are read one at a time and at most :data:`MAX_NOTEBOOK_BYTES` each, and at most
+  :data:`MAX_STUDENT_BYTES` for one student (all their files and zip members together); a
+  :class:`Submission` keeps where its bytes are and their digest, not the bytes. A zip file is read
+  member by member, at most :data:`MAX_ZIP_MEMBERS` members; nested zips are not opened.
 - Folders are walked :data:`MAX_DEPTH` levels deep and :data:`MAX_ENTRIES` entries per student.
+- Every name it gives out (origins, skipped paths, notes) is printable and encodable as UTF-8: a byte
+  of a file name that is not UTF-8 is written ``\\xff``, a control character escaped. Two names never
+  share an id (:func:`collect_submissions`); :func:`look_alike_names` tells the instructor about
+  names that differ only by letters that look alike.
+- nbgrader's ``timestamp.txt`` counts only when it is a date no later than a day from now; else the
+  file's modification time counts, and a note says why.
 
-:func:`read_notebook` parses a submission leniently into a valid notebook, or names the problem.
+:func:`read_notebook` parses a submission leniently into a valid notebook, or names the problem; it
+never raises. It counts the cells before it builds anything, and reads an nbformat-3 notebook itself
+(only what grading keeps) rather than with ``nbformat.convert``, which validates and converts every
+output: a 4 MB notebook of 100,000 outputs cost it a minute and 3 GB.
 """
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -29,26 +45,42 @@ import stat
 import unicodedata
 import zipfile
 from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from autograder.chapters import Chapter
 from autograder.course import GradingError, grade_id
 from autograder.results import Skipped
+from autograder.wire import printable
 
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
+MAX_STUDENT_BYTES = 200 * 1024 * 1024  # all of a student's files and zip members together
 MAX_CELLS = 5_000
 MAX_ZIP_MEMBERS = 1_000
-MAX_ZIP_BYTES = 200 * 1024 * 1024
 MAX_DEPTH = 6
 MAX_ENTRIES = 10_000
+MAX_NAME_CHARS = 300  # of a name given out (an origin, a skipped path, a student's name in a note)
+MAX_REASON_CHARS = 200  # of an exception's message in a reason
+TIMESTAMP_SLACK = timedelta(days=1)  # how far in the future a timestamp.txt may be (clocks differ)
 UNKNOWN_CHAPTER = "(unknown)"
 EXPECTED_LAYOUT = ("a folder holding one folder per student, laid out as nbgrader collects them "
                    "(<student>/<chapter>/<notebook>.ipynb), or <chapter>/<student>.ipynb, or zip files and "
                    "notebooks named by student (alice.zip, alice.ipynb)")
 NBGRADER_KEYS = {"grade_id": str, "grade": bool, "solution": bool, "locked": bool, "task": bool,
                  "points": (int, float), "schema_version": int}
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # JSON may escape one; UTF-8 cannot hold it
+ID_SUFFIX = re.compile(r"-[0-9a-f]{6}\Z")  # the hash that student_id gives a name it had to change
+# What nbgrader writes in timestamp.txt: a date, a time, and a time zone's name or offset (a name,
+# not a path: nbgrader's parser would open a file of that name).
+NBGRADER_TIMESTAMP = re.compile(r"[0-9][0-9T:. +-]{0,40}( [A-Za-z0-9_+-]{1,40}(/[A-Za-z0-9_+-]{1,40})?)?")
+# Cyrillic, Greek and Latin letters drawn like the Latin letters they pass for.
+LOOK_ALIKE_LETTERS = str.maketrans({look_alike: latin for latin, look_alikes in {
+    "a": "аα", "c": "с", "d": "ԁ", "e": "е", "g": "ɡ", "h": "һ", "i": "іι", "j": "ј", "k": "кκ", "o": "оο",
+    "p": "рρ", "q": "ԛ", "s": "ѕ", "u": "υ", "v": "ν", "w": "ԝ", "x": "х", "y": "у", "A": "АΑ", "B": "ВΒ",
+    "C": "С", "E": "ЕΕ", "H": "НΗ", "I": "ІΙ", "J": "Ј", "K": "КΚ", "M": "МΜ", "N": "Ν", "O": "ОΟ", "P": "РΡ",
+    "S": "Ѕ", "T": "ТΤ", "X": "ХΧ", "Y": "УΥ", "Z": "Ζ"}.items() for look_alike in look_alikes})
 
 
 @dataclass
@@ -57,7 +89,7 @@ class Submission:
 
     student: str
     chapter: str  # UNKNOWN_CHAPTER when it cannot be told
-    origin: str  # where it came from, relative to SUBMISSIONS (a zip member after a colon)
+    origin: str  # where it came from, relative to SUBMISSIONS (a zip member after a colon), printable
     path: Path  # the notebook, or the zip file that holds it
     member: str | None  # the zip member
     digest: str  # sha256 of its bytes
@@ -66,8 +98,12 @@ class Submission:
     notes: list[str] = field(default_factory=list)
 
     def read(self) -> bytes:
-        """The submission's bytes, as they were when collected (GradingError if they changed since)."""
-        data = _read_member(self.path, self.member) if self.member is not None else _read_file(self.path)
+        """The submission's bytes, as they were when collected (GradingError if they changed or cannot be read)."""
+        try:
+            data = (_read_member(self.path, self.member) if self.member is not None
+                    else _read_file(self.path, MAX_NOTEBOOK_BYTES + 1))
+        except Exception as error:  # a corrupt zip member raises zlib's error, among others
+            raise GradingError(f"{self.origin} cannot be read ({_why(error)})") from error
         if hashlib.sha256(data).hexdigest() != self.digest:
             raise GradingError(f"{self.origin} changed while it was being graded")
         return data
@@ -76,63 +112,157 @@ class Submission:
 def student_id(name: str) -> str:
     """A safe gradebook id for a student's name: letters, digits, '.', '_' and '-'.
 
-    A name that had to change gets a short hash, so that two names never share an id.
+    A name that had to change gets a short hash of itself (``-`` and 6 hex digits); that ending is
+    reserved, so a name that already ends so gets a hash too, and no name is kept as another's id.
     """
     cleaned = re.sub(r"[^\w.-]+", "_", unicodedata.normalize("NFKC", name)).strip("._-")[:64] or "student"
-    if cleaned == name:
+    if cleaned == name and not ID_SUFFIX.search(name):
         return cleaned
     return f"{cleaned}-{hashlib.sha1(name.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
+
+
+def _escaped(character: str) -> str:
+    """A character as it may be shown: a byte of a file name that is not UTF-8 as ``\\xff``, a
+    character that is not printable as Python writes it (``\\x1b``, ``\\u202e``)."""
+    if "\udc80" <= character <= "\udcff":  # how os.fsdecode keeps such a byte
+        return f"\\x{ord(character) - 0xdc00:02x}"
+    return character if character.isprintable() else character.encode("unicode_escape").decode("ascii")
+
+
+def _shown(text: str, limit: int = MAX_NAME_CHARS) -> str:
+    """``text`` (a file name, a zip member's, a student's) escaped as :func:`_escaped` does, cut to ``limit``."""
+    return printable("".join(map(_escaped, text[: limit + 1])), limit)
+
+
+def _why(error: BaseException, limit: int = MAX_REASON_CHARS) -> str:
+    """An exception as one printable line: its type (with its module, when not a built-in) and its message."""
+    kind = type(error).__qualname__ if type(error).__module__ == "builtins" else (
+        f"{type(error).__module__}.{type(error).__qualname__}")
+    message = next(iter(str(error).splitlines()), "")
+    return _shown(f"{kind}: {message}" if message else kind, limit)
+
+
+def _skeleton(identifier: str) -> str:
+    """What an id looks like: without its hash, accents, case, and with look-alike letters as Latin ones."""
+    decomposed = unicodedata.normalize("NFKD", ID_SUFFIX.sub("", identifier))
+    bare = "".join(character for character in decomposed if not unicodedata.combining(character))
+    return bare.translate(LOOK_ALIKE_LETTERS).casefold()
+
+
+def look_alike_names(submissions: list[Submission]) -> list[str]:
+    """One line per group of students whose names differ but look alike, one of them with a letter that
+    is not ASCII (``аlice``, with a Cyrillic а, beside ``alice``): for the instructor to check that they
+    are different students. Letters that are not ASCII are written as their code (``\\u0430lice``)."""
+    groups = defaultdict(set)
+    for submission in submissions:
+        groups[_skeleton(submission.student)].add(submission.student)
+    return sorted("students whose names look alike: " + ", ".join(name.encode("ascii", "backslashreplace").decode()
+                                                                 for name in sorted(names))
+                  for names in groups.values() if len(names) > 1 and not all(name.isascii() for name in names))
+
+
+def _text(text: str) -> str:
+    """A string of a submission as a notebook can be written with it: a lone surrogate as U+FFFD."""
+    return LONE_SURROGATE.sub("\N{REPLACEMENT CHARACTER}", text)
 
 
 def _clean_nbgrader(metadata) -> dict | None:
     """A submission's nbgrader metadata, with only the keys grading reads, of their types."""
     if not isinstance(metadata, dict) or not isinstance(metadata.get("grade_id"), str):
         return None
-    return {key: value for key, value in metadata.items()
+    return {key: _text(value) if isinstance(value, str) else value for key, value in metadata.items()
             if key in NBGRADER_KEYS and isinstance(value, NBGRADER_KEYS[key])
             and not (key == "points" and isinstance(value, bool))}
+
+
+def _parse_json(data: bytes):
+    """(the JSON value, None), or (None, why the bytes are not JSON)."""
+    try:
+        return json.loads(data.decode("utf-8-sig")), None
+    except UnicodeDecodeError:
+        return None, "the file is not UTF-8 text, so not a notebook"
+    except json.JSONDecodeError as error:
+        return None, f"the file is not valid JSON ({error.msg}; line {error.lineno}, column {error.colno})"
+    except RecursionError:
+        return None, "the file is JSON nested too deeply to be a notebook"
+    except ValueError:  # the one other error of json.loads: an integer past Python's limit of digits
+        return None, "the file is not valid JSON: it holds a number too long to read"
+
+
+def _source(source) -> str:
+    """A cell's source: a string, or the strings of a list of lines (anything else is no source)."""
+    if isinstance(source, list):
+        source = "".join(line for line in source if isinstance(line, str))
+    return _text(source) if isinstance(source, str) else ""
+
+
+def _upgraded(cell):
+    """A cell of an nbformat-3 notebook (a code cell's source in ``input``, a ``heading`` cell) in
+    nbformat 4's terms, as ``nbformat.convert`` would make it; any other cell as it is."""
+    if not isinstance(cell, dict):
+        return cell
+    if cell.get("cell_type") == "code" and "source" not in cell:
+        return {**cell, "source": cell.get("input", "")}
+    if cell.get("cell_type") == "heading":
+        level = cell["level"] if isinstance(cell.get("level"), int) and 1 <= cell["level"] <= 6 else 1
+        return {**cell, "cell_type": "markdown",
+                "source": "#" * level + " " + " ".join(_source(cell.get("source")).splitlines())}
+    return cell
+
+
+def _submitted_cells(raw: dict) -> list | None:
+    """The cells of a parsed notebook, as they are (an nbformat-3 notebook's are in its worksheets);
+    None when it has no list of cells."""
+    if raw.get("nbformat") == 3 and isinstance(raw.get("worksheets"), list):
+        return [cell for sheet in raw["worksheets"] if isinstance(sheet, dict) and isinstance(sheet.get("cells"), list)
+                for cell in sheet["cells"]]
+    return raw["cells"] if isinstance(raw.get("cells"), list) else None
+
+
+def _lenient_cell(cell):
+    """A valid nbformat-4 cell with a submitted cell's type, source and nbgrader metadata, or None
+    for what is not a cell. A cell of an unknown type is kept as Markdown."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_raw_cell
+
+    if not isinstance(cell, dict):
+        return None
+    makers = {"code": new_code_cell, "markdown": new_markdown_cell, "raw": new_raw_cell}
+    kind = cell.get("cell_type")
+    make = makers.get(kind, new_markdown_cell) if isinstance(kind, str) else new_markdown_cell
+    metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+    nbgrader = _clean_nbgrader(metadata.get("nbgrader"))
+    return make(source=_source(cell.get("source")), metadata={"nbgrader": nbgrader} if nbgrader else {})
+
+
+def _read_notebook(data: bytes):
+    """:func:`read_notebook`, which may raise on what it does not foresee."""
+    from nbformat.v4 import new_notebook
+
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        return None, f"the file is {len(data) / 1e6:.0f} MB, more than the limit of {MAX_NOTEBOOK_BYTES / 1e6:.0f} MB"
+    raw, problem = _parse_json(data)
+    if problem:
+        return None, problem
+    cells = _submitted_cells(raw) if isinstance(raw, dict) else None
+    if cells is None:
+        return None, "the file is JSON but not a notebook (it has no list of cells)"
+    if len(cells) > MAX_CELLS:
+        return None, f"the notebook has {len(cells)} cells, more than the limit of {MAX_CELLS}"
+    kept = [_lenient_cell(_upgraded(cell)) for cell in cells]
+    return new_notebook(cells=[cell for cell in kept if cell is not None], metadata={}), None
 
 
 def read_notebook(data: bytes):
     """Parse a submission leniently into a valid nbformat-4 notebook: (notebook, None) or (None, problem).
 
     Outputs are dropped (they are recomputed) and only the cell metadata grading needs is kept, so
-    a notebook that nbformat would reject for a stray field is still graded.
+    a notebook that nbformat would reject for a stray field is still graded. It never raises: what
+    it does not foresee is a problem that names the exception's type.
     """
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_cell
-
-    if len(data) > MAX_NOTEBOOK_BYTES:
-        return None, f"the file is {len(data) / 1e6:.0f} MB, more than the limit of {MAX_NOTEBOOK_BYTES / 1e6:.0f} MB"
     try:
-        raw = json.loads(data.decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        return None, "the file is not UTF-8 text, so not a notebook"
-    except json.JSONDecodeError as error:
-        return None, f"the file is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
-    except RecursionError:
-        return None, "the file is JSON nested too deeply to be a notebook"
-    if isinstance(raw, dict) and raw.get("nbformat") == 3:
-        try:
-            raw = nbformat.convert(nbformat.from_dict(raw), 4)
-        except Exception as error:
-            return None, f"the file is an nbformat-3 notebook that cannot be converted ({type(error).__name__})"
-    if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
-        return None, "the file is JSON but not a notebook (it has no list of cells)"
-    if len(raw["cells"]) > MAX_CELLS:
-        return None, f"the notebook has {len(raw['cells'])} cells, more than the limit of {MAX_CELLS}"
-    makers = {"code": new_code_cell, "markdown": new_markdown_cell, "raw": new_raw_cell}
-    cells = []
-    for cell in raw["cells"]:
-        if not isinstance(cell, dict):
-            continue
-        source = cell.get("source", "")
-        source = "".join(map(str, source)) if isinstance(source, list) else str(source)
-        metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
-        nbgrader = _clean_nbgrader(metadata.get("nbgrader"))
-        kept = {"nbgrader": nbgrader} if nbgrader else {}
-        cells.append(makers.get(cell.get("cell_type"), new_markdown_cell)(source=source, metadata=kept))
-    return new_notebook(cells=cells, metadata={}), None
+        return _read_notebook(data)
+    except Exception as error:
+        return None, f"the file cannot be read as a notebook ({type(error).__name__})"
 
 
 def recognize(notebook, chapters: dict[str, Chapter]) -> str | None:
@@ -148,18 +278,23 @@ def recognize(notebook, chapters: dict[str, Chapter]) -> str | None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _read_file(path: Path) -> bytes:
-    """At most MAX_NOTEBOOK_BYTES + 1 bytes of a regular file, refusing a symbolic link."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(descriptor, "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        return file.read(MAX_NOTEBOOK_BYTES + 1)
+def _open_regular(path: Path):
+    """A regular file, opened to read; OSError for a symbolic link, a pipe or a device (not waited on)."""
+    file = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb")
+    if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+        file.close()
+        raise OSError(f"{_shown(path.name)} is not a regular file")
+    return file
+
+
+def _read_file(path: Path, size: int) -> bytes:
+    """At most ``size`` bytes of a regular file, refusing a symbolic link."""
+    with _open_regular(path) as file:
+        return file.read(size)
 
 
 def _read_member(path: Path, member: str) -> bytes:
-    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(descriptor, "rb") as file, zipfile.ZipFile(file) as archive, archive.open(member) as opened:
+    with _open_regular(path) as file, zipfile.ZipFile(file) as archive, archive.open(member) as opened:
         return opened.read(MAX_NOTEBOOK_BYTES + 1)  # no more than the limit, whatever the header says
 
 
@@ -167,18 +302,26 @@ def _timestamp_of(path: Path) -> datetime:
     return datetime.fromtimestamp(path.lstat().st_mtime, timezone.utc)
 
 
-def _read_timestamp_file(folder: Path) -> datetime | None:
-    """nbgrader's ``timestamp.txt`` in a collected submission folder."""
+def _read_timestamp_file(folder: Path) -> tuple[datetime | None, tuple[str, ...]]:
+    """nbgrader's ``timestamp.txt`` in a collected submission folder: (its time, no notes), or (None,
+    a note saying why it was ignored) when it is not a date or is in the future; (None, ()) without one."""
     from nbgrader.utils import parse_utc
 
     path = folder / "timestamp.txt"
     if path.is_symlink() or not path.is_file():
-        return None
+        return None, ()
     try:
-        stamp = parse_utc(_read_file(path)[:100].decode().strip())
-    except Exception:
-        return None
-    return stamp.replace(tzinfo=timezone.utc) if stamp.tzinfo is None else stamp
+        text = _read_file(path, 100).decode().strip()
+        if not NBGRADER_TIMESTAMP.fullmatch(text):
+            raise ValueError(f"not a date: {text}")
+        stamp = parse_utc(text)
+    except Exception as error:  # nbgrader's parser raises more than ValueError
+        return None, (f"its timestamp.txt was ignored ({_why(error, 40)}); the file's time counts instead",)
+    stamp = stamp.replace(tzinfo=timezone.utc) if stamp.tzinfo is None else stamp
+    if stamp > datetime.now(timezone.utc) + TIMESTAMP_SLACK:
+        return None, (f"its timestamp.txt was ignored (it is in the future: {stamp:%Y-%m-%d %H:%M} UTC); "
+                      "the file's time counts instead",)
+    return stamp, ()
 
 
 def _chapter_of_name(parts: list[str], chapters: dict[str, Chapter]) -> str | None:
@@ -198,98 +341,173 @@ def _ignored_because(name: str) -> str | None:
     return None
 
 
+def _member_ignored_because(info: zipfile.ZipInfo) -> str | None:
+    """Why a zip member (not a folder) is not read as a notebook, if it is not."""
+    if stat.S_ISLNK(info.external_attr >> 16):
+        return "a symbolic link in the zip file: links are never followed"
+    reason = next(filter(None, map(_ignored_because, info.filename.split("/"))), None)
+    if reason is None and not info.filename.endswith(".ipynb"):
+        return "not a notebook (.ipynb)" + (": zip files in zip files are not opened"
+                                            if info.filename.endswith(".zip") else "")
+    return reason
+
+
+@dataclass(frozen=True)
+class _Place:
+    """What a file's place in SUBMISSIONS tells about it."""
+
+    student: str  # the name as found (a folder's, a file's), not yet an id
+    chapter: str | None  # the chapter the path names, if it names one
+    stamp: datetime | None = None  # when it was handed in (nbgrader's timestamp.txt, else the file's time)
+    notes: tuple[str, ...] = ()
+
+
 class _Collector:
+    """Walks SUBMISSIONS: the submissions found, and what was skipped, with why."""
+
     def __init__(self, root: Path, chapters: dict[str, Chapter]):
         self.root, self.chapters = root, chapters
         self.found: list[Submission] = []
         self.skipped: list[Skipped] = []
+        self.names: dict[str, str] = {}  # id -> the first name met that has it
+        self.bytes_read: dict[str, int] = defaultdict(int)  # by student's name
 
     def origin(self, path: Path) -> str:
-        return str(path.relative_to(self.root))
+        return _shown(str(path.relative_to(self.root)))
+
+    def identify(self, student: str) -> tuple[str, str | None]:
+        """The id of a student's name, and the other name that has that id already (None when none has)."""
+        identifier = student_id(student)
+        first = self.names.setdefault(identifier, student)
+        return identifier, (first if first != student else None)
 
     def skip(self, origin: str, reason: str, student: str | None) -> None:
-        self.skipped.append(Skipped(origin, reason, student_id(student) if student else None))
+        identifier, other = self.identify(student) if student else (None, None)
+        self.skipped.append(Skipped(origin, reason, identifier if other is None else None))
 
-    def add(self, student: str, chapter_hint: str | None, origin: str, data: bytes, location: tuple,
-            stamp: datetime, problem: str | None = None) -> None:
-        notebook, found_problem = read_notebook(data) if problem is None else (None, problem)
+    @contextlib.contextmanager
+    def reported(self, origin: str, student: str | None):
+        """Reading ``origin`` (a file, a folder): whatever it raises is reported as skipped, not raised."""
+        try:
+            yield
+        except Exception as error:
+            self.skip(origin, f"cannot be read ({_why(error)})", student)
+
+    def read_within_budget(self, student: str, origin: str, read: Callable[[int], bytes]) -> bytes | None:
+        """What ``read(size)`` gives, charged to the student's MAX_STUDENT_BYTES; None (reported) past them.
+
+        The read is charged in full first: one that fails costs as much as one that succeeds.
+        """
+        left = MAX_STUDENT_BYTES - self.bytes_read[student]
+        if left > 0:
+            size = min(MAX_NOTEBOOK_BYTES, left) + 1
+            self.bytes_read[student] += size
+            data = read(size)
+            self.bytes_read[student] -= size - len(data)
+            if len(data) <= left:
+                return data
+        self.skip(origin, f"not read: this student's files exceed {MAX_STUDENT_BYTES // 2**20} MB in all", student)
+        return None
+
+    def chapter_of(self, notebook, hint: str | None, problem: str | None) -> tuple[str, str | None]:
+        """A submission's chapter, from its path (``hint``) or its cells, and its problem."""
         content = recognize(notebook, self.chapters) if notebook is not None else None
-        chapter = chapter_hint or content
-        if chapter is None and found_problem is None:
-            found_problem = "none of the chapters' graded cells are in this notebook, so its chapter is unknown"
-        elif chapter_hint and content and content != chapter_hint:
-            found_problem = (f"this is the notebook of chapter {content} (it has that chapter's graded cells), "
-                             f"not of {chapter_hint}")
+        chapter = hint or content
+        if chapter is None and problem is None:
+            problem = "none of the chapters' graded cells are in this notebook, so its chapter is unknown"
+        elif hint and content and content != hint:
+            problem = f"this is the notebook of chapter {content} (it has that chapter's graded cells), not of {hint}"
         if chapter is None:
             chapter = next(iter(self.chapters)) if len(self.chapters) == 1 else UNKNOWN_CHAPTER
+        return chapter, problem
+
+    def add(self, place: _Place, origin: str, data: bytes, location: tuple, problem: str | None = None) -> None:
+        """A submission of ``place.student``; refused when another name has the student's id."""
+        identifier, other = self.identify(place.student)
+        if other is not None:
+            self.skip(origin, f"not graded: the names '{_shown(place.student)}' and '{_shown(other)}' give one id, "
+                              f"{identifier}, kept by the first one met", None)
+            return
+        notebook, problem = read_notebook(data) if problem is None else (None, problem)
+        chapter, problem = self.chapter_of(notebook, place.chapter, problem)
         path, member = location
-        submission = Submission(student_id(student), chapter, origin, path, member, hashlib.sha256(data).hexdigest(),
-                                stamp, found_problem)
-        if submission.student != student:
-            submission.notes.append(f"the name {student!r} is graded as {submission.student!r}")
+        submission = Submission(identifier, chapter, origin, path, member, hashlib.sha256(data).hexdigest(),
+                                place.stamp, problem, list(place.notes))
+        if identifier != place.student:
+            submission.notes.append(f"the name '{_shown(place.student)}' is graded as '{identifier}'")
         self.found.append(submission)
 
-    def add_file(self, path: Path, student: str, chapter_hint: str | None, stamp: datetime | None = None) -> None:
-        """A notebook or a zip file of ``student`` (neither is followed when it is a link)."""
+    def add_file(self, path: Path, place: _Place) -> None:
+        """A notebook or a zip file (neither followed when it is a link); what fails is reported, not raised."""
         origin = self.origin(path)
-        if path.is_symlink():
-            self.skip(origin, "a symbolic link: links are never followed, submit the file itself", student)
-        elif path.suffix == ".ipynb":
-            try:
-                data = _read_file(path)
-            except OSError as error:
-                self.skip(origin, f"cannot be read ({error.strerror or error})", student)
-                return
-            self.add(student, chapter_hint, origin, data, (path, None), stamp or _timestamp_of(path))
-        elif path.suffix == ".zip":
-            self.add_zip(path, student, chapter_hint, stamp or _timestamp_of(path))
-        elif path.name != "timestamp.txt":
-            self.skip(origin, "not a notebook (.ipynb) or a zip file", student)
+        with self.reported(origin, place.student):
+            if path.is_symlink():
+                self.skip(origin, "a symbolic link: links are never followed, submit the file itself", place.student)
+            elif path.suffix == ".ipynb":
+                self.add_notebook(path, replace(place, stamp=place.stamp or _timestamp_of(path)))
+            elif path.suffix == ".zip":
+                self.add_zip(path, replace(place, stamp=place.stamp or _timestamp_of(path)))
+            elif path.name != "timestamp.txt":
+                self.skip(origin, "not a notebook (.ipynb) or a zip file", place.student)
 
-    def add_zip(self, path: Path, student: str, chapter_hint: str | None, stamp: datetime) -> None:
+    def add_notebook(self, path: Path, place: _Place) -> None:
+        """A notebook file, within the student's bytes."""
         origin = self.origin(path)
+        data = self.read_within_budget(place.student, origin, functools.partial(_read_file, path))
+        if data is not None:
+            self.add(place, origin, data, (path, None))
+
+    def add_zip(self, path: Path, place: _Place) -> None:
+        """The notebooks of a zip file; one that cannot be opened is kept with that problem."""
         try:
-            descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(descriptor, "rb") as file, zipfile.ZipFile(file) as archive:
-                self.add_members(archive, path, student, chapter_hint, stamp)
-        except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError) as error:
-            self.add(student, chapter_hint, origin, b"", (path, None), stamp, f"the zip file cannot be read ({error})")
+            with _open_regular(path) as file, zipfile.ZipFile(file) as archive:
+                self.add_members(archive, path, place)
+        except Exception as error:  # a name flagged UTF-8 that is not raises UnicodeDecodeError, among others
+            self.add(place, self.origin(path), b"", (path, None), f"the zip file cannot be read ({_why(error)})")
 
-    def add_members(self, archive: zipfile.ZipFile, path: Path, student: str, chapter_hint: str | None,
-                    stamp: datetime) -> None:
-        origin, budget, notebooks = self.origin(path), MAX_ZIP_BYTES, 0
+    def add_members(self, archive: zipfile.ZipFile, path: Path, place: _Place) -> None:
+        """The members of an open zip file, at most MAX_ZIP_MEMBERS, each read on its own."""
+        origin, notebooks = self.origin(path), 0
         for number, info in enumerate(archive.infolist()):
-            where = f"{origin}:{info.filename}"
             if number == MAX_ZIP_MEMBERS:
-                self.skip(origin, f"only its first {MAX_ZIP_MEMBERS} members were read", student)
+                self.skip(origin, f"only its first {MAX_ZIP_MEMBERS} members were read", place.student)
                 break
-            parts = info.filename.split("/")
-            reason = next((why for why in map(_ignored_because, parts) if why), None)
             if info.is_dir():
                 continue
-            if stat.S_ISLNK(info.external_attr >> 16):
-                self.skip(where, "a symbolic link in the zip file: links are never followed", student)
-            elif reason:
-                self.skip(where, reason, student)
-            elif not info.filename.endswith(".ipynb"):
-                self.skip(where, "not a notebook (.ipynb)" + (": zip files in zip files are not opened"
-                                                               if info.filename.endswith(".zip") else ""), student)
-            elif budget <= 0:
-                self.skip(where, f"not read: the zip file's notebooks exceed {MAX_ZIP_BYTES // 2**20} MB", student)
+            where = f"{origin}:{_shown(info.filename)}"
+            reason = _member_ignored_because(info)
+            if reason:
+                self.skip(where, reason, place.student)
             else:
-                with archive.open(info) as member:  # no more than the limit, whatever the header says
-                    data = member.read(min(MAX_NOTEBOOK_BYTES, budget) + 1)
-                budget -= len(data)
                 notebooks += 1
-                hint = _chapter_of_name(parts, self.chapters) or chapter_hint
-                self.add(student, hint, where, data, (path, info.filename), stamp)
+                self.add_member(archive, info, where, path, place)
         if not notebooks:
-            self.add(student, chapter_hint, origin, b"", (path, None), stamp, "the zip file holds no notebook")
+            self.add(place, origin, b"", (path, None), "the zip file holds no notebook")
+
+    def add_member(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, path: Path,
+                   place: _Place) -> None:
+        """A notebook of the zip file at ``path``; one that cannot be read is kept with that problem."""
+        place = replace(place, chapter=_chapter_of_name(info.filename.split("/"), self.chapters) or place.chapter)
+        try:
+            with archive.open(info) as member:  # no more than the limits, whatever the header says
+                data = self.read_within_budget(place.student, where, member.read)
+        except Exception as error:  # corrupt data raises zlib's error, a bad checksum BadZipFile
+            self.add(place, where, b"", (path, info.filename), f"the zip member cannot be read ({_why(error)})")
+            return
+        if data is not None:
+            self.add(place, where, data, (path, info.filename))
 
     def entries(self, folder: Path, student: str | None) -> list[Path]:
-        """The entries of a folder, sorted, with the ignored ones reported."""
+        """The entries of a folder, sorted, with the ignored ones reported (none when it cannot be listed)."""
+        try:
+            listed = sorted(folder.iterdir())
+        except OSError as error:
+            if folder == self.root:
+                raise GradingError(f"SUBMISSIONS: {folder} cannot be listed ({_why(error)})") from error
+            self.skip(self.origin(folder), f"cannot be listed ({_why(error)})", student)
+            return []
         entries = []
-        for entry in sorted(folder.iterdir()):
+        for entry in listed:
             reason = _ignored_because(entry.name)
             if reason:
                 self.skip(self.origin(entry), reason, student)
@@ -310,6 +528,7 @@ class _Collector:
                 yield entry
 
     def add_student_folder(self, folder: Path) -> None:
+        """The notebooks and zip files under a student's folder (with nbgrader's timestamp.txt of each chapter)."""
         before = len(self.found)
         for count, item in enumerate(self.walk(folder, folder.name)):
             if count == MAX_ENTRIES:
@@ -317,39 +536,55 @@ class _Collector:
                 break
             parts = item.relative_to(folder).parts
             chapter = parts[0] if len(parts) > 1 and parts[0] in self.chapters else None
-            stamp = _read_timestamp_file(folder / parts[0]) if chapter else None
-            self.add_file(item, folder.name, chapter or _chapter_of_name(list(parts), self.chapters), stamp)
+            stamp, notes = _read_timestamp_file(folder / parts[0]) if chapter else (None, ())
+            hint = chapter or _chapter_of_name(list(parts), self.chapters)
+            self.add_file(item, _Place(folder.name, hint, stamp, notes))
         if len(self.found) == before:
             self.skip(self.origin(folder), "no notebook (.ipynb) or zip file in this student's folder", folder.name)
 
     def add_chapter_folder(self, folder: Path) -> None:
         """``<chapter>/<student>.ipynb`` (or ``<chapter>/<student>/...``)."""
         for item in self.entries(folder, None):
-            if item.is_symlink():
-                self.skip(self.origin(item), "a symbolic link: links are never followed", item.stem)
-            elif item.is_dir():
-                before = len(self.found)
-                for notebook in self.walk(item, item.name):
-                    self.add_file(notebook, item.name, folder.name)
-                if len(self.found) == before:
-                    self.skip(self.origin(item), "no notebook in this student's folder", item.name)
-            else:
-                self.add_file(item, item.stem, folder.name)
+            with self.reported(self.origin(item), None):
+                self.add_chapter_entry(item, folder.name)
+
+    def add_chapter_entry(self, item: Path, chapter: str) -> None:
+        """One entry of a chapter's folder: a student's notebook (or zip file), or a student's folder."""
+        if item.is_symlink():
+            self.skip(self.origin(item), "a symbolic link: links are never followed", item.stem)
+        elif item.is_dir():
+            before = len(self.found)
+            for notebook in self.walk(item, item.name):
+                self.add_file(notebook, _Place(item.name, chapter))
+            if len(self.found) == before:
+                self.skip(self.origin(item), "no notebook in this student's folder", item.name)
+        else:
+            self.add_file(item, _Place(item.stem, chapter))
 
     def collect(self) -> None:
         for entry in self.entries(self.root, None):
-            if entry.is_symlink():
-                self.skip(self.origin(entry), "a symbolic link: links are never followed", entry.stem)
-            elif entry.is_dir() and entry.name in self.chapters:
-                self.add_chapter_folder(entry)
-            elif entry.is_dir():
-                self.add_student_folder(entry)
-            else:
-                self.add_file(entry, entry.stem, _chapter_of_name([entry.name], self.chapters))
+            with self.reported(self.origin(entry), None):
+                self.add_entry(entry)
+
+    def add_entry(self, entry: Path) -> None:
+        """What SUBMISSIONS holds at its top: a student's folder or file, or a chapter's folder."""
+        if entry.is_symlink():
+            self.skip(self.origin(entry), "a symbolic link: links are never followed", entry.stem)
+        elif entry.is_dir() and entry.name in self.chapters:
+            self.add_chapter_folder(entry)
+        elif entry.is_dir():
+            self.add_student_folder(entry)
+        else:
+            self.add_file(entry, _Place(entry.stem, _chapter_of_name([entry.name], self.chapters)))
 
 
 def collect_submissions(path: Path, chapters: dict[str, Chapter]) -> tuple[list[Submission], list[Skipped]]:
-    """The submission that counts for each (student, chapter), and what was skipped, with why."""
+    """The submission that counts for each (student, chapter), and what was skipped, with why.
+
+    Two names that give one id (which only a name chosen for it does) are never merged: the first
+    one met, in the order of the sorted paths, keeps the id, and the submissions of the others are
+    skipped with both names.
+    """
     path = Path(path)
     if not path.exists():
         raise GradingError(f"SUBMISSIONS: {path} does not exist; expected {EXPECTED_LAYOUT}")

@@ -13,7 +13,8 @@ from nbconvert.filters.markdown_mistune import MarkdownWithMath
 from autograder import book_markdown
 from autograder.citations import Reference, cite, read_references
 from autograder.course import GradingError
-from autograder.feedback import markdown_text, sanitized_html
+from autograder.feedback import markdown_text
+from autograder.sanitize import sanitized_html
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCES = {"vaswani2017attention": Reference("Vaswani et al.", "2017"), "ba2016layer": Reference("Ba and Hinton", "2016")}

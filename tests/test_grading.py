@@ -291,6 +291,9 @@ def test_exit_status_is_1_when_the_grader_fails_on_a_job_and_the_rest_is_graded(
     assert status == 1
     assert "ben/01_tiny: the grader failed" in printed.err
     assert ("ann", "01_tiny") in notebooks(out) and "graded 1" in printed.out
+    ben = notebooks(out)["ben", "01_tiny"]  # a crash of the grader is a result too, graded again next time
+    assert {test.cause for test in ben.tests} == {"grader error"} and ben.score == 0 and ben.fingerprint is None
+    assert "ben" in (out / "grades.csv").read_text() and "ben, 01_tiny: 0 / 3; grader error" in printed.out
 
 
 # --------------------------------------------------------------------------------------------------

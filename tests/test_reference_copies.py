@@ -63,3 +63,20 @@ def test_a_one_line_formula_equal_to_the_reference_is_not_flagged_but_calling_th
     calling = "import bertlab.attention as A\n\ndef causal_mask(n, m=None, device=None):\n    return A.causal_mask(n, m, device)\n"
     reasons = flagged(calling, "causal_mask")
     assert len(reasons) == 1 and "it uses bertlab.attention.causal_mask" in reasons[0]
+
+
+def test_no_name_in_a_submission_imports_a_module_or_stops_the_reading():
+    """``bertlab.__main__`` runs the command line when imported; 600 shell commands make IPython's
+    transformation give up. The reading imports nothing a submission names and skips what it cannot
+    read, and still flags the copier beside them."""
+    import sys
+
+    sys.modules.pop("bertlab.__main__", None)
+    names_the_command_line = "from bertlab import __main__\ndef softmax(x, dim=-1):\n    return __main__.main(x)"
+    shell = "\n".join(["!true"] * 600)
+    copier = "import bertlab.attention\ndef softmax(x, dim=-1):\n    return bertlab.attention.softmax(x, dim)"
+    assert find_copies([shell, names_the_command_line], ["softmax"]) == []
+    assert "bertlab.__main__" not in sys.modules
+    assert find_copies([shell, HONEST_SOFTMAX], ["softmax"]) == []
+    assert find_copies([BLANK.format(name="softmax"), shell], ["softmax"]) == []
+    assert [copy.exercise for copy in find_copies([shell, copier], ["softmax"])] == ["softmax"]

@@ -6,11 +6,15 @@ checked everywhere.
 """
 
 import errno
+import json
 import os
+import shutil
 import signal
+import site
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -336,3 +340,137 @@ def test_interrupt_reaches_the_code_even_when_the_grader_ignores_it():
         test_interrupt_reaches_the_code()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# --------------------------------------------------------------------------------------------------
+# Wherever the grader's Python lives: the sandbox works, or grading refuses to run student code
+# --------------------------------------------------------------------------------------------------
+
+# Run by another Python than the suite's: the sandbox must start there and import what a student process
+# imports; every folder of that Python's sys.path must be visible inside (a conda environment is one
+# more prefix of this kind, bound like a virtual environment's).
+PROBE = textwrap.dedent("""
+    import json, os, sys
+    from autograder.sandbox import Sandbox, isolation_available
+    isolated, why = isolation_available()
+    folders = [path for path in sys.path if path and os.path.isdir(path)]
+    code = ("import json, os, sys, torch, bertlab.attention, autograder.wire, " + sys.argv[1] + "; "
+            "print(json.dumps([sys.prefix, [path for path in " + repr(folders) + " if not os.path.isdir(path)]]))")
+    with Sandbox() as box:
+        result = box.run([sys.executable, "-c", code], timeout=120)
+    print(json.dumps({"isolated": isolated, "why": why, "status": result.returncode,
+                      "inside": result.stdout.strip(), "error": result.stderr[-2000:], "prefix": sys.prefix}))
+""")
+
+
+def probe_sandbox(python: str, course: Path, module: str = "json", **environment) -> dict:
+    """Start a sandbox from ``python`` with the course's packages of ``course`` on its path; what it saw."""
+    result = subprocess.run([python, "-c", PROBE, module], capture_output=True, text=True, timeout=600,
+                            cwd=course, env={**os.environ, "PYTHONPATH": str(course), **environment})
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def make_venv(folder: Path) -> str:
+    """A virtual environment at ``folder`` that sees this Python's packages (PyTorch among them)."""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)], check=True, timeout=300)
+    return str(folder / "bin" / "python")
+
+
+def assert_works(seen: dict, prefix: Path) -> None:
+    assert seen["isolated"], seen["why"]
+    assert seen["status"] == 0, seen["error"]
+    inside_prefix, invisible = json.loads(seen["inside"])
+    assert inside_prefix == seen["prefix"] == str(prefix) and invisible == []
+
+
+@pytest.fixture
+def scratch_under_tmp():
+    """A folder directly under /tmp, where the sandbox mounts its own /tmp (pytest's tmp_path is there too,
+    but this does not depend on it)."""
+    folder = Path(tempfile.mkdtemp(prefix="ag-python-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@needs_namespaces
+def test_works_from_a_virtual_environment_and_a_clone_under_tmp(scratch_under_tmp):
+    """The sandbox's /tmp, mounted over the grader's, must not cover the interpreter or the course."""
+    clone = scratch_under_tmp / "clone"
+    for package in ("bertlab", "autograder"):
+        shutil.copytree(REPO / package, clone / package, ignore=shutil.ignore_patterns("__pycache__", "course_bert"))
+    python = make_venv(clone / ".venv")  # the README's layout: a venv inside the clone
+    assert_works(probe_sandbox(python, clone), clone / ".venv")
+
+
+@needs_namespaces
+def test_works_from_a_virtual_environment_under_home():
+    folder = Path(tempfile.mkdtemp(prefix=".ag-venv-", dir=Path.home()))
+    try:
+        assert_works(probe_sandbox(make_venv(folder / "venv"), REPO), folder / "venv")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@needs_namespaces
+def test_works_with_packages_installed_in_the_user_site(scratch_under_tmp):
+    """``pip install --user`` puts packages under $HOME/.local, which the sandbox's $HOME is not."""
+    user_base = scratch_under_tmp / "user-base"
+    environment = {"PYTHONUSERBASE": str(user_base)}
+    folder = subprocess.run([sys.executable, "-c", "import site; print(site.getusersitepackages())"],
+                            capture_output=True, text=True, env={**os.environ, **environment}, check=True).stdout.strip()
+    Path(folder).mkdir(parents=True)
+    (Path(folder) / "ag_user_site_probe.py").write_text("VALUE = 1\n")
+    if not site.ENABLE_USER_SITE:
+        pytest.skip("this Python does not use a user site")
+    assert_works(probe_sandbox(sys.executable, REPO, "ag_user_site_probe", **environment), Path(sys.prefix))
+
+
+# --------------------------------------------------------------------------------------------------
+# The CPU share of a sandbox
+# --------------------------------------------------------------------------------------------------
+
+SPINNERS = """
+import os, sys, time
+for _ in range(12):  # each in a session of its own, as a fork bomb that hides from its process group
+    if os.fork() == 0:
+        os.setsid()
+        end = time.monotonic() + {seconds}
+        while time.monotonic() < end:
+            pass
+        os._exit(0)
+print("spinning", flush=True)
+for _ in range(12):
+    os.wait()
+"""
+COUNTER = "import sys, time\nend, count = time.monotonic() + float(sys.argv[1]), 0\nwhile time.monotonic() < end:\n    count += 1\nprint(count)"
+
+
+def count_loops(seconds: float) -> int:
+    """How far a busy loop outside any sandbox counts in ``seconds`` (another student's work)."""
+    return int(subprocess.run([sys.executable, "-c", COUNTER, str(seconds)], capture_output=True, text=True,
+                              check=True).stdout)
+
+
+def test_a_sandbox_spinning_many_processes_gets_its_share_of_the_cpu_not_more():
+    """Twelve busy processes, each in a session of its own, would leave a process outside one
+    thirteenth of each core; held to one core on average, they leave it about half of a core of
+    two. Measured side by side: the outside loop alone, then beside the sandbox."""
+    from autograder.sandbox import CPU_BURST, resource_bounds
+
+    if resource_bounds().cpu_max:
+        pytest.skip("cgroup v2's cpu.max bounds the CPU here")
+    seconds, spinners = 4 * CPU_BURST, 12
+    alone = count_loops(seconds)
+    with Sandbox(Limits(threads=1)) as box:
+        started = box.start([sys.executable, "-c", SPINNERS.format(seconds=seconds + 3 * CPU_BURST)],
+                            stdout=subprocess.PIPE, text=True)
+        assert started.stdout.readline().strip() == "spinning"
+        time.sleep(2 * CPU_BURST)  # the banked credit spent
+        beside = count_loops(seconds)
+        held = box.cpu_share.stopped_seconds
+    cores = os.cpu_count() or 1
+    running = min(1.0, 1 / (cores * spinners / (spinners + 1)))  # the share of time the spinners run
+    expected = min(1.0, running * cores / (spinners + 1) + (1 - running))  # the outside loop's cores
+    assert held > 0
+    assert beside >= 0.6 * expected * alone, (beside / alone, expected)

@@ -1,0 +1,371 @@
+"""No one file stops the collection of a class's submissions.
+
+Each test puts a hostile file (or name) in SUBMISSIONS beside an honest student and a blank one, and
+checks that collection does not raise, that the honest and blank students are collected as usual,
+and that the hostile file is either collected with a problem that says what is wrong with it, or
+skipped with its name and the reason. The classes of hostile files: notebooks that JSON or nbformat
+cannot read (numbers too long, cells of the wrong types), nbformat-3 notebooks of too many cells,
+more bytes than a student may hand in, corrupt zip files and zip members, pipes, names that cannot be
+printed or encoded, names that pose as another student's id or look like another's name, and forged
+nbgrader timestamps.
+"""
+
+import json
+import os
+import random
+import struct
+import time
+import zipfile
+from datetime import datetime, timedelta, timezone
+
+import nbformat
+import pytest
+from grading_helpers import ADD, DOUBLE, build_course, put, with_cells
+
+from autograder import submissions
+from autograder.chapters import load_chapters
+from autograder.course import GradingError, grade_id
+from autograder.results import ClassResults
+from autograder.submissions import collect_submissions, look_alike_names, read_notebook, student_id
+
+HONEST_TIME = datetime(2024, 1, 5, 10, 20, 30, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """The tiny course's released notebooks, and its chapters."""
+    root = tmp_path_factory.mktemp("course")
+    released = build_course(root)
+    return released, load_chapters(root)
+
+
+@pytest.fixture
+def folder(tmp_path, course):
+    """SUBMISSIONS with an honest student (nbgrader's layout, with its timestamp.txt) and a blank one."""
+    released, _ = course
+    folder = tmp_path / "class"
+    put(folder, "honest/01_tiny/01_tiny.ipynb", with_cells(released["01_tiny"], add=ADD, double=DOUBLE))
+    put(folder, "honest/01_tiny/timestamp.txt", f"{HONEST_TIME:%Y-%m-%d %H:%M:%S.%f} UTC")
+    put(folder, "blank/01_tiny/01_tiny.ipynb", released["01_tiny"])
+    return folder
+
+
+def collected(folder, course):
+    """What collection finds (it must not raise), once the honest and blank students are checked."""
+    found, skipped = collect_submissions(folder, course[1])
+    students = {(submission.student, submission.chapter): submission for submission in found}
+    for student in ("honest", "blank"):
+        submission = students[student, "01_tiny"]
+        assert submission.problem is None and submission.origin == f"{student}/01_tiny/01_tiny.ipynb"
+    assert students["honest", "01_tiny"].timestamp == HONEST_TIME
+    assert not [item for item in skipped if item.student in ("honest", "blank")]
+    return found, skipped
+
+
+def outcome(found, skipped, origin: str) -> str:
+    """The problem of the submission, or the reason of the skipped entry, that came from ``origin``."""
+    outcomes = [s.problem for s in found if s.origin == origin] + [s.reason for s in skipped if s.path == origin]
+    assert len(outcomes) == 1 and outcomes[0], (origin, found, skipped)
+    return outcomes[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# Notebooks that cannot be read as they are
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_number_too_long_for_python_is_the_notebook_s_problem(folder, course):
+    number = "7" * 5000  # past Python's limit of 4300 digits
+    notebook = nbformat.writes(course[0]["01_tiny"]).replace('"metadata": {', f'"metadata": {{"n": {number},', 1)
+    put(folder, "mallory/01_tiny/01_tiny.ipynb", notebook)
+    found, skipped = collected(folder, course)
+    assert "a number too long to read" in outcome(found, skipped, "mallory/01_tiny/01_tiny.ipynb")
+
+
+def test_cells_of_the_wrong_types_are_read_leniently(folder, course):
+    notebook = json.loads(nbformat.writes(course[0]["01_tiny"]))
+    notebook["cells"] += [{"cell_type": ["code"], "source": "print('a list of types')", "metadata": []},
+                          {"cell_type": {"a": 1}, "source": {"not": "a string"}},
+                          {"cell_type": "code", "source": ["x = 1\n", 2, None, "y = 2"], "metadata": {"nbgrader": []}},
+                          {"cell_type": None}, "not a cell"]
+    put(folder, "mallory/01_tiny/01_tiny.ipynb", json.dumps(notebook))
+    found, _ = collected(folder, course)
+    assert [s.problem for s in found if s.student == "mallory"] == [None]
+    cells = read_notebook(json.dumps(notebook).encode())[0].cells[-4:]
+    assert [(cell.cell_type, cell.source) for cell in cells] == [
+        ("markdown", "print('a list of types')"), ("markdown", ""), ("code", "x = 1\ny = 2"), ("markdown", "")]
+    nbformat.validate(read_notebook(json.dumps(notebook).encode())[0])
+
+
+def test_lone_surrogates_escaped_in_the_json_are_replaced_so_the_notebook_can_be_written():
+    data = json.dumps({"cells": [{"cell_type": "code", "source": ["x = '\ud800'", "\udcff"],
+                                  "metadata": {"nbgrader": {"grade_id": "add\udfff", "solution": True}}}]})
+    notebook, problem = read_notebook(data.encode())
+    assert problem is None and notebook.cells[0].source == "x = '\ufffd'\ufffd"
+    assert notebook.cells[0].metadata.nbgrader == {"grade_id": "add\ufffd", "solution": True}
+    nbformat.writes(notebook).encode("utf-8")
+
+
+@pytest.mark.parametrize("data, words", [
+    (b'{"cells": [{"cell_type": "code", "source": "unterminated', "Unterminated string starting at; line 1, column"),
+    (b'{"cells": [1, 2,, 3]}', "Expecting value; line 1, column 17"),
+    (b'{"cells": [], "nbformat": ' + b"9" * 4301 + b"}", "number too long"),
+    (b"[" * 100_000, "nested too deeply"),
+    (b'{"worksheets": {"cells": []}, "nbformat": 3}', "the file is JSON but not a notebook"),
+], ids=["unterminated", "syntax", "digits", "depth", "v3-no-cells"])
+def test_json_that_cannot_be_read_is_named_in_plain_words(data, words):
+    notebook, problem = read_notebook(data)
+    assert notebook is None and words in problem and " at at " not in problem
+
+
+def test_read_notebook_turns_what_it_does_not_foresee_into_a_problem(monkeypatch, course):
+    def broken(metadata):
+        raise TypeError("a bug, or a case no one thought of")
+
+    monkeypatch.setattr(submissions, "_clean_nbgrader", broken)
+    assert read_notebook(nbformat.writes(course[0]["01_tiny"]).encode()) == (
+        None, "the file cannot be read as a notebook (TypeError)")
+
+
+def test_read_notebook_never_raises_whatever_the_bytes(course):
+    data = nbformat.writes(course[0]["01_tiny"]).encode()
+    generator = random.Random(12)
+    for _ in range(300):
+        mutated = bytearray(data)
+        for _ in range(generator.randint(1, 8)):
+            where = generator.randrange(len(mutated))
+            mutated[where:where + generator.randint(1, 4)] = bytes(generator.choices(b'{}[]":,0123456789 \\ntrue', k=3))
+        notebook, problem = read_notebook(bytes(mutated))
+        assert (notebook is None) != (problem is None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bounds: nbformat-3 notebooks, and the bytes of a student
+# --------------------------------------------------------------------------------------------------
+
+
+def v3_notebook(cells: int, outputs: int) -> str:
+    """An nbformat-3 notebook of ``cells`` code cells, each with ``outputs`` outputs."""
+    output = {"output_type": "stream", "stream": "stdout", "text": ["x\n"]}
+    cell = {"cell_type": "code", "input": ["x = 1"], "language": "python", "metadata": {},
+            "outputs": [output] * outputs}
+    return json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {"name": ""},
+                       "worksheets": [{"cells": [cell] * cells, "metadata": {}}]})
+
+
+def test_nbformat_3_notebooks_are_counted_before_they_are_converted(folder, course, monkeypatch):
+    monkeypatch.setattr(submissions, "MAX_CELLS", 50)
+    monkeypatch.setattr(nbformat, "convert", lambda *args, **kwargs: pytest.fail("nbformat.convert was called"))
+    with zipfile.ZipFile(folder / "mallory.zip", "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for number in range(4):
+            archive.writestr(f"copy{number}/01_tiny.ipynb", v3_notebook(cells=60, outputs=500))
+        archive.writestr("02_tiny.ipynb", v3_notebook(cells=1, outputs=100_000))  # cost nbformat a minute and 3 GB
+    start = time.monotonic()
+    found, skipped = collected(folder, course)
+    assert time.monotonic() - start < 10
+    assert "60 cells, more than the limit of 50" in outcome(found, skipped, "mallory.zip:copy3/01_tiny.ipynb")
+    chapter_2 = next(s for s in found if s.student == "mallory" and s.chapter == "02_tiny")
+    assert chapter_2.problem is None  # read, as one code cell
+
+
+def test_an_honest_nbformat_3_notebook_reads_as_nbformat_converts_it(folder, course):
+    honest = with_cells(course[0]["01_tiny"], add=ADD, double=DOUBLE)
+    put(folder, "vera/01_tiny/01_tiny.ipynb", nbformat.writes(nbformat.convert(honest, 3)))
+    found, _ = collected(folder, course)
+    vera = next(s for s in found if s.student == "vera")
+    assert vera.problem is None and vera.chapter == "01_tiny"
+    notebook, _ = read_notebook(vera.read())
+    expected = nbformat.convert(nbformat.convert(honest, 3), 4)
+    assert [(c.cell_type, c.source, grade_id(c)) for c in notebook.cells] == [
+        (c.cell_type, c.source, grade_id(c)) for c in expected.cells]
+
+
+def test_a_student_s_bytes_are_bounded_over_all_their_files(folder, course, monkeypatch):
+    size = len(nbformat.writes(course[0]["01_tiny"]).encode())
+    monkeypatch.setattr(submissions, "MAX_STUDENT_BYTES", int(2.5 * size))
+    with zipfile.ZipFile(folder / "mallory.zip", "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for number in range(4):
+            archive.writestr(f"copy{number}/01_tiny.ipynb", nbformat.writes(course[0]["01_tiny"]))
+    put(folder, "mallory/01_tiny/01_tiny.ipynb", course[0]["01_tiny"])  # the same student, read first
+    found, skipped = collected(folder, course)
+    refused = [item.path for item in skipped if "files exceed" in item.reason and item.student == "mallory"]
+    assert refused == [f"mallory.zip:copy{number}/01_tiny.ipynb" for number in (1, 2, 3)]
+    assert [s.problem for s in found if s.student == "mallory"] == [None]
+
+
+# --------------------------------------------------------------------------------------------------
+# Files and zip members that raise when read
+# --------------------------------------------------------------------------------------------------
+
+
+def corrupt_member_zip(path, notebook: str) -> None:
+    """A zip file of a notebook whose deflated data starts with a block of a type that does not exist,
+    then a sound copy."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("01_tiny.ipynb", notebook)
+        archive.writestr("02_tiny.ipynb", notebook)
+        first = archive.infolist()[0]
+    data = bytearray(path.read_bytes())
+    start = 30 + len(first.filename)  # the first member's local header, then its compressed data
+    data[start:start + 8] = b"\xff" * 8  # the last block, of type 3 (reserved)
+    path.write_bytes(bytes(data))
+
+
+def test_a_corrupt_zip_member_is_its_own_problem_and_the_others_are_read(folder, course):
+    notebook = nbformat.writes(course[0]["01_tiny"])
+    corrupt_member_zip(folder / "mallory.zip", notebook)
+    found, skipped = collected(folder, course)
+    problem = outcome(found, skipped, "mallory.zip:01_tiny.ipynb")
+    assert problem.startswith("the zip member cannot be read (zlib.error: Error -3 while decompressing data")
+    sound = next(s for s in found if s.origin == "mallory.zip:02_tiny.ipynb")
+    assert sound.read() == notebook.encode()
+    with pytest.raises(GradingError, match="mallory.zip:01_tiny.ipynb cannot be read"):
+        next(s for s in found if s.origin == "mallory.zip:01_tiny.ipynb").read()
+
+
+def test_a_zip_whose_name_is_flagged_utf8_but_is_not_is_its_own_problem(folder, course):
+    path = folder / "mallory.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("01_tiny.ipynb", nbformat.writes(course[0]["01_tiny"]))
+    data = bytearray(path.read_bytes().replace(b"01_tiny.ipynb", b"\xff\xfe_tiny.ipynb"))
+    central = data.index(b"PK\x01\x02")
+    for flags in (6, central + 8):  # the general purpose flags of the local and of the central header
+        struct.pack_into("<H", data, flags, struct.unpack_from("<H", data, flags)[0] | 0x800)
+    path.write_bytes(bytes(data))
+    found, skipped = collected(folder, course)
+    assert outcome(found, skipped, "mallory.zip").startswith("the zip file cannot be read (UnicodeDecodeError: ")
+
+
+def test_a_file_that_raises_anything_is_skipped_with_its_name(folder, course, monkeypatch):
+    put(folder, "mallory/01_tiny/01_tiny.ipynb", course[0]["01_tiny"])
+    read_file = submissions._read_file
+
+    def failing(path, size):
+        if "mallory" in str(path):
+            raise RuntimeError("the disk is on fire\nand this line is not shown")
+        return read_file(path, size)
+
+    monkeypatch.setattr(submissions, "_read_file", failing)
+    found, skipped = collected(folder, course)
+    reason = outcome(found, skipped, "mallory/01_tiny/01_tiny.ipynb")
+    assert reason == "cannot be read (RuntimeError: the disk is on fire)"
+
+
+def test_a_folder_that_raises_anything_is_skipped_with_its_name(folder, course, monkeypatch):
+    put(folder, "mallory/01_tiny/01_tiny.ipynb", course[0]["01_tiny"])
+    put(folder, "01_tiny/trudy/01_tiny.ipynb", course[0]["01_tiny"])
+    put(folder, "01_tiny/zed.ipynb", course[0]["01_tiny"])
+    read_timestamp_file, walk = submissions._read_timestamp_file, submissions._Collector.walk
+
+    def failing_stamp(folder):
+        if "mallory" in str(folder):
+            raise PermissionError("no entry")
+        return read_timestamp_file(folder)
+
+    def failing_walk(self, folder, student, depth=0):
+        if student == "trudy":
+            raise OSError("the folder went away")
+        return walk(self, folder, student, depth)
+
+    monkeypatch.setattr(submissions, "_read_timestamp_file", failing_stamp)
+    monkeypatch.setattr(submissions._Collector, "walk", failing_walk)
+    found, skipped = collected(folder, course)
+    assert outcome(found, skipped, "mallory") == "cannot be read (PermissionError: no entry)"
+    assert outcome(found, skipped, "01_tiny/trudy") == "cannot be read (OSError: the folder went away)"
+    assert [s.origin for s in found if s.student == "zed"] == ["01_tiny/zed.ipynb"]  # after trudy, in her chapter
+
+
+def test_a_pipe_is_skipped_not_waited_on(folder, course):
+    os.mkfifo(folder / "mallory.ipynb")
+    os.mkfifo(folder / "trudy.zip")
+    found, skipped = collected(folder, course)
+    assert "is not a regular file" in outcome(found, skipped, "mallory.ipynb")
+    assert "is not a regular file" in outcome(found, skipped, "trudy.zip")
+
+
+# --------------------------------------------------------------------------------------------------
+# Names
+# --------------------------------------------------------------------------------------------------
+
+
+def test_every_name_given_out_is_printable_and_encodable(folder, course):
+    blank = course[0]["01_tiny"]
+    put(folder, os.fsdecode(b"bob\xff") + "/01_tiny/01_tiny.ipynb", blank)
+    put(folder, "\x1b[31mred/01_tiny/01_tiny.ipynb", blank)
+    put(folder, "\x1b[2Jclear\u202e.txt", "hidden commands")
+    with zipfile.ZipFile(folder / "eve\x07.zip", "w") as archive:
+        archive.writestr("\x1b]0;owned\x07/01_tiny.ipynb", nbformat.writes(blank))
+        archive.writestr("notes\n\x1b[2J.txt", "x")
+    found, skipped = collected(folder, course)
+    texts = [text for s in found for text in (s.student, s.chapter, s.origin, s.problem or "", *s.notes)]
+    texts += [text for item in skipped for text in (item.path, item.reason, item.student or "")]
+    for text in texts:
+        text.encode("utf-8")
+        assert text.isprintable(), text
+    ClassResults([], skipped, "").to_json().encode("utf-8")  # results.json can be written
+    origins = {s.origin for s in found} | {item.path for item in skipped}
+    assert {"bob\\xff/01_tiny/01_tiny.ipynb", "\\x1b[31mred/01_tiny/01_tiny.ipynb", "\\x1b[2Jclear\\u202e.txt",
+            "eve\\x07.zip:\\x1b]0;owned\\x07/01_tiny.ipynb", "eve\\x07.zip:notes\\n\\x1b[2J.txt"} <= origins
+    assert any("the name 'bob\\xff' is graded as 'bob-" in note for s in found for note in s.notes)
+    for submission in found:
+        assert all(character.isalnum() or character in "._-" for character in submission.student)
+
+
+def test_a_name_shaped_as_another_s_id_gets_an_id_of_its_own(folder, course):
+    released = course[0]
+    put(folder, "alice smith/01_tiny/01_tiny.ipynb", with_cells(released["01_tiny"], add=ADD, double=DOUBLE))
+    put(folder, f"{student_id('alice smith')}/01_tiny/01_tiny.ipynb", released["01_tiny"])
+    found, _ = collected(folder, course)
+    alices = {s.origin.split("/")[0]: s for s in found if s.student.startswith("alice_smith")}
+    assert alices.keys() == {"alice smith", "alice_smith-b6a89e"}
+    assert alices["alice smith"].student == "alice_smith-b6a89e"
+    assert alices["alice_smith-b6a89e"].student.startswith("alice_smith-b6a89e-")
+    assert alices["alice smith"].read() != alices["alice_smith-b6a89e"].read()  # each with its own notebook
+
+
+def test_two_names_that_give_one_id_are_never_merged(folder, course, monkeypatch):
+    def one_id_for_two_names(name):
+        return "ann-0a0a0a" if name in ("ann 1", "ann 2") else student_id(name)
+
+    monkeypatch.setattr(submissions, "student_id", one_id_for_two_names)
+    put(folder, "ann 1/01_tiny/01_tiny.ipynb", with_cells(course[0]["01_tiny"], add=ADD, double=DOUBLE))
+    put(folder, "ann 2/01_tiny/01_tiny.ipynb", course[0]["01_tiny"])
+    found, skipped = collected(folder, course)
+    assert [s.origin for s in found if s.student == "ann-0a0a0a"] == ["ann 1/01_tiny/01_tiny.ipynb"]
+    reason = outcome(found, skipped, "ann 2/01_tiny/01_tiny.ipynb")
+    assert "'ann 2' and 'ann 1' give one id, ann-0a0a0a" in reason
+
+
+def test_names_that_look_alike_are_told_to_the_instructor(folder, course):
+    blank = course[0]["01_tiny"]
+    put(folder, "alice/01_tiny/01_tiny.ipynb", blank)
+    put(folder, "\u0430lice/01_tiny/01_tiny.ipynb", blank)  # a Cyrillic а
+    put(folder, "Émile Zola/01_tiny/01_tiny.ipynb", blank)
+    put(folder, "Emile Zola/01_tiny/01_tiny.ipynb", blank)
+    found, _ = collected(folder, course)
+    assert {"alice", "\u0430lice"} <= {s.student for s in found}
+    emile = student_id("Émile Zola").replace("É", "\\xc9")
+    assert look_alike_names(found) == [f"students whose names look alike: {student_id('Emile Zola')}, {emile}",
+                                       "students whose names look alike: alice, \\u0430lice"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Timestamps
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stamp, words", [
+    ("2999-01-01 00:00:00.000000 UTC", "it is in the future: 2999-01-01 00:00 UTC"),
+    (f"{datetime.now(timezone.utc) + timedelta(days=3):%Y-%m-%d %H:%M:%S} UTC", "it is in the future"),
+    ("next \x1b[2J tuesday" + "!" * 200, "(ValueError: not a date: next \\x1b[2J tu…)"),
+    ("2024-01-05 10:20:30 ../../../../etc/passwd", "not a date"),
+    ("2024-99-99 10:20:30 UTC", "ParserError"),
+], ids=["far-future", "in-three-days", "not-a-date", "a-path-as-time-zone", "no-such-day"])
+def test_a_forged_timestamp_is_not_used(folder, course, stamp, words):
+    put(folder, "mallory/01_tiny/01_tiny.ipynb", course[0]["01_tiny"])
+    put(folder, "mallory/01_tiny/timestamp.txt", stamp)
+    found, _ = collected(folder, course)
+    mallory = next(s for s in found if s.student == "mallory")
+    assert abs(mallory.timestamp - datetime.now(timezone.utc)) < timedelta(minutes=5)  # the file's time
+    note = next(note for note in mallory.notes if "timestamp.txt was ignored" in note)
+    assert words in note and note.isprintable() and len(note) <= 110
