@@ -490,9 +490,12 @@ def _mount_plan(share: tuple[str, ...]) -> list[list[str]]:
 
 
 def _site_directories() -> list[str]:
+    """The grader's package folders: its site folders, and every folder of its ``sys.path`` that holds
+    installed packages (one a ``.pth`` file adds, e.g. another environment's)."""
     import site  # not imported at the top: the sandbox's side runs this file with -S
 
-    return [*site.getsitepackages(), site.getusersitepackages()]
+    installed = [path for path in sys.path if {"site-packages", "dist-packages"} & set(Path(path).parts)]
+    return [*site.getsitepackages(), site.getusersitepackages(), *installed]
 
 
 def _package_directories() -> list[str]:

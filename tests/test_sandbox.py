@@ -372,9 +372,15 @@ def probe_sandbox(python: str, course: Path, module: str = "json", **environment
 
 
 def make_venv(folder: Path) -> str:
-    """A virtual environment at ``folder`` that sees this Python's packages (PyTorch among them)."""
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)], check=True, timeout=300)
-    return str(folder / "bin" / "python")
+    """A virtual environment at ``folder`` that sees this Python's packages (PyTorch among them), whether
+    this Python is a virtual environment's or not: a .pth file adds its site folders."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=300)
+    python = str(folder / "bin" / "python")
+    site_folder = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+    outer = [path for path in site.getsitepackages() if os.path.isdir(path)]
+    (Path(site_folder) / "outer_packages.pth").write_text("".join(f"{path}\n" for path in outer))
+    return python
 
 
 def assert_works(seen: dict, prefix: Path) -> None:
