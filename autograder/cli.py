@@ -2,7 +2,7 @@
 
     autograder release [CHAPTER ...] [--check] [--dry-run] [--jobs N] [--timeout S] [--root DIR]
     autograder grade SUBMISSIONS --out DIR [--jobs N] [--timeout S] [--notebook-timeout S] [--memory MB]
-                     [--db URL] [--root DIR] [--seed N] [--regrade] [--unsandboxed]
+                     [--db URL] [--root DIR] [--seed N] [--regrade] [--copies withhold|flag] [--unsandboxed]
 
 A subcommand is a function ``add_<name>_command(subcommands)`` that declares its arguments and sets
 ``handler``, a function of the parsed arguments returning the exit status.
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from autograder import course, release
+from autograder.results import COPY_POLICIES, WITHHOLD
 from autograder.sandbox import Limits
 
 
@@ -73,7 +74,7 @@ def _run_grade(args: argparse.Namespace) -> int:
     try:
         report = grade(args.submissions, args.out, jobs=args.jobs, limits=limits, db=args.db, course_root=args.root,
                        progress="bar" if sys.stderr.isatty() else "lines", seed=args.seed, regrade=args.regrade,
-                       unsandboxed=args.unsandboxed)
+                       unsandboxed=args.unsandboxed, copies=args.copies)
     except GradingError as error:
         print(f"autograder grade: {error}", file=sys.stderr)
         return 2
@@ -120,6 +121,11 @@ def add_grade_command(subcommands) -> None:
                         "results.json records the seed of every graded notebook)")
     parser.add_argument("--regrade", action="store_true",
                         help="grade every submission again, even those graded before and unchanged since")
+    parser.add_argument("--copies", choices=COPY_POLICIES, default=WITHHOLD,
+                        help="what an exercise whose code is certainly the reference's gets: 'withhold' its test's "
+                        "points (the default; the reason is in the student's feedback), or 'flag' it only; both "
+                        "flag every copy, certain or suspected, in the summary, results.json, grades.csv "
+                        "(reference_copies) and the gradebook's comments")
     parser.add_argument("--unsandboxed", action="store_true",
                         help="where the sandbox cannot start (no Linux namespaces), run the students' code anyway, "
                         "with your own rights: it can read your files and reach the network (the results say so); "

@@ -53,8 +53,8 @@ from autograder.job import FEEDBACK_SECONDS, Job, JobOutput, work
 from autograder.nbgrader_adapter import (
     create_gradebook, export_csv, prepare_gradebook, quiet_nbgrader, register_chapters, store_grades)
 from autograder.results import (
-    GRADER_ERROR, GRADER_VERSION, NO_SUBMISSION, UNSANDBOXED, ClassResults, NotebookResult, ResultStore, Skipped,
-    TestResult)
+    COPY_POLICIES, GRADER_ERROR, GRADER_VERSION, NO_SUBMISSION, UNSANDBOXED, WITHHOLD, ClassResults, NotebookResult,
+    ResultStore, Skipped, TestResult)
 from autograder.runner import MAX_RESTARTS
 from autograder.sandbox import Limits, isolation_available, resource_bounds
 from autograder.submissions import Submission, collect_submissions, look_alike_names
@@ -113,13 +113,13 @@ def grader_sources() -> str:
     return digest.hexdigest()
 
 
-def fingerprint(submission: Submission, chapter: Chapter, limits: Limits, isolated: bool) -> str:
+def fingerprint(submission: Submission, chapter: Chapter, limits: Limits, isolated: bool, copy_policy: str) -> str:
     """What a grade depends on: the submission, the instructor's notebook, the limits (not the number
-    of threads, which only changes the speed), whether the sandbox confined the code, and the
-    grader's and the reference's sources."""
+    of threads, which only changes the speed), whether the sandbox confined the code, the copy
+    policy, and the grader's and the reference's sources."""
     bounds = {name: float(value) for name, value in asdict(limits).items() if name != "threads"}
     parts = (grader_sources(), chapter.fingerprint, json.dumps(bounds, sort_keys=True), submission.problem or "",
-             submission.digest, "sandboxed" if isolated else "unsandboxed")
+             submission.digest, "sandboxed" if isolated else "unsandboxed", copy_policy)
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -223,6 +223,7 @@ def grade(
     seed: int | None = None,
     regrade: bool = False,
     unsandboxed: bool = False,
+    copies: str = WITHHOLD,
 ) -> Report:
     """Grade every submission in ``submissions`` into ``out``; see the module's docstring.
 
@@ -231,11 +232,16 @@ def grade(
     run seed of the hidden tests' inputs (default: a new random one); ``regrade`` grades every
     submission again, reusing no stored result. Where the sandbox cannot start, no student code runs
     (:class:`GradingError`) unless ``unsandboxed`` accepts running it with the grading user's rights;
-    the results then say so. Raises :class:`GradingError` when grading cannot start; a submission
-    that fails is graded with the reason instead.
+    the results then say so. ``copies`` is the copy policy (:data:`COPY_POLICIES`): ``withhold``
+    gives 0 points to a test whose exercise is certainly the reference's code, ``flag`` leaves the
+    points; both flag every copy in results.json, grades.csv and the gradebook. Raises
+    :class:`GradingError` when grading cannot start; a submission that fails is graded with the
+    reason instead.
     """
     if progress not in PROGRESS:
         raise ValueError(f"progress={progress!r}: one of {', '.join(PROGRESS)}")
+    if copies not in COPY_POLICIES:
+        raise ValueError(f"copies={copies!r}: one of {', '.join(COPY_POLICIES)}")
     quiet_nbgrader()
     out, course_root = Path(out).resolve(), Path(course_root).resolve()
     _check_folders(Path(submissions), out, course_root)
@@ -272,7 +278,7 @@ def grade(
                                        submission.student))
                 continue
             chapter = chapters[submission.chapter]
-            print_id = fingerprint(submission, chapter, limits, isolated)
+            print_id = fingerprint(submission, chapter, limits, isolated, copies)
             old = None if regrade else previous.get((submission.student, submission.chapter))
             if old and old.fingerprint == print_id:
                 report.reused += 1
@@ -281,7 +287,7 @@ def grade(
                 report.notes.append(f"{submission.origin}: older than the submission already graded for "
                                     f"{submission.student}/{submission.chapter}, ignored")
                 continue
-            todo.append(_job(submission, chapter, work_folder, print_id, seed, limits, options, references))
+            todo.append(_job(submission, chapter, work_folder, print_id, seed, limits, options, references, copies))
         if todo:  # the workers' server imports the grader while the course is prepared
             _workers()
             multiprocessing.forkserver.ensure_running()
@@ -317,7 +323,7 @@ def _write_class_results(out: Path, db_url: str, chapters: dict[str, Chapter],
                                       key=lambda result: (result.student, result.chapter))
     write_atomically(out / "results.json", report.results.to_json())
     try:
-        export_csv(db_url, out / "grades.csv")
+        export_csv(db_url, out / "grades.csv", notebooks)
     except Exception as error:
         report.failures.append(f"grades.csv could not be written: {one_line(error)}")
 
@@ -329,7 +335,7 @@ def one_line(error: BaseException | str) -> str:
 
 
 def _job(submission: Submission, chapter: Chapter, work_folder: Path, print_id: str, seed: int, limits: Limits,
-         options: dict, references: dict) -> Job:
+         options: dict, references: dict, copy_policy: str) -> Job:
     """The job of one submission, whose bytes are copied into the private course first."""
     stored = work_folder / "course" / "submitted" / submission.student / submission.chapter / "submission.bin"
     problem = submission.problem
@@ -344,7 +350,7 @@ def _job(submission: Submission, chapter: Chapter, work_folder: Path, print_id: 
     return Job(submission.student, chapter, submission.origin, submission.timestamp.isoformat(), print_id, seed,
                str(stored), problem, tuple(submission.notes), str(folder),
                str(work_folder / "course" / "source" / chapter.name), str(work_folder / "template.db"), limits,
-               options, references)
+               options, references, copy_policy)
 
 
 class _Finisher:

@@ -3,7 +3,8 @@
 :func:`grade_job` reads the submission, runs it once (:func:`autograder.runner.run_notebook`: the
 student's cells in a sandbox, the tests in the grader), grades each test cell (``tampered`` where
 the submission's copy of a test cell differs from the released one: the instructor's version is what
-ran), flags exercises that may be the reference's code (:mod:`autograder.reference_copies`), and
+ran), flags exercises that may be the reference's code (:mod:`autograder.reference_copies`) and
+applies the copy policy (:func:`withhold_copies`), and
 writes two files into the job's folder: the graded notebook for the instructor (made inert, as
 nbgrader's formgrader renders it unsanitized: :func:`autograder.sanitize.inert_notebook`) and the
 feedback page for the student, rendered within :data:`FEEDBACK_SECONDS`. It returns a :class:`JobOutput`; the class
@@ -28,7 +29,8 @@ from autograder.citations import Reference
 from autograder.course import grade_id
 from autograder.nbgrader_adapter import quiet_nbgrader
 from autograder.reference_copies import find_copies
-from autograder.results import UNREADABLE, UNSANDBOXED, NotebookResult, TestResult
+from autograder.results import (
+    CERTAIN, REFERENCE_COPY, UNREADABLE, UNSANDBOXED, WITHHOLD, NotebookResult, ReferenceCopy, TestResult)
 from autograder.runner import NotebookRun, Outcome, run_notebook
 from autograder.sanitize import inert_notebook
 from autograder.sandbox import Limits, Sandbox
@@ -56,6 +58,7 @@ class Job:
     limits: Limits
     sandbox: dict  # Sandbox's options: whether it is isolated, what it must hide and may read, its variables
     references: dict[str, Reference]  # the course's references.bib, for the feedback's citations
+    copy_policy: str = WITHHOLD  # what a certain copy of the reference costs (autograder.results.COPY_POLICIES)
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,24 @@ def grade_of(test, outcome: Outcome, problem: str | None, notes: tuple[str, ...]
     return TestResult(test.grade_id, points, test.points, status, "\n".join([message, *notes]).strip(), cause)
 
 
+def withhold_copies(tests: tuple[TestResult, ...], copies: tuple[ReferenceCopy, ...],
+                    chapter: Chapter) -> tuple[tuple[TestResult, ...], tuple[ReferenceCopy, ...]]:
+    """The copy policy ``withhold``: each passed test of an exercise that is certainly the reference's
+    code gets 0 points, status ``failed`` and cause ``reference copy``, with the reason; those copies
+    are marked withheld. Suspected copies keep their points (they are flagged only)."""
+    certain = {copy.exercise: copy for copy in copies if copy.certainty == CERTAIN}
+    graded, withheld = [], set()
+    for test in tests:
+        copy = certain.get(chapter.test(test.grade_id).exercise)
+        if copy is not None and test.points > 0:
+            message = (f"0 points: your {copy.exercise} is the reference's code ({copy.reason}). Write it yourself; "
+                       "if you did, ask your instructor to review it.")
+            test = replace(test, points=0.0, status="failed", message=message, cause=REFERENCE_COPY)
+            withheld.add(copy.exercise)
+        graded.append(test)
+    return tuple(graded), tuple(replace(copy, withheld=copy.exercise in withheld) for copy in copies)
+
+
 def grade_job(job: Job) -> JobOutput:
     """Grade one (student, chapter); write the graded notebook and the feedback into the job's folder."""
     start = time.perf_counter()
@@ -156,10 +177,13 @@ def grade_job(job: Job) -> JobOutput:
                                                                 cause=UNREADABLE) for test in chapter.tests}
     notes = job.notes + (("the outputs of the notebook were cut at their limit",) if run and run.truncated else ())
     unsandboxed = () if job.sandbox["isolate"] else (UNSANDBOXED,)
+    tests = tuple(grade_of(test, outcomes[test.grade_id], problems.get(test.grade_id), notes) for test in chapter.tests)
+    if job.copy_policy == WITHHOLD:
+        tests, copies = withhold_copies(tests, copies, chapter)
     result = NotebookResult(
         student=job.student, chapter=chapter.name, origin=job.origin, timestamp=job.timestamp,
         fingerprint=job.fingerprint, seed=job.seed, problem=problem, notes=unsandboxed + notes, copies=copies,
-        tests=tuple(grade_of(test, outcomes[test.grade_id], problems.get(test.grade_id), notes) for test in chapter.tests))
+        tests=tests)
     graded = graded_notebook.build(notebook, instructor, chapter, run, result)
     nbformat.write(inert_notebook(graded, job.references), folder / "graded.ipynb")  # for the formgrader
     before_feedback = time.perf_counter()

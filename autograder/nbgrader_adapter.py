@@ -8,12 +8,13 @@ the student's kernel); it writes what autograde would have written, so that nbgr
   a gradebook (nbgrader's schema, stamped with its alembic version) in any database SQLAlchemy
   reaches, that knows the chapters' cells (nbgrader's generate_assignment); a database that cannot be
   reached is named in one line, without its password (:func:`hidden_password`).
-- :func:`store_grades`: a graded notebook's points, as nbgrader's auto scores.
+- :func:`store_grades`: a graded notebook's points, as nbgrader's auto scores, and its flagged copies as comments.
 - :func:`render_feedback`: nbgrader's generate_feedback on one notebook, with nbconvert's HTML
   sanitizer on and the template ``autograder/templates/sanitized_feedback``.
-- :func:`export_csv`: nbgrader's CSV export of the gradebook.
+- :func:`export_csv`: nbgrader's CSV export of the gradebook, with the flagged copies of the reference.
 """
 
+import csv
 import logging
 import os
 import tempfile
@@ -145,7 +146,10 @@ def register_chapters(course: Path, db_url: str, chapters: list[str]) -> None:
 
 
 def store_grades(gradebook, result: NotebookResult, notebook: str) -> None:
-    """Write one graded (student, chapter) into an open nbgrader Gradebook: the grader's points."""
+    """Write one graded (student, chapter) into an open nbgrader Gradebook: the grader's points, and
+    each exercise flagged as a copy of the reference as the automatic comment of its solution cell
+    (whose grade id is the exercise's name), which the formgrader shows; other automatic comments
+    are cleared, so that a regrade leaves no stale flag."""
     from nbgrader.api import MissingEntry
 
     gradebook.update_or_create_student(result.student)
@@ -158,6 +162,9 @@ def store_grades(gradebook, result: NotebookResult, notebook: str) -> None:
             continue
         grade.auto_score = test.points
         grade.needs_manual_grade = grade.manual_score is not None  # a grader's score gets reviewed
+    flags = {copy.exercise: f"Possible {copy.describe()}" for copy in result.copies}
+    for comment in gradebook.find_submission_notebook(notebook, result.chapter, result.student).comments:
+        comment.auto_comment = flags.get(comment.name)
     gradebook.db.commit()
 
 
@@ -202,14 +209,23 @@ def render_feedback(course: Path, notebook, result: NotebookResult, notebook_nam
     return html.read_bytes()
 
 
-def export_csv(db_url: str, path: Path) -> None:
-    """nbgrader's CSV export of the gradebook, written atomically, readable by its owner only (it holds
-    the students' grades)."""
+def export_csv(db_url: str, path: Path, results: list[NotebookResult]) -> None:
+    """nbgrader's CSV export of the gradebook, with a last column ``reference_copies``: each exercise of
+    that (student, chapter) flagged as a copy of the reference, with how sure and what was done
+    (``results``' copies); written atomically, readable by its owner only (it holds the students' grades)."""
     from nbgrader.api import Gradebook
     from nbgrader.plugins import CsvExportPlugin
 
+    flags = {(result.student, result.chapter): "; ".join(copy.describe() for copy in result.copies)
+             for result in results}
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch, Gradebook(db_url) as gradebook:
-        temporary = Path(scratch) / path.name
-        CsvExportPlugin(to=str(temporary)).export(gradebook)
+        exported, temporary = Path(scratch) / "nbgrader.csv", Path(scratch) / path.name
+        CsvExportPlugin(to=str(exported)).export(gradebook)
+        with exported.open(newline="") as source, temporary.open("w", newline="") as target:
+            rows = csv.DictReader(source)
+            writer = csv.DictWriter(target, [*(rows.fieldnames or []), "reference_copies"])
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({**row, "reference_copies": flags.get((row["student_id"], row["assignment"]), "")})
         os.chmod(temporary, 0o600)
         os.replace(temporary, path)

@@ -15,9 +15,15 @@ change, and flags an exercise (:func:`find_copies`) when
   ``inspect.getsource``, ``__code__``, ``types.FunctionType``, ...), or the notebook does so at its
   top level (which could define any exercise).
 
-A flag is a reason to look, not a verdict: the points stay as the tests gave them. What static reading
-cannot see (a reference reached through strings built at run time and an unflagged library) is not
-flagged; the threat model in ``instructors.md`` says so.
+Each flag states its certainty (:data:`autograder.results.CERTAIN` or ``SUSPECTED``). Certain: the
+exercise's code, or a helper it uses, names the reference, its name is bound to it, or the notebook
+builds code at run time from something that names it (``exec(inspect.getsource(reference))``): the
+code that ran is the reference's. Suspected: the code is the reference's up to names (the solution
+notebooks are too, so an honest student who writes the specified algorithm plainly may match), or
+the exercise or the notebook builds code at run time without naming the reference. What the grade
+does with each is the instructor's copy policy (:mod:`autograder.grade`, ``--copies``). What static
+reading cannot see (a reference reached through strings built at run time and an unflagged library)
+is not flagged; the threat model in ``instructors.md`` says so.
 """
 
 import ast
@@ -29,7 +35,7 @@ import sys
 import textwrap
 
 from autograder.course import python_source
-from autograder.results import ReferenceCopy
+from autograder.results import CERTAIN, SUSPECTED, ReferenceCopy
 
 DYNAMIC_NAMES = {"exec", "eval", "compile", "__import__"}
 DYNAMIC_ATTRIBUTES = {"getsource", "getsourcelines", "getsourcefile", "__code__", "FunctionType", "CodeType",
@@ -154,7 +160,7 @@ class _Notebook:
         self.definitions: dict[str, ast.AST] = {}
         self.bindings: dict[str, str] = {}  # name -> dotted path, from imports and aliases
         self.rebound: dict[str, ast.AST] = {}  # name -> the last assignment or import of it after its def
-        self.dynamic_top_level: list[int] = []  # cells whose top-level code builds code at run time
+        self.dynamic_top_level: list[tuple[int, ast.stmt]] = []  # (cell, statement) building code at run time
         for number, source in enumerate(sources, start=1):
             try:
                 tree = ast.parse(python_source(source))
@@ -172,7 +178,7 @@ class _Notebook:
             self.bindings.pop(node.name, None)
             return
         if _builds_code(node):
-            self.dynamic_top_level.append(cell)
+            self.dynamic_top_level.append((cell, node))
         if isinstance(node, ast.Import):
             for alias in node.names:
                 name = alias.asname or alias.name.split(".")[0]
@@ -231,25 +237,35 @@ def find_copies(sources: list[str], exercises) -> list[ReferenceCopy]:
     copies = []
     for exercise in exercises:
         targets = references(exercise)
-        if not targets:
-            continue
-        reasons = []
-        definition = notebook.definitions.get(exercise)
-        reachable = notebook.reachable(exercise)
-        shapes = {_normalized_reference(target) for target in targets} - {None}
-        if definition is not None and normalized(definition) in shapes:
-            reasons.append("its code is the reference's, up to names, docstrings and annotations")
-        path = _reaches(reachable, notebook.bindings, targets)
-        if path:
-            reasons.append(f"it uses {path}, the reference")
-        rebound = notebook.rebound.get(exercise)
-        if rebound is not None and _reaches([rebound], notebook.bindings, targets):
-            reasons.append(f"its name is bound to the reference ({ast.unparse(rebound)[:100]})")
-        if any(_builds_code(node) for node in reachable):
-            reasons.append("it builds code at run time (exec, compile, getsource, __code__, ...)")
-        if notebook.dynamic_top_level:
-            cells = ", ".join(map(str, notebook.dynamic_top_level[:5]))
-            reasons.append(f"the notebook builds code at run time at the top level of code cell(s) {cells}")
-        if reasons:
-            copies.append(ReferenceCopy(exercise, "; ".join(reasons)))
+        if targets:
+            reasons = _reasons(notebook, exercise, targets)
+            if reasons:
+                certainty = CERTAIN if any(certain for certain, _ in reasons) else SUSPECTED
+                copies.append(ReferenceCopy(exercise, "; ".join(reason for _, reason in reasons), certainty))
     return copies
+
+
+def _reasons(notebook: _Notebook, exercise: str, targets: tuple) -> list[tuple[bool, str]]:
+    """Why ``exercise`` may be the reference's code: (certain, reason) pairs, none when it is not."""
+    reasons = []
+    definition = notebook.definitions.get(exercise)
+    reachable = notebook.reachable(exercise)
+    shapes = {_normalized_reference(target) for target in targets} - {None}
+    if definition is not None and normalized(definition) in shapes:
+        reasons.append((False, "its code is the reference's, up to names, docstrings and annotations"))
+    path = _reaches(reachable, notebook.bindings, targets)
+    if path:
+        reasons.append((True, f"it uses {path}, the reference"))
+    rebound = notebook.rebound.get(exercise)
+    if rebound is not None and _reaches([rebound], notebook.bindings, targets):
+        reasons.append((True, f"its name is bound to the reference ({ast.unparse(rebound)[:100]})"))
+    if any(_builds_code(node) for node in reachable):
+        reasons.append((False, "it builds code at run time (exec, compile, getsource, __code__, ...)"))
+    building = [node for _, node in notebook.dynamic_top_level]
+    source = _reaches(building, notebook.bindings, targets)
+    if source:
+        reasons.append((True, f"the notebook builds code at run time from {source}, the reference"))
+    elif building:
+        cells = ", ".join(str(cell) for cell, _ in notebook.dynamic_top_level[:5])
+        reasons.append((False, f"the notebook builds code at run time at the top level of code cell(s) {cells}"))
+    return reasons

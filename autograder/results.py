@@ -8,7 +8,7 @@ the collector skipped (:class:`Skipped`), and the class's :class:`ClassResults`,
      "sandbox": "how the students' code was confined",
      "look_alikes": ["students whose names look alike: ...", ...],
      "notebooks": [{"student", "chapter", "origin", "timestamp", "fingerprint", "seed", "problem",
-                    "notes": [...], "copies": [{"exercise", "reason"}],
+                    "notes": [...], "copies": [{"exercise", "reason", "certainty", "withheld"}],
                     "tests": [{"grade_id", "points", "max_points", "status", "message", "cause"}],
                     "feedback", "seconds": {...}}, ...],
      "skipped": [{"path", "student", "reason"}, ...]}
@@ -42,9 +42,17 @@ STATUSES = ("passed", "failed", "error", "timeout", "tampered", "missing")
 # student's process ending), a notebook that cannot be read as the chapter's, or a job the grader
 # itself could not finish (graded again by the next run); a missing test is an exercise not defined
 # in the notebook (renamed or deleted) or a chapter with no submission at all.
+# A failed test is a wrong answer, or a passed one whose points the copy policy withheld (its code is
+# certainly the reference's: see autograder.reference_copies).
 BLANK, CRASH, UNREADABLE, GRADER_ERROR = "blank", "crash", "unreadable", "grader error"
 NOT_DEFINED, NO_SUBMISSION = "not defined", "no submission"
-CAUSES = {"error": (BLANK, CRASH, UNREADABLE, GRADER_ERROR), "missing": (NOT_DEFINED, NO_SUBMISSION)}
+REFERENCE_COPY = "reference copy"
+CAUSES = {"error": (BLANK, CRASH, UNREADABLE, GRADER_ERROR), "missing": (NOT_DEFINED, NO_SUBMISSION),
+          "failed": (REFERENCE_COPY,)}
+# How sure the grader is that an exercise is the reference's code, and what the copy policy does.
+CERTAIN, SUSPECTED = "certain", "suspected"
+WITHHOLD, FLAG = "withhold", "flag"  # withhold: certain copies get 0 points; flag: the points stand
+COPY_POLICIES = (WITHHOLD, FLAG)
 UNSANDBOXED = ("WARNING: graded WITHOUT the sandbox (--unsandboxed): the students' code ran with the grading "
                "user's rights (files, network); only time and memory limits applied")
 SUMMARY_MESSAGE_CHARS = 120  # of a test's message, in the summary's line of its student
@@ -90,6 +98,13 @@ class ReferenceCopy:
 
     exercise: str
     reason: str
+    certainty: str = SUSPECTED  # CERTAIN or SUSPECTED
+    withheld: bool = False  # whether the copy policy withheld the points of its test
+
+    def describe(self) -> str:
+        """The flag in one line: the exercise, how sure, what was done, and why."""
+        done = ", points withheld" if self.withheld else ""
+        return f"{self.exercise} ({self.certainty} copy of the reference{done}): {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -203,7 +218,7 @@ class ClassResults:
         copies = [(result, copy) for result in self.notebooks for copy in result.copies]
         if copies:
             lines += ["", "Exercises that may be the reference's code (for the instructor to look at):"]
-            lines += [f"- {_text(result.student)}/{_text(result.chapter)}, {_text(copy.exercise)}: {_text(copy.reason)}"
+            lines += [f"- {_text(result.student)}/{_text(result.chapter)}, {_text(copy.describe())}"
                       for result, copy in copies]
         if self.look_alikes:
             lines += ["", "Names that look alike (check that they are different students):"]

@@ -11,7 +11,8 @@ time limit. The classes of attack (issue 12):
   replaced in the student's namespace;
 - persistence: a result file that the grader did not write;
 - integrity: the forbidden-call rule switched off, escaped in a thread or by re-executing the
-  reference's source (flagged), answers computed ahead of time for the cases (seeded per run);
+  reference's source (certain copies: no points under the default policy, flagged in grades.csv and
+  the gradebook under ``--copies flag``), answers computed ahead of time for the cases (seeded per run);
 - hidden tests: hooks on the student's cells, ``print(In)``;
 - feedback: scripts and event handlers in Markdown, HTML, JavaScript and SVG outputs, messages and names;
 - bounds: a reply that decodes into millions of values, 30 MB messages and 20 MB error outputs, fork
@@ -285,18 +286,50 @@ def test_a_result_file_the_grader_did_not_write_is_graded_again(attacked):
     assert_honest_full_and_blank_zero(out)
 
 
-@pytest.mark.parametrize("student, words", [
-    ("guard_off", "it uses bertlab.attention.softmax"),
-    ("threaded", "it uses bertlab.attention.softmax"),
-    ("reexec", "builds code at run time"),
-])
-def test_the_reference_reached_from_the_student_s_process_is_flagged(attacked, student, words, capsys):
+COPIERS = {  # each reaches the reference in a way the student's process cannot hide from the source
+    "guard_off": "it uses bertlab.attention.softmax",
+    "threaded": "it uses bertlab.attention.softmax",
+    "reexec": "builds code at run time from bertlab.attention.softmax",
+}
+
+
+@pytest.mark.parametrize("student, words", COPIERS.items())
+def test_a_certain_copy_of_the_reference_earns_nothing_and_says_why(attacked, student, words):
     _, _, out, report = attacked
-    copies = notebooks(out)[student, "03_tiny"].copies
-    assert [copy.exercise for copy in copies] == ["softmax"] and words in copies[0].reason
-    summary = report.results.summary()
-    assert f"- {student}/03_tiny, softmax:" in summary
+    result = notebooks(out)[student, "03_tiny"]
+    copy = result.copies[0]
+    assert [copy.exercise for copy in result.copies] == ["softmax"] and words in copy.reason
+    assert copy.certainty == "certain" and copy.withheld
+    test = records(out)[(student, "03_tiny", "test_softmax")]
+    assert (test.points, test.status, test.cause) == (0, "failed", "reference copy") and words in test.message
+    assert "0 points: your softmax is the reference" in feedback_pages(out)[student]
+    assert f"- {student}/03_tiny, softmax (certain copy of the reference, points withheld):" in report.results.summary()
     assert_honest_full_and_blank_zero(out)
+
+
+def test_under_the_flag_policy_the_points_stand_and_the_flag_reaches_the_export(attacked, tmp_path):
+    """``--copies flag``: the copiers keep the points their tests gave, and the flag is in grades.csv
+    (reference_copies) and in the gradebook, as the automatic comment of the exercise's solution cell."""
+    import csv
+
+    from nbgrader.api import Gradebook
+
+    root, submissions, _, _ = attacked
+    again, out = tmp_path / "submissions", tmp_path / "out"
+    for student in ("honest", "blank", *COPIERS):
+        put(again, f"{student}/03_tiny/03_tiny.ipynb", (submissions / student / "03_tiny" / "03_tiny.ipynb").read_text())
+    grade(again, out, jobs=2, limits=ATTACK_LIMITS, course_root=root, seed=12, copies="flag")
+    rows = {row["student_id"]: row for row in csv.DictReader((out / "grades.csv").open())}
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gradebook:
+        comments = {student: gradebook.find_comment("softmax", "03_tiny", "03_tiny", student).auto_comment
+                    for student in rows}
+    for student, words in COPIERS.items():
+        assert notebooks(out)[student, "03_tiny"].score == 2 and not notebooks(out)[student, "03_tiny"].copies[0].withheld
+        assert "softmax (certain copy of the reference)" in rows[student]["reference_copies"]
+        assert words in rows[student]["reference_copies"] and words in comments[student]
+    assert rows["honest"]["reference_copies"] == rows["blank"]["reference_copies"] == ""
+    assert comments["honest"] is None and comments["blank"] is None
+    assert notebooks(out)["honest", "03_tiny"].score == 2 and notebooks(out)["blank", "03_tiny"].score == 0
 
 
 def test_answers_computed_ahead_of_time_miss_the_run_s_cases(attacked):

@@ -80,3 +80,21 @@ def test_no_name_in_a_submission_imports_a_module_or_stops_the_reading():
     assert find_copies([shell, HONEST_SOFTMAX], ["softmax"]) == []
     assert find_copies([BLANK.format(name="softmax"), shell], ["softmax"]) == []
     assert [copy.exercise for copy in find_copies([shell, copier], ["softmax"])] == ["softmax"]
+
+
+def test_each_flag_states_its_certainty():
+    """Naming the reference is certain; the reference's shape and code built at run time are suspicions."""
+    calls = "import bertlab.attention\ndef softmax(x, dim=-1):\n    return bertlab.attention.softmax(x, dim)"
+    bound = "import bertlab.attention\ndef softmax(x, dim=-1):\n    pass\nsoftmax = bertlab.attention.softmax"
+    reexecutes = ("import inspect, bertlab.attention\nnamespace = {}\n"
+                  "exec(inspect.getsource(bertlab.attention.softmax), namespace)\nsoftmax = namespace['softmax']")
+    evaluates = "def softmax(x, dim=-1):\n    return eval('x.softmax(dim)')"
+    retyped = renamed_copy(bertlab.norm.layer_norm, x="inputs")
+    certainty = {name: [(copy.exercise, copy.certainty) for copy in find_copies([source], [exercise])]
+                 for name, source, exercise in [("calls", calls, "softmax"), ("bound", bound, "softmax"),
+                                                ("reexecutes", reexecutes, "softmax"), ("evaluates", evaluates, "softmax"),
+                                                ("retyped", retyped, "layer_norm"), ("honest", HONEST_SOFTMAX, "softmax"),
+                                                ("blank", BLANK.format(name="softmax"), "softmax")]}
+    assert certainty == {"calls": [("softmax", "certain")], "bound": [("softmax", "certain")],
+                         "reexecutes": [("softmax", "certain")], "evaluates": [("softmax", "suspected")],
+                         "retyped": [("layer_norm", "suspected")], "honest": [], "blank": []}
