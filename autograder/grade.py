@@ -266,6 +266,9 @@ def grade(
                         notes=[f"memory, processes and CPU: {bounds}"])
         if not isolated:
             report.notes.append(sandbox)
+        if not found:
+            report.notes.append(f"no notebook to grade was found in {submissions} (what was there is under "
+                                "\"Not graded\", with why)")
         store = ResultStore(work_folder)
         previous = store.load()
         involved = sorted({s.chapter for s in found if s.chapter in chapters} | {c for _, c in previous if c in chapters})

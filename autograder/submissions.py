@@ -177,6 +177,8 @@ def _clean_nbgrader(metadata) -> dict | None:
 
 def _parse_json(data: bytes):
     """(the JSON value, None), or (None, why the bytes are not JSON)."""
+    if not data.strip():
+        return None, "the file is empty"
     try:
         return json.loads(data.decode("utf-8-sig")), None
     except UnicodeDecodeError:
@@ -435,6 +437,11 @@ class _Collector:
                                 place.stamp, problem, list(place.notes))
         if identifier != place.student:
             submission.notes.append(f"the name '{_shown(place.student)}' is graded as '{identifier}'")
+        file_name = Path(member or path.name).name
+        named = _chapter_of_name([file_name], self.chapters)
+        if named not in (None, chapter):
+            submission.notes.append(f"the file is named {_shown(file_name)}, the notebook of chapter {named}, but it "
+                                    f"is graded as chapter {chapter}, which its folder and its cells say it is")
         self.found.append(submission)
 
     def add_file(self, path: Path, place: _Place) -> None:
@@ -591,6 +598,8 @@ def collect_submissions(path: Path, chapters: dict[str, Chapter]) -> tuple[list[
     if not path.is_dir():
         raise GradingError(f"SUBMISSIONS: {path} is a file, not a folder; expected {EXPECTED_LAYOUT} "
                            "(a class handed in as one zip file: unpack it into a folder first)")
+    if next(path.iterdir(), None) is None:
+        raise GradingError(f"SUBMISSIONS: {path} is empty; expected {EXPECTED_LAYOUT}")
     collector = _Collector(path.resolve(), chapters)
     collector.collect()
     groups = defaultdict(list)

@@ -134,8 +134,16 @@ def say(message: str = "") -> None:
         print(message, flush=True)
 
 
+def check_data_root(args: argparse.Namespace) -> None:
+    """--data-root, when given, must be a folder (it may not exist yet: --download makes it)."""
+    if args.data_root is not None and args.data_root.exists() and not args.data_root.is_dir():
+        raise UsageError(f"--data-root {args.data_root} is a file: pass the folder that holds the datasets' folders "
+                         "(rt-polaritydata/, aclImdb/, ...)")
+
+
 def load_dataset(name: str, args: argparse.Namespace):
     """The train/dev/test splits (``SentimentSplits``) of the dataset ``name``, train cut to ``--max-train-examples``."""
+    check_data_root(args)
     try:
         splits = load_sentiment(name, root=args.data_root, download=args.download, seed=args.split_seed)
     except FileNotFoundError as error:
@@ -206,6 +214,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
         raise UsageError("--dataset-text needs --no-nsp: a snippet is a single sentence, which has no next sentence")
     check_file("--vocab", args.vocab)
     resolve_device(args.device)  # a bad --device fails before the data is prepared
+    check_data_root(args)
     try:
         documents = pretraining_corpus(args.text, corpus=args.corpus, root=args.data_root)
     except FileNotFoundError as error:
@@ -306,11 +315,11 @@ def run_finetune(args: argparse.Namespace) -> int:
         raise UsageError("--preset and --vocab describe a randomly initialised model; --model's folder sets both")
     check_file("--vocab", args.vocab)
     device = resolve_device(args.device)
-    splits = load_dataset(args.dataset, args)
-    if args.model is not None:
+    if args.model is not None:  # before the dataset: a wrong folder is told at once
         model, tokenizer = load_classifier(args.model, must_be_fine_tuned=False)
         say(f"model: {args.model} ({model.config.num_hidden_layers} layers, hidden size {model.config.hidden_size})")
-    else:
+    splits = load_dataset(args.dataset, args)
+    if args.model is None:
         tokenizer = (BertTokenizer(args.vocab) if args.vocab
                      else learn_tokenizer([text for text, _ in splits.train], args.vocab_size))
         seed_everything(args.seed)
@@ -381,8 +390,8 @@ def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
 
 def run_distill(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
+    teacher, tokenizer = load_classifier(args.teacher, must_be_fine_tuned=True)  # before the dataset, as finetune
     splits = load_dataset(args.dataset, args)
-    teacher, tokenizer = load_classifier(args.teacher, must_be_fine_tuned=True)
     student = init_student_from_teacher(teacher, args.layers)
     say(f"student: {student.config.num_hidden_layers} of the teacher's {teacher.config.num_hidden_layers} layers "
         f"({'layers ' + ','.join(map(str, args.layers)) if args.layers else 'every other one, from layer 0'})")

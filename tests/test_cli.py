@@ -184,13 +184,28 @@ def test_only_rank_0_prints(tmp_path, capsys, monkeypatch):
     (["finetune", "--model", "{tmp}/nowhere", "--dataset", "synthetic"], 1, "is not a BERT checkpoint folder"),
     (["finetune", "--dataset", "mr", "--data-root", "{tmp}"], 1, "rt-polarity.pos and rt-polarity.neg"),
     (["finetune", "--dataset", "sst2", "--data-root", "{tmp}"], 1, "train.tsv and dev.tsv"),
+    (["finetune", "--dataset", "mr", "--data-root", "{tmp}/file.txt"], 2, "file.txt is a file: pass the folder that"),
+    (["pretrain", "--data-root", "{tmp}/file.txt"], 2, "file.txt is a file: pass the folder that holds"),
 ])
 def test_bad_input_gives_one_line_and_no_traceback(tmp_path, capsys, argv, status, message):
+    (tmp_path / "file.txt").write_text("not a folder")
     pinned = ["--device", "cpu"] if argv else []  # a command's errors, not the device's
     code, out, err = run(capsys, *[arg.replace("{tmp}", str(tmp_path)) for arg in argv], *pinned)
     assert code == status
     assert err.count("\n") == 1 and err.startswith("bertlab") and "Traceback" not in err
     assert message in err
+
+
+def test_a_missing_model_folder_is_told_before_the_dataset_is_read(tmp_path, capsys, monkeypatch):
+    import bertlab.cli
+
+    def unreachable(*args, **kwargs):
+        raise AssertionError("the dataset was read before the model folder was checked")
+
+    monkeypatch.setattr(bertlab.cli, "load_sentiment", unreachable)
+    for argv in (["finetune", "--model"], ["distill", "--teacher"]):
+        code, _, err = run(capsys, *argv, tmp_path / "nowhere", "--dataset", "mr", "--device", "cpu")
+        assert code == 1 and "is not a BERT checkpoint folder" in err and err.count("\n") == 1
 
 
 def test_runtime_errors_about_model_folders(pipeline, tmp_path, capsys):

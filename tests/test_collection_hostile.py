@@ -369,3 +369,33 @@ def test_a_forged_timestamp_is_not_used(folder, course, stamp, words):
     assert abs(mallory.timestamp - datetime.now(timezone.utc)) < timedelta(minutes=5)  # the file's time
     note = next(note for note in mallory.notes if "timestamp.txt was ignored" in note)
     assert words in note and note.isprintable() and len(note) <= 110
+
+
+# --------------------------------------------------------------------------------------------------
+# Messages that say what happened (issue 27)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_an_empty_file_is_called_empty(folder, course):
+    put(folder, "hollow/01_tiny/01_tiny.ipynb", "")
+    put(folder, "spaces/01_tiny/01_tiny.ipynb", " \n\t\n")
+    found, skipped = collected(folder, course)
+    for student in ("hollow", "spaces"):
+        assert outcome(found, skipped, f"{student}/01_tiny/01_tiny.ipynb") == "the file is empty"
+
+
+def test_a_notebook_under_another_chapter_s_file_name_is_graded_by_its_folder_and_cells_with_a_note(folder, course):
+    released, _ = course
+    put(folder, "frank/01_tiny/02_tiny.ipynb", with_cells(released["01_tiny"], add=ADD))
+    found, _ = collected(folder, course)
+    frank = next(submission for submission in found if submission.student == "frank")
+    assert frank.chapter == "01_tiny" and frank.problem is None
+    assert frank.notes == ["the file is named 02_tiny.ipynb, the notebook of chapter 02_tiny, but it is graded as "
+                           "chapter 01_tiny, which its folder and its cells say it is"]
+    assert not any(submission.notes for submission in found if submission.student in ("honest", "blank"))
+
+
+def test_an_empty_submissions_folder_is_an_error_that_says_so(tmp_path, course):
+    (tmp_path / "class").mkdir()
+    with pytest.raises(GradingError, match="is empty; expected a folder holding one folder per student"):
+        collect_submissions(tmp_path / "class", course[1])

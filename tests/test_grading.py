@@ -279,6 +279,16 @@ def test_exit_status_is_nonzero_only_when_grading_itself_fails(tmp_path, capsys)
     assert status == 2 and "no chapter to grade" in capsys.readouterr().err
 
 
+def test_a_class_with_nothing_to_grade_says_so(course_folder, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    status = cli.main(["grade", str(tmp_path / "empty"), "--out", str(tmp_path / "out"), "--root", str(course_folder[0])])
+    assert status == 2 and "is empty; expected" in capsys.readouterr().err
+    put(tmp_path / "junk", "others/notes.txt", "no notebook here")
+    status = cli.main(["grade", str(tmp_path / "junk"), "--out", str(tmp_path / "out"), "--root", str(course_folder[0])])
+    printed = capsys.readouterr()
+    assert status == 0 and "no notebook to grade was found" in printed.err and "- others: no notebook" in printed.out
+
+
 def test_exit_status_is_1_when_the_grader_fails_on_a_job_and_the_rest_is_graded(course_folder, tmp_path, capsys):
     submissions, out = tmp_path / "submissions", tmp_path / "out"
     for name in ("ann", "ben"):  # unreadable notebooks: graded without a student process, quickly

@@ -123,6 +123,13 @@ def test_feedback_renders_math_as_mathml_and_citations_as_text_with_no_script(gr
     assert not re.findall(r"<script", page, re.IGNORECASE) and "MathJax.Hub" not in page and "cdnjs" not in page
 
 
+def test_the_feedback_summary_table_keeps_its_columns_apart_and_a_status_on_one_line(graded):
+    page = feedback_pages(graded[1])["honest"]
+    head = page[:page.index("</head>")]
+    assert "padding: 0.3em 0.8em" in head and "td:nth-child(2)" in head and "white-space: nowrap" in head
+    assert re.search(r"<th>test</th>\s*<th>status</th>\s*<th[^>]*>points</th>\s*<th>message</th>", page), page[-3000:]
+
+
 def test_regrade_grades_everything_again(graded):
     _, _, command, _, _ = graded
     status, (printed, _) = _run(command)
@@ -138,7 +145,8 @@ def test_an_output_folder_git_would_commit_is_refused(course, tmp_path, capsys):
     for name in ("solutions", "references.bib"):
         os.symlink(course[0] / name, root / name)
     subprocess.run(["git", "init", "-q", str(root)], check=True)
-    (tmp_path / "submissions").mkdir()
+    (tmp_path / "submissions" / "others").mkdir(parents=True)  # nothing to grade: quick
+    (tmp_path / "submissions" / "others" / "notes.txt").write_text("no notebook here")
     assert cli.main(["grade", str(tmp_path / "submissions"), "--out", str(root / "out"), "--root", str(root)]) == 2
     [error] = capsys.readouterr().err.splitlines()
     assert "where git would commit the students' grades" in error

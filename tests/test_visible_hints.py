@@ -315,3 +315,26 @@ def test_grading_results_and_feedback_show_the_hint_and_the_failing_line(graded,
     assert hint in page and f"print(visible_check(check_{exercise}, {exercise}))" in page
     others = [result for grade_id, result in results.items() if grade_id != f"test_{exercise}"]
     assert all(result.status == "passed" for result in others), others
+
+
+def test_a_notebook_shows_a_stub_in_one_line_and_a_failure_as_its_message():
+    """IPython shows ``_render_traceback_()`` in place of the frames: the book's blank exercises read
+    "softmax is not written yet", and a wrong answer reads as the check's message and hint."""
+    from autograder.checks import visible_check
+    from autograder.checks.attention import check_softmax
+    from autograder.checks.framework import CheckFailed
+
+    def softmax(x, dim=-1):
+        raise NotImplementedError()
+
+    with pytest.raises(NotImplementedError) as stub:
+        visible_check(check_softmax, softmax)
+    assert stub.value._render_traceback_() == [
+        "NotImplementedError: softmax is not written yet: write it in its cell above, in place of its stub"]
+
+    def softmax(x, dim=-1):  # noqa: F811 -- the student's second try: no shift by the maximum
+        return x.exp() / x.exp().sum(dim, keepdim=True)
+
+    with pytest.raises(CheckFailed) as wrong:
+        visible_check(check_softmax, softmax)
+    assert wrong.value._render_traceback_() == [f"CheckFailed: {wrong.value}"] and "softmax" in str(wrong.value)

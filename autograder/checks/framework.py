@@ -45,6 +45,10 @@ from torch.overrides import TorchFunctionMode
 class CheckFailed(AssertionError):
     """A student's function gave a wrong result; the message says what, where and why."""
 
+    def _render_traceback_(self) -> list[str]:
+        """What a notebook shows (IPython's hook): the message, not the frames of the checks."""
+        return [f"{type(self).__name__}: {self}"]
+
 
 # --------------------------------------------------------------------------------------------------
 # Inputs
@@ -621,10 +625,18 @@ def visible_check(check: Callable[..., str], student, **options) -> str:
     cases in the notebook as the grader does in the visible test; the hidden tests call the same
     check on cases drawn from the grading run's seed. The check substitutes the reference versions
     of the earlier exercises, as in grading, so a correct function passes even when an earlier
-    exercise is wrong. ``options`` go to the check (``forbid=False``).
+    exercise is wrong. ``options`` go to the check (``forbid=False``). In a notebook, a failure shows
+    as its message alone, and a stub (``NotImplementedError``) as one line that says the exercise is
+    not written yet, without the frames of the checks.
     """
     with visible_cases():
-        return check(student, **options)
+        try:
+            return check(student, **options)
+        except NotImplementedError as error:  # the stub: one line in the notebook, not the checks' frames
+            name = getattr(student, "__name__", "this exercise")
+            line = f"NotImplementedError: {name} is not written yet: write it in its cell above, in place of its stub"
+            error._render_traceback_ = lambda: [line]
+            raise
 
 
 def call_and_backward(function: Callable, *args, **kwargs):
