@@ -436,7 +436,10 @@ def _extract(archive: Path, folder: Path, url: str) -> None:
                 _check_inside(folder, member.name, url)
                 if not (member.isfile() or member.isdir()):
                     raise ValueError(f"{url} contains {member.name!r}, which is not a file or folder: not extracting")
-            tarred.extractall(folder, members=members, filter="data")
+            # The "data" filter also drops permission bits such as set-uid; Pythons before 3.11.4 (Debian
+            # 12's) lack it, where the checks above refuse what matters: paths outside, links, devices.
+            safer = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tarred.extractall(folder, members=members, **safer)
     else:
         raise ValueError(f"{url} is neither a zip nor a tar archive")
 
