@@ -365,7 +365,10 @@ def _random_parameters(module: nn.Module, generator: torch.Generator, dtype=torc
     return module.eval()
 
 
-def residual_cases(name: str) -> list[Case]:
+def _residual_cases(name: str) -> list[Case]:
+    """The cases of the residual exercise ``name``, drawn from its own generator: nn.Linear and
+    bertlab's FeedForward as sublayers, norms with random weights and plain functions, float32 and
+    float64, one token, inputs of standard deviation 100."""
     g = generator_for(name)
 
     def case(description, shape, sublayer, norm, dtype=torch.float32, scale=1.0, shift=0.0):
@@ -392,6 +395,14 @@ def residual_cases(name: str) -> list[Case]:
         case("x (2, 5, 8) of large scale (standard deviation 100), nn.Linear(8, 8), nn.LayerNorm(8)",
              (2, 5, 8), linear(8), layer_norm(8), scale=100.0),
     ]
+
+
+def pre_norm_residual_cases() -> list[Case]:
+    return _residual_cases("pre_norm_residual")
+
+
+def post_norm_residual_cases() -> list[Case]:
+    return _residual_cases("post_norm_residual")
 
 
 def _pre_norm_of_sum(x, sublayer, norm):
@@ -448,7 +459,7 @@ def check_pre_norm_residual(student_fn, *, forbid: bool = True) -> str:
     return check_against_reference(
         student_fn,
         reference.pre_norm_residual,
-        residual_cases("pre_norm_residual"),
+        pre_norm_residual_cases(),
         check="pre_norm_residual",
         mistakes=PRE_NORM_RESIDUAL_MISTAKES,
         forbidden=PRE_NORM_RESIDUAL_FORBIDDEN if forbid else (),
@@ -498,7 +509,7 @@ def check_post_norm_residual(student_fn, *, forbid: bool = True) -> str:
     return check_against_reference(
         student_fn,
         reference.post_norm_residual,
-        residual_cases("post_norm_residual"),
+        post_norm_residual_cases(),
         check="post_norm_residual",
         mistakes=POST_NORM_RESIDUAL_MISTAKES,
         forbidden=POST_NORM_RESIDUAL_FORBIDDEN if forbid else (),
