@@ -473,13 +473,15 @@ def flash_attention_cases() -> list[Case]:
     fully_masked[4] = False
     fully_masked[4, 9] = True  # query 4 sees only the last key (the last block)
     with_causal = torch.rand((8, 8), generator=g) < 0.7
+    large_logits = _qkv(g, (3, 5, 8), (3, 20, 8), 4, scale=10.0)
+    large_logits[0][:, 1] *= 1e-3  # far below the other queries: one maximum for a whole tile underflows it
     return [
         Case("q (6, 8), k (10, 8), v (10, 5), block_size=4, no mask, float32",
              _qkv(g, (6, 8), (10, 8), 5), {"block_size": 4}),
         Case("q (2, 3, 17, 16), k and v (2, 3, 17, 16), block_size=8 (17 is not a multiple of 8)",
              _qkv(g, (2, 3, 17, 16), (2, 3, 17, 16), 16), {"block_size": 8}),
-        Case("q (3, 5, 8), k (3, 20, 8), v (3, 20, 4), block_size=4, scores of about 100 (large logits)",
-             _qkv(g, (3, 5, 8), (3, 20, 8), 4, scale=10.0), {"block_size": 4}),
+        Case("q (3, 5, 8), k (3, 20, 8), v (3, 20, 4), block_size=4, scores of about 100 (large logits) but "
+             "those of query 1, of about 0.1", large_logits, {"block_size": 4}),
         Case("q, k, v (2, 13, 8), causal=True, block_size=4",
              _qkv(g, (2, 13, 8), (2, 13, 8), 8), {"causal": True, "block_size": 4}),
         Case("q (7, 8), k (12, 8), v (12, 3), causal=True (N < M: query i sees keys 0..i), block_size=4",
@@ -606,12 +608,12 @@ def check_flash_attention(student_fn, *, forbid: bool = True) -> str:
     """Compare ``flash_attention(q, k, v, mask=None, causal=False, block_size=128)`` with
     ``F.scaled_dot_product_attention``, and check that no (N, M) matrix is ever allocated.
 
-    Cases: with and without batch and head dims, N != M, lengths that are not multiples of the
-    block, causal with N < M and N > M, random, padding and causal masks combined, a fully masked
-    query (zeros expected), N = M = 1, the default block size, large logits, float64 and bfloat16
-    (expected: computed in float32, rounded to bfloat16). Tolerance: float32 atol 2e-5, rtol 2e-4;
-    otherwise the framework's defaults. Memory: on N = M = 512 with block_size=64, no tensor the
-    student's code allocates may hold more than 2 N D numbers per batch (a (64, 512) row of tiles is
+    Cases: with and without batch and head dims, N != M, lengths that are not multiples of the block,
+    causal with N < M and N > M, random, padding and causal masks combined, a fully masked query (zeros
+    expected), N = M = 1, the default block size, large logits (one query far below the others), float64
+    and bfloat16 (expected: computed in float32, rounded to bfloat16). Tolerance: float32 atol 2e-5,
+    rtol 2e-4; otherwise the framework's defaults. Memory: on N = M = 512 with block_size=64, no tensor
+    the student's code allocates may hold more than 2 N D numbers per batch (a (64, 512) row of tiles is
     already too many). Forbidden: every built-in attention (``F.scaled_dot_product_attention`` and its
     ``torch.ops``), ``bertlab.attention.scaled_dot_product_attention`` and the reference.
     """

@@ -611,8 +611,13 @@ MLM_LOSS_FORBIDDEN = (
 
 
 def _labels(g: torch.Generator, shape: tuple[int, ...], vocab_size: int, share: float) -> torch.Tensor:
+    """Random labels, about a fraction ``share`` of them kept and the others -100, but at least one kept in
+    every sequence (the last dimension): a sequence without labels is a case of its own."""
     labels = torch.randint(vocab_size, shape, generator=g)
-    return labels.masked_fill(torch.rand(shape, generator=g) >= share, IGNORE_INDEX)
+    ignored = torch.rand(shape, generator=g) >= share
+    kept = torch.randint(shape[-1], (*shape[:-1], 1), generator=g)
+    ignored.scatter_(-1, kept, False)
+    return labels.masked_fill(ignored, IGNORE_INDEX)
 
 
 def mlm_loss_cases() -> list[Case]:
