@@ -16,6 +16,7 @@ from autograder.checks.framework import (
     Mistake,
     check_against_reference,
     generator_for,
+    random_integer,
     random_normal,
 )
 from autograder.checks.shared_attention import ATTENTION_FORBIDDEN, ATTENTION_TOLERANCES
@@ -366,13 +367,27 @@ CAUSAL_MASK_FORBIDDEN = (
 
 
 def causal_mask_cases() -> list[Case]:
+    """Square masks (m left out, and m = n), more and fewer keys than queries, one query, the device given.
+
+    The sizes are drawn, up to 1,000 (a mask of a million booleans is still small), so that two runs
+    rarely meet the same case; the single query comes after the case with more keys, where a mask
+    aligned bottom-right (which is all True for one query) is told apart from the upper triangle.
+    """
+    g = generator_for("causal_mask")
+    n, square = random_integer(g, 2, 1000), random_integer(g, 2, 1000)
+    wide_n = random_integer(g, 2, 100)
+    wide_m = wide_n + random_integer(g, 1, 100)
+    single_m = random_integer(g, 2, 1000)
+    tall_m = random_integer(g, 1, 100)
+    tall_n = tall_m + random_integer(g, 1, 100)
+    on_cpu = random_integer(g, 2, 1000)
     return [
-        Case("n=4", (4,)),
-        Case("n=1", (1,)),
-        Case("n=6, m=6", (6,), {"m": 6}),
-        Case("n=3, m=5 (more keys than queries)", (3,), {"m": 5}),
-        Case("n=5, m=2 (fewer keys than queries)", (5, 2)),
-        Case("n=3, device='cpu'", (3,), {"device": "cpu"}),
+        Case(f"n={n}", (n,)),
+        Case(f"n={square}, m={square}", (square,), {"m": square}),
+        Case(f"n={wide_n}, m={wide_m} (more keys than queries)", (wide_n,), {"m": wide_m}),
+        Case(f"n=1, m={single_m}: a single query", (1,), {"m": single_m}),
+        Case(f"n={tall_n}, m={tall_m} (fewer keys than queries)", (tall_n, tall_m)),
+        Case(f"n={on_cpu}, device='cpu'", (on_cpu,), {"device": "cpu"}),
     ]
 
 
@@ -428,7 +443,8 @@ CAUSAL_MASK_MISTAKES = (
 def check_causal_mask(student_fn, *, forbid: bool = True) -> str:
     """Compare ``causal_mask(n, m=None, device=None)`` with :func:`bertlab.attention.causal_mask`.
 
-    Cases: n = 1, 4; m = n, m > n, m < n; device given. Exact comparison (bool).
+    Cases: n from 2 to 1,000 with m left out and m = n, m > n, m < n, a single query (n = 1), the
+    device given; the sizes are drawn. Exact comparison (bool).
     Forbidden: the reference and ``nn.Transformer.generate_square_subsequent_mask``.
     """
     return check_against_reference(
@@ -449,20 +465,41 @@ PADDING_MASK_FORBIDDEN = (
 
 
 def padding_mask_cases() -> list[Case]:
+    """Masks of int64, int32, bool and float32 of 2 to 6 sequences of random lengths (with a full and a
+    padded one, one of one token, all padded, an empty one) and a batch of one-position sequences; the
+    batch sizes, widths and lengths are drawn, and a mask holds at most 24 values, so that a failure
+    shows it."""
     g = generator_for("padding_mask")
 
-    def from_lengths(lengths, length, dtype):
-        return (torch.arange(length) < torch.tensor(lengths)[:, None]).to(dtype)
+    def batch_and_width():
+        batch = random_integer(g, 2, 6)
+        return batch, random_integer(g, 4, 24 // batch)
 
-    random_lengths = torch.randint(1, 7, (3,), generator=g).tolist()
+    def lengths(batch, shortest, longest, **fixed):
+        """``batch`` lengths from ``shortest`` to ``longest``, but those of ``fixed``, each given to a
+        sequence picked at random."""
+        drawn = [random_integer(g, shortest, longest) for _ in range(batch)]
+        for position, length in zip(torch.randperm(batch, generator=g).tolist(), fixed.values()):
+            drawn[position] = length
+        return drawn
+
+    def case(description, lengths, width, dtype):
+        attention_mask = (torch.arange(width) < torch.tensor(lengths)[:, None]).to(dtype)
+        return Case(f"attention_mask {tuple(attention_mask.shape)}, {description}, lengths {lengths}",
+                    (attention_mask,))
+
+    (full_batch, full_width), (varied_batch, varied_width), (single_batch, single_width) = (
+        batch_and_width() for _ in range(3))
+    (padded_batch, padded_width), (empty_batch, empty_width) = (batch_and_width() for _ in range(2))
+    ones = [random_integer(g, 0, 1) for _ in range(random_integer(g, 3, 24))]
     return [
-        Case("attention_mask (2, 5), int64, lengths 3 and 5", (from_lengths([3, 5], 5, torch.int64),)),
-        Case(f"attention_mask (3, 6), int32, lengths {random_lengths}",
-             (from_lengths(random_lengths, 6, torch.int32),)),
-        Case("attention_mask (2, 4), bool, lengths 4 and 1", (from_lengths([4, 1], 4, torch.bool),)),
-        Case("attention_mask (2, 3), float32, lengths 1 and 2", (from_lengths([1, 2], 3, torch.float32),)),
-        Case("attention_mask (1, 1), int64: one token", (from_lengths([1], 1, torch.int64),)),
-        Case("attention_mask (2, 4), int64, with an empty sequence (length 0)", (from_lengths([0, 2], 4, torch.int64),)),
+        case("int64, a full and a padded sequence", lengths(full_batch, 1, full_width - 1, full=full_width),
+             full_width, torch.int64),
+        case("int32", lengths(varied_batch, 1, varied_width), varied_width, torch.int32),
+        case("bool, a sequence of one token", lengths(single_batch, 1, single_width, one=1), single_width, torch.bool),
+        case("float32, every sequence padded", lengths(padded_batch, 1, padded_width - 1), padded_width, torch.float32),
+        case("int64: sequences of one position", ones, 1, torch.int64),
+        case("int64, with an empty sequence", lengths(empty_batch, 1, empty_width, empty=0), empty_width, torch.int64),
     ]
 
 
@@ -507,7 +544,8 @@ PADDING_MASK_MISTAKES = (
 def check_padding_mask(student_fn, *, forbid: bool = True) -> str:
     """Compare ``padding_mask(attention_mask)`` with :func:`bertlab.attention.padding_mask`.
 
-    Cases: int64, int32, bool and float inputs; random lengths; one token; an empty sequence.
+    Cases: int64, int32, bool and float inputs; random batch sizes, widths and lengths; a sequence of
+    one token, a batch of one-position sequences, an empty sequence.
     Exact comparison (bool). Forbidden: the reference and Hugging Face's mask expansion.
     """
     return check_against_reference(

@@ -16,6 +16,7 @@ exercise's job. ``forbid=False`` lifts that rule (the tests use it to run a chec
 """
 
 import math
+from dataclasses import dataclass
 from functools import partial
 
 import tokenizers
@@ -36,6 +37,8 @@ from autograder.checks.framework import (
     format_inputs,
     generator_for,
     parameter_names_of,
+    random_choice,
+    random_integer,
     run_student,
 )
 from autograder.checks.modules import DropoutHints, build_with_reference_weights, check_dropout, tiny_bert_config
@@ -44,11 +47,6 @@ from bertlab import tokenization as tokenization_reference
 from bertlab.bert import BertConfig
 
 SPECIAL_TOKENS = tokenization_reference.SPECIAL_TOKENS  # [PAD], [UNK], [CLS], [SEP], [MASK]
-
-
-def _draw(generator: torch.Generator, low: int, high: int) -> int:
-    """An integer in [low, high], drawn from ``generator``."""
-    return int(torch.randint(low, high + 1, (1,), generator=generator))
 
 
 def _check_exact(student_fn, reference_fn, cases, *, check, mistakes, forbidden, validate) -> str:
@@ -114,6 +112,20 @@ WORDPIECE_FORBIDDEN = (
 #: search would pick instead: single characters (shortest match), pieces without "##".
 UNAFFABLE_VOCAB = ["[PAD]", "[UNK]", "un", "u", "n", "aff", "able", "##aff", "##able", "##a", "##b", "##e",
                    "##f", "##l", "##n", "##ab", "##ff", "##s"]
+#: What the words of the cases over UNAFFABLE_VOCAB are made of: the long pieces, each both a first
+#: piece and a continuation (so that a wrong use of "##" still finds pieces, and the mistakes give
+#: different outputs), and single characters whose continuation ("##e") no longer piece contains.
+UNAFFABLE_LONG_PIECES = ("aff", "able")
+UNAFFABLE_SINGLE_CHARACTERS = ("e", "l", "n", "s")
+UNAFFABLE_UNSTARTED = "befls"  # letters that begin no first piece (they only continue a word)
+#: The realistic vocabulary: stems, and suffixes of which the longest match is not the only cut.
+REALISTIC_VOCAB = ["[UNK]", "play", "##ing", "##ed", "##er", "##s", "token", "##ization", "##ize", "##izer", "##iz",
+                   "##ation", "to", "##ken", "the", "t", "##o", "##k"]
+REALISTIC_STEMS = ("play", "token", "to", "the")
+REALISTIC_SUFFIXES = ("ing", "ed", "er", "s", "ization", "ize", "izer", "ation", "ken", "o", "k")
+#: Characters that no vocabulary of the cases contains, and the unk_tokens a case may ask for.
+UNKNOWN_CHARACTERS = "\u2603\u00e9\u00df\u03a9\u4e2d\u00f1\u20ac\u2605?!"
+OTHER_UNK_TOKENS = ("<unk>", "[UNKNOWN]", "<?>", "@@UNK@@")
 
 
 def _as_vocab_dict(tokens) -> dict[str, int]:
@@ -126,42 +138,82 @@ def _random_wordpiece_case(generator: torch.Generator, number: int) -> Case:
     alphabet = "abcd"
 
     def random_string(length):
-        return "".join(alphabet[_draw(generator, 0, 3)] for _ in range(length))
+        return "".join(alphabet[random_integer(generator, 0, 3)] for _ in range(length))
 
     letters = [letter for letter in alphabet if number % 2 == 0 or letter != "d"]  # odd cases: "d" unknown
     pieces = set(letters) | {"##" + letter for letter in letters}
     while len(pieces) < 24:
-        piece = random_string(_draw(generator, 2, 4)).replace("d", "" if number % 2 else "d") or "a"
-        pieces.add(piece if _draw(generator, 0, 1) else "##" + piece)
-    word = random_string(_draw(generator, 5, 12))
+        piece = random_string(random_integer(generator, 2, 4)).replace("d", "" if number % 2 else "d") or "a"
+        pieces.add(piece if random_integer(generator, 0, 1) else "##" + piece)
+    word = random_string(random_integer(generator, 5, 12))
     vocab = _as_vocab_dict(["[UNK]", *sorted(pieces)])
     return Case(f"word {word!r}, a random vocabulary of {len(vocab)} pieces over 'abcd'", (word, vocab))
 
 
 def wordpiece_tokenize_cases() -> list[Case]:
+    """BERT's "unaffable" vocabulary, with distracting shorter pieces, then the edge cases: a word that is
+    a piece, one-character continuations, realistic pieces, a greedy cut that gets stuck, unknown
+    characters, the length limit on both sides, a set, another unk_token, random vocabularies.
+
+    The words (and the stuck greedy cut's letters) are drawn: made of the pieces of their vocabulary,
+    so that each case still tests what its description says whatever the run's seed.
+    """
     g = generator_for("wordpiece_tokenize")
     unaffable = _as_vocab_dict(UNAFFABLE_VOCAB)
-    realistic = _as_vocab_dict(["[UNK]", "play", "##ing", "##ed", "##er", "##s", "token", "##ization", "##ize",
-                                "##izer", "##iz", "##ation", "to", "##ken", "the", "t", "##o", "##k"])
-    greedy = _as_vocab_dict(["[UNK]", "a", "ab", "##bc", "##d"])
+    realistic = _as_vocab_dict(REALISTIC_VOCAB)
+
+    def joined(pieces, low=1, high=3):
+        return "".join(random_choice(g, pieces) for _ in range(random_integer(g, low, high)))
+
+    def unaffable_word(first, low=5, high=12):
+        """``first`` (a long piece when None) and ``low`` to ``high`` long pieces: a word that needs no
+        one-character piece."""
+        first = random_choice(g, UNAFFABLE_LONG_PIECES) if first is None else first
+        return first + joined(UNAFFABLE_LONG_PIECES, low, high)
+
+    def with_unknown_character(word):
+        """``word`` with a character no piece contains, after its first character (so pieces come before it)."""
+        position = random_integer(g, 1, len(word))
+        return word[:position] + random_choice(g, UNKNOWN_CHARACTERS) + word[position:]
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    long_pieces, like_unaffable = unaffable_word(None), unaffable_word("un")
+    whole = joined(letters, 3, 8)
+    single_characters = (random_choice(g, ("un", *UNAFFABLE_LONG_PIECES)) + joined(UNAFFABLE_LONG_PIECES, 2, 6)
+                         + joined(UNAFFABLE_SINGLE_CHARACTERS, 2, 5))
+    realistic_words = [random_choice(g, REALISTIC_STEMS) + joined(REALISTIC_SUFFIXES, 2, 5) for _ in range(2)]
+    # four distinct letters x, y, z, w: the word xyz and the vocabulary {x, xy, ##yz, ##w}
+    stuck = "".join(letters[i] for i in torch.randperm(26, generator=g)[:4].tolist())
+    greedy = _as_vocab_dict(["[UNK]", stuck[0], stuck[:2], "##" + stuck[1:3], "##" + stuck[3]])
+    unknown = with_unknown_character(unaffable_word("un"))
+    unstarted = random_choice(g, UNAFFABLE_UNSTARTED) + unaffable_word("")
+    long_word = unaffable_word(None)
+    in_a_set = unaffable_word("un")
+    other_unk = random_choice(g, OTHER_UNK_TOKENS)
+    with_other_unk = with_unknown_character(unaffable_word("un"))
+    too_long = joined("ab", 101, 140)
     return [
-        Case("word 'affable', vocab with aff, ##able, ##aff, able and single characters", ("affable", unaffable)),
-        Case("word 'unaffable' (BERT's example), vocab with un, ##aff, ##able and shorter pieces", ("unaffable", unaffable)),
-        Case("word 'un', which is itself in the vocabulary", ("un", unaffable)),
-        Case("word 'una': a one-character continuation ##a", ("una", unaffable)),
-        Case("word 'playing', a realistic vocabulary", ("playing", realistic)),
-        Case("word 'tokenizers', a realistic vocabulary", ("tokenizers", realistic)),
-        Case("word 'abc' with vocab {a, ab, ##bc, ##d}: greedy longest match, no backtracking", ("abc", greedy)),
-        Case("word 'un\u2603able' with a character (a snowman) that no piece contains", ("un\u2603able", unaffable)),
-        Case("word 'snuff': no piece starts it", ("snuff", unaffable)),
-        Case("word 'affableaff' (10 characters), max_input_chars_per_word=10", ("affableaff", unaffable),
-             {"max_input_chars_per_word": 10}),
-        Case("word 'affableaff' (10 characters), max_input_chars_per_word=9", ("affableaff", unaffable),
-             {"max_input_chars_per_word": 9}),
-        Case("word 'unaffable', vocab given as a set", ("unaffable", frozenset(UNAFFABLE_VOCAB))),
-        Case("word 'un?able', unk_token='<unk>'", ("un?able", unaffable), {"unk_token": "<unk>"}),
+        Case(f"word {long_pieces!r}, vocab with aff, ##able, ##aff, able and single characters",
+             (long_pieces, unaffable)),
+        Case(f"word {like_unaffable!r}, like BERT's example 'unaffable': vocab with un, ##aff, ##able and shorter "
+             "pieces", (like_unaffable, unaffable)),
+        Case(f"word {whole!r}, which is itself in the vocabulary (added to it)",
+             (whole, _as_vocab_dict([*UNAFFABLE_VOCAB, whole]))),
+        Case(f"word {single_characters!r}: one-character continuations", (single_characters, unaffable)),
+        *(Case(f"word {word!r}, a realistic vocabulary", (word, realistic)) for word in realistic_words),
+        Case(f"word {stuck[:3]!r} with vocab {{{', '.join(list(greedy)[1:])}}}: greedy longest match, no backtracking",
+             (stuck[:3], greedy)),
+        Case(f"word {unknown!r} with a character that no piece contains", (unknown, unaffable)),
+        Case(f"word {unstarted!r}: no piece starts it", (unstarted, unaffable)),
+        Case(f"word {long_word!r} ({len(long_word)} characters), max_input_chars_per_word={len(long_word)}",
+             (long_word, unaffable), {"max_input_chars_per_word": len(long_word)}),
+        Case(f"word {long_word!r} ({len(long_word)} characters), max_input_chars_per_word={len(long_word) - 1}",
+             (long_word, unaffable), {"max_input_chars_per_word": len(long_word) - 1}),
+        Case(f"word {in_a_set!r}, vocab given as a set", (in_a_set, frozenset(UNAFFABLE_VOCAB))),
+        Case(f"word {with_other_unk!r}, unk_token={other_unk!r}", (with_other_unk, unaffable), {"unk_token": other_unk}),
         *(_random_wordpiece_case(g, number) for number in range(6)),
-        Case("word 'a' * 101: longer than the default max_input_chars_per_word=100", ("a" * 101, {"a": 0, "##a": 1})),
+        Case(f"a word of {len(too_long)} letters a and b: longer than the default max_input_chars_per_word=100",
+             (too_long, {"a": 0, "b": 1, "##a": 2, "##b": 3})),
     ]
 
 
@@ -264,10 +316,11 @@ def check_wordpiece_tokenize(student_fn, *, forbid: bool = True) -> str:
     """Compare ``wordpiece_tokenize(word, vocab, unk_token="[UNK]", max_input_chars_per_word=100)``
     with :func:`bertlab.tokenization.wordpiece_tokenize`.
 
-    Cases: BERT's "unaffable" with distracting shorter pieces, a word that is one piece, one-character
-    continuations, realistic pieces, a greedy cut that gets stuck (no backtracking), unknown
-    characters, the length limit on both sides, a set instead of a dict, another unk_token, random
-    vocabularies over "abcd". Exact comparison (a list of strings).
+    Cases: words like BERT's "unaffable" with distracting shorter pieces, a word that is one piece,
+    one-character continuations, realistic pieces, a greedy cut that gets stuck (no backtracking),
+    unknown characters, the length limit on both sides, a set instead of a dict, another unk_token,
+    random vocabularies over "abcd"; the words are drawn from their vocabularies' pieces. Exact
+    comparison (a list of strings).
     Forbidden: the reference, ``WordPieceTokenizer``, ``BertTokenizer.tokenize``, Hugging Face's tokenizers and
     the Rust ``tokenizers`` library behind them.
     """
@@ -315,7 +368,7 @@ def encode_cases() -> list[Case]:
     vocab = _encode_vocab(g)
 
     def words(count):
-        return [ENCODE_WORDS[_draw(g, 0, len(ENCODE_WORDS) - 1)] for _ in range(count)]
+        return [ENCODE_WORDS[random_integer(g, 0, len(ENCODE_WORDS) - 1)] for _ in range(count)]
 
     def case(description, length_a, length_b=None, max_length=None):
         tokens_b = None if length_b is None else words(length_b)
@@ -535,6 +588,36 @@ def _embeddings_inputs(config: BertConfig, generator: torch.Generator) -> list[C
     ]
 
 
+@dataclass(frozen=True)
+class EmbeddingsCase:
+    """A configuration, the reference module with its random weights (in eval mode), the batches it embeds
+    in eval mode, and the batch of the training-mode test when the configuration has dropout."""
+
+    description: str
+    config: BertConfig
+    reference: nn.Module
+    inputs: list[Case]
+    training: Case | None
+
+
+def bert_embeddings_cases() -> list[EmbeddingsCase]:
+    """The two configurations of EMBEDDINGS_CONFIGS with random weights; for each, random batches (a pair
+    of segments, random segments, one token, the longest sequence, padding) and, with dropout, a batch
+    (4, 16) for the training mode."""
+    g = generator_for("BertEmbeddings")
+    cases = []
+    for description, config, scale in EMBEDDINGS_CONFIGS:
+        reference = _reference_embeddings(config, scale, g)
+        inputs = _embeddings_inputs(config, g)
+        training = None
+        if config.hidden_dropout_prob > 0:
+            training = Case("input_ids (4, 16), in training mode (model.train())",
+                            (torch.randint(0, config.vocab_size, (4, 16), generator=g),
+                             torch.randint(0, config.type_vocab_size, (4, 16), generator=g)))
+        cases.append(EmbeddingsCase(description, config, reference, inputs, training))
+    return cases
+
+
 def _state(module: nn.Module) -> dict[str, torch.Tensor]:
     return {name: tensor.detach() for name, tensor in module.state_dict().items()}
 
@@ -633,16 +716,15 @@ def check_BertEmbeddings(student_cls, *, forbid: bool = True) -> str:  # noqa: N
     Forbidden: the reference's and Hugging Face's BertEmbeddings and BertModel.
     """
     forbidden = EMBEDDINGS_FORBIDDEN if forbid else ()
-    g = generator_for("BertEmbeddings")
     checked = 0
-    for index, (description, config, scale) in enumerate(EMBEDDINGS_CONFIGS):
-        reference = _reference_embeddings(config, scale, g)
+    for index, embeddings_case in enumerate(bert_embeddings_cases()):
+        description, config, reference = embeddings_case.description, embeddings_case.config, embeddings_case.reference
         context = f"BertEmbeddings(config) with {description}"
         module = build_with_reference_weights(student_cls, (config,), {}, reference, check="BertEmbeddings",
                                               context=context, naming_hint=EMBEDDINGS_NAMING_HINT,
                                               forbidden=forbidden, own_buffers=True)
         module.eval()
-        cases = _embeddings_inputs(config, g)
+        cases = list(embeddings_case.inputs)
         for case in cases:
             _compare_embeddings(module, reference, config, case, f"{case.description}; config {description}", forbidden)
         if index == 0:  # the first case again, with the module and the reference in float64
@@ -652,10 +734,8 @@ def check_BertEmbeddings(student_cls, *, forbid: bool = True) -> str:  # noqa: N
                                 f"{case.description}; config {description}", forbidden)
             module.float()
             cases.append(case)
-        if config.hidden_dropout_prob > 0:
-            case = Case("input_ids (4, 16), in training mode (model.train())",
-                        (torch.randint(0, config.vocab_size, (4, 16), generator=g),
-                         torch.randint(0, config.type_vocab_size, (4, 16), generator=g)))
+        if embeddings_case.training is not None:
+            case = embeddings_case.training
             _check_dropout(module, reference, config, case, f"{case.description}; config {description}", forbidden)
             cases.append(case)
         checked += len(cases)
@@ -703,31 +783,50 @@ COUNT_PARAMETERS_FORBIDDEN = (
 
 
 def _random_config(generator: torch.Generator) -> tuple[str, BertConfig]:
-    heads = _draw(generator, 1, 12)
-    hidden = heads * (8, 16, 32, 64)[_draw(generator, 0, 3)]
+    heads = random_integer(generator, 1, 12)
+    hidden = heads * random_choice(generator, (8, 16, 32, 64))
     fields = dict(
-        vocab_size=_draw(generator, 50, 40000),
+        vocab_size=random_integer(generator, 50, 40000),
         hidden_size=hidden,
         num_attention_heads=heads,
-        intermediate_size=_draw(generator, hidden, 5 * hidden),
-        num_hidden_layers=_draw(generator, 1, 24),
-        max_position_embeddings=(64, 128, 512, 1024)[_draw(generator, 0, 3)],
-        type_vocab_size=_draw(generator, 1, 4),
+        intermediate_size=random_integer(generator, hidden, 5 * hidden),
+        num_hidden_layers=random_integer(generator, 1, 24),
+        max_position_embeddings=random_choice(generator, (64, 128, 512, 1024)),
+        type_vocab_size=random_integer(generator, 1, 4),
     )
     return ", ".join(f"{name}={value}" for name, value in fields.items()), BertConfig(**fields)
 
 
 def count_parameters_cases() -> list[Case]:
+    """A small configuration whose feed-forward width is not 4H, the presets' sizes (tiny to large) with
+    a drawn vocabulary, one without the pooler, one with sinusoidal positions, and random
+    configurations; every size that is not a preset's is drawn.
+
+    In the first case each wrong count gives its own number (2 to 6 layers, and 3 segment types: 3H
+    differs from the 2H of the embeddings' norm, the 2LH of a layer's norm and the (2L + 1)H of half
+    of every norm), so that its hint names the mistake.
+    """
     g = generator_for("count_parameters")
-    small = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
-                       intermediate_size=200, max_position_embeddings=128, type_vocab_size=3)
-    cases = [Case("vocab_size=1000, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, "
-                  "intermediate_size=200, max_position_embeddings=128, type_vocab_size=3", (small,))]
-    cases += [Case(f"BertConfig.preset({name!r})", (BertConfig.preset(name),)) for name in ("tiny", "mini", "base", "large")]
-    cases.append(Case("BertConfig.preset('small'), pooler=False", (BertConfig.preset("small"),), {"pooler": False}))
-    cases.append(Case("BertConfig.preset('medium', vocab_size=8000, position_embedding_type='sinusoidal') "
+    heads = random_integer(g, 2, 8)
+    hidden = heads * random_choice(g, (8, 16))
+    intermediate = random_integer(g, hidden + 1, 5 * hidden)
+    small_fields = dict(vocab_size=random_integer(g, 500, 5000), hidden_size=hidden,
+                        num_hidden_layers=random_integer(g, 2, 6), num_attention_heads=heads,
+                        intermediate_size=intermediate + 1 if intermediate == 4 * hidden else intermediate,
+                        max_position_embeddings=random_choice(g, (64, 128, 256, 512)),
+                        type_vocab_size=3)
+    cases = [Case(", ".join(f"{name}={value}" for name, value in small_fields.items()), (BertConfig(**small_fields),))]
+    for name in ("tiny", "mini", "base", "large"):
+        vocab_size = random_integer(g, 1000, 50000)
+        cases.append(Case(f"BertConfig.preset({name!r}, vocab_size={vocab_size})",
+                          (BertConfig.preset(name, vocab_size=vocab_size),)))
+    vocab_size = random_integer(g, 1000, 50000)
+    cases.append(Case(f"BertConfig.preset('small', vocab_size={vocab_size}), pooler=False",
+                      (BertConfig.preset("small", vocab_size=vocab_size),), {"pooler": False}))
+    vocab_size = random_integer(g, 1000, 50000)
+    cases.append(Case(f"BertConfig.preset('medium', vocab_size={vocab_size}, position_embedding_type='sinusoidal') "
                       "(fixed sinusoids: no position parameters)",
-                      (BertConfig.preset("medium", vocab_size=8000, position_embedding_type="sinusoidal"),)))
+                      (BertConfig.preset("medium", vocab_size=vocab_size, position_embedding_type="sinusoidal"),)))
     for number in range(8):
         description, config = _random_config(g)
         kwargs = {"pooler": False} if number % 3 == 1 else {}
@@ -792,9 +891,11 @@ COUNT_PARAMETERS_MISTAKES = (
 def check_count_parameters(student_fn, *, forbid: bool = True) -> str:
     """Compare ``count_parameters(config, pooler=True)`` with :func:`bertlab.bert.count_parameters`.
 
-    Cases: the tiny, mini, base and large presets (vocabulary 30,522), small without the pooler,
-    medium with sinusoidal positions, and 8 random configurations (intermediate size not 4H, 1 to 4
-    segment types, 1 to 24 layers, with and without pooler, learned and sinusoidal positions).
+    Cases: a small configuration (intermediate size not 4H, 3 segment types); the tiny, mini, base
+    and large presets with a vocabulary of 1,000 to 50,000; small without the pooler, medium with
+    sinusoidal positions; 8 random configurations (intermediate size not 4H, 1 to 4 segment types, 1
+    to 24 layers, with and without pooler, learned and sinusoidal positions). Every size but the
+    presets' is drawn.
     Exact comparison (an int).
     Forbidden: the reference, and building modules to count them (``nn.Module.__init__``,
     ``parameters``, ``named_parameters``, ``state_dict``, Hugging Face's ``num_parameters``).

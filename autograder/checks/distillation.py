@@ -17,8 +17,11 @@ typical mistakes it recognises, and forbids the reference. ``forbid=False`` lift
 use it to run a check on the reference).
 """
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from autograder.checks.framework import (
     DEFAULT_TOLERANCES,
@@ -375,31 +378,46 @@ def _teacher(kind: str, num_layers: int, generator: torch.Generator):
     return model.eval()
 
 
-def init_student_cases() -> list[tuple[str, object, dict, list[int]]]:
-    """(description, teacher, keyword arguments, the teacher layers the student keeps)."""
-    g = generator_for(CHECK)
-    classifier = "a BertForSequenceClassification teacher"
-    return [
-        (f"{classifier} with 6 layers, layer_ids not given (every other layer)", _teacher("classifier", 6, g), {},
-         [0, 2, 4]),
-        ("a BertModel teacher (no classifier) with 4 layers, layer_ids not given", _teacher("bare", 4, g), {}, [0, 2]),
-        (f"{classifier} with 6 layers, layer_ids=[1, 3, 5]", _teacher("classifier", 6, g), {"layer_ids": [1, 3, 5]},
-         [1, 3, 5]),
-        (f"{classifier} with 5 layers (an odd number), layer_ids not given", _teacher("classifier", 5, g), {},
-         [0, 2, 4]),
-        (f"{classifier} with 6 layers, layer_ids=(0, 5), a tuple", _teacher("classifier", 6, g),
-         {"layer_ids": (0, 5)}, [0, 5]),
-        ("a BertModel teacher with 4 layers, layer_ids=[2]: a one-layer student", _teacher("bare", 4, g),
-         {"layer_ids": [2]}, [2]),
-        (f"{classifier} with 4 layers, layer_ids=[0, 1, 2, 3]: every layer", _teacher("classifier", 4, g),
-         {"layer_ids": [0, 1, 2, 3]}, [0, 1, 2, 3]),
-    ]
+@dataclass(frozen=True)
+class StudentCase:
+    """A teacher, the keyword arguments of the call, the teacher layers the student keeps (in order), and
+    a padded batch on which the student's output must be the reference student's."""
+
+    description: str
+    teacher: nn.Module
+    kwargs: dict
+    kept_layers: list[int]
+    batch: dict[str, torch.Tensor]
 
 
-def _inputs(generator: torch.Generator) -> dict[str, torch.Tensor]:
+def _batch(generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """input_ids (3, 9) and an attention_mask of sequences of 9, 6 and 2 tokens."""
     input_ids = torch.randint(0, VOCAB_SIZE, (3, 9), generator=generator)
     attention_mask = (torch.arange(9) < torch.tensor([[9], [6], [2]])).long()
     return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def init_student_from_teacher_cases() -> list[StudentCase]:
+    """Teachers with and without a classifier, of an even and an odd number of layers, layer_ids left out
+    (every other layer), given as a list and as a tuple, one layer, every layer; their weights and the
+    batches are drawn."""
+    g = generator_for(CHECK)
+    classifier = "a BertForSequenceClassification teacher"
+
+    def case(description, kind, num_layers, kwargs, kept_layers):
+        return StudentCase(description, _teacher(kind, num_layers, g), kwargs, kept_layers, _batch(g))
+
+    return [
+        case(f"{classifier} with 6 layers, layer_ids not given (every other layer)", "classifier", 6, {}, [0, 2, 4]),
+        case("a BertModel teacher (no classifier) with 4 layers, layer_ids not given", "bare", 4, {}, [0, 2]),
+        case(f"{classifier} with 6 layers, layer_ids=[1, 3, 5]", "classifier", 6, {"layer_ids": [1, 3, 5]}, [1, 3, 5]),
+        case(f"{classifier} with 5 layers (an odd number), layer_ids not given", "classifier", 5, {}, [0, 2, 4]),
+        case(f"{classifier} with 6 layers, layer_ids=(0, 5), a tuple", "classifier", 6, {"layer_ids": (0, 5)}, [0, 5]),
+        case("a BertModel teacher with 4 layers, layer_ids=[2]: a one-layer student", "bare", 4, {"layer_ids": [2]},
+             [2]),
+        case(f"{classifier} with 4 layers, layer_ids=[0, 1, 2, 3]: every layer", "classifier", 4,
+             {"layer_ids": [0, 1, 2, 3]}, [0, 1, 2, 3]),
+    ]
 
 
 def _prefix(teacher) -> str:
@@ -590,9 +608,9 @@ def check_init_student_from_teacher(student_fn, *, forbid: bool = True) -> str:
     student made from the student is changed, and the student must not change). Forbidden: the reference.
     """
     forbidden = INIT_STUDENT_FORBIDDEN if forbid else ()
-    cases = init_student_cases()
-    inputs = _inputs(generator_for(CHECK + " inputs"))
-    for number, (description, teacher, kwargs, expected_ids) in enumerate(cases, start=1):
+    cases = init_student_from_teacher_cases()
+    for number, case in enumerate(cases, start=1):
+        description, teacher, kwargs, expected_ids = case.description, case.teacher, case.kwargs, case.kept_layers
         context = f"test case {number} of {len(cases)} ({description})"
         num_layers = teacher.config.num_hidden_layers
         before = _snapshot(teacher)
@@ -604,6 +622,6 @@ def check_init_student_from_teacher(student_fn, *, forbid: bool = True) -> str:
         _compare_weights(state, expected_model.state_dict(), before, _prefix(teacher), expected_ids, num_layers,
                          "layer_ids" in kwargs, context)
         _check_config(student, len(expected_ids), isinstance(teacher, BertForSequenceClassification), context)
-        _check_output(student, expected_model, inputs, context)
+        _check_output(student, expected_model, case.batch, context)
         _check_not_shared(student_fn, student, context, forbidden)
     return f"{CHECK}: all {len(cases)} cases agree with the reference"

@@ -28,6 +28,8 @@ from autograder.checks.framework import (
     check_against_reference,
     failure_message,
     generator_for,
+    random_choice,
+    random_integer,
     random_normal,
     run_student,
 )
@@ -121,17 +123,32 @@ SLIDING_WINDOW_MASK_FORBIDDEN = (
 
 
 def sliding_window_mask_cases() -> list[Case]:
+    """Bidirectional windows of even and odd size and of size 1, causal windows, windows longer than the
+    sequence, one position, the device given. The sizes are drawn; a sequence is longer than its window
+    (but where the window is meant to be longer), so that the keys at the window's edge exist."""
+    g = generator_for("sliding_window_mask")
+
+    def case(n, window, note="", **kwargs):
+        options = "".join(f", {name}={value!r}" for name, value in kwargs.items())
+        return Case(f"n={n}, window={window}{options}{note}", (n, window), kwargs)
+
+    def longer_than(window, low=2):
+        return window + random_integer(g, low, 200)
+
+    even, odd = 2 * random_integer(g, 1, 30), 2 * random_integer(g, 1, 30) + 1
+    explicit, causal, causal_again, on_cpu = (random_integer(g, low, 60) for low in (2, 3, 2, 2))
+    short, short_causal = random_integer(g, 2, 40), random_integer(g, 2, 40)
     return [
-        Case("n=8, window=4 (bidirectional: 2 keys on each side)", (8, 4)),
-        Case("n=9, window=5 (bidirectional)", (9, 5)),
-        Case("n=7, window=1 (each position sees only itself)", (7, 1)),
-        Case("n=12, window=2, causal=False", (12, 2), {"causal": False}),
-        Case("n=10, window=3, causal=True (itself and the 2 keys before it)", (10, 3), {"causal": True}),
-        Case("n=6, window=4, causal=True", (6, 4), {"causal": True}),
-        Case("n=5, window=20 (a window longer than the sequence)", (5, 20)),
-        Case("n=5, window=20, causal=True", (5, 20), {"causal": True}),
-        Case("n=1, window=3", (1, 3)),
-        Case("n=6, window=3, causal=True, device='cpu'", (6, 3), {"causal": True, "device": "cpu"}),
+        case(longer_than(even), even, f" (bidirectional: {even // 2} keys on each side)"),
+        case(longer_than(odd), odd, " (bidirectional)"),
+        case(random_integer(g, 2, 1000), 1, " (each position sees only itself)"),
+        case(longer_than(explicit), explicit, causal=False),
+        case(longer_than(causal), causal, f" (itself and the {causal - 1} keys before it)", causal=True),
+        case(longer_than(causal_again, 1), causal_again, causal=True),
+        case(short, 2 * short + random_integer(g, 0, 200), " (a window longer than the sequence)"),
+        case(short_causal, short_causal + random_integer(g, 1, 200), causal=True),
+        case(1, random_integer(g, 1, 5000)),
+        case(longer_than(on_cpu), on_cpu, causal=True, device="cpu"),
     ]
 
 
@@ -216,7 +233,7 @@ def check_sliding_window_mask(student_fn, *, forbid: bool = True) -> str:
     """Compare ``sliding_window_mask(n, window, causal=False, device=None)`` with the reference.
 
     Cases: bidirectional windows of odd and even size, window 1, causal windows, windows longer than
-    the sequence, n = 1, device given. Exact comparison (bool).
+    the sequence, n = 1, device given; the sizes are drawn (n up to 1,000). Exact comparison (bool).
     Forbidden: the reference (and ``longformer_mask``), Hugging Face's sliding-window mask functions.
     """
     return check_against_reference(
@@ -330,20 +347,34 @@ KV_CACHE_BYTES_FORBIDDEN = (reference.kv_cache_bytes,)
 
 
 def kv_cache_bytes_cases() -> list[Case]:
+    """Published configurations (their layers, key/value heads and head size) with drawn batches and
+    lengths, a small float32 cache, an int8 one, the default ``bytes_per_value`` and keyword arguments.
+
+    A batch is never 1 or 2 (except in the first case, of one sequence) and never a number of layers,
+    so that forgetting the batch, the 2 (keys and values) or the layers gives three different sizes.
+    """
+    g = generator_for("kv_cache_bytes")
+    llama_length, int8_length = random_integer(g, 1, 32768), random_integer(g, 1, 65536)
+    mistral = (random_integer(g, 3, 31), random_integer(g, 1, 8192))
+    small = (random_integer(g, 3, 9), random_integer(g, 2, 64), random_integer(g, 10, 24), random_integer(g, 1, 8),
+             8 * random_integer(g, 1, 8))
+    bert = (random_integer(g, 3, 11), random_integer(g, 1, 512))
+    keywords = {"batch": random_integer(g, 3, 9), "seq_len": random_integer(g, 1, 4096),
+                "num_layers": random_integer(g, 10, 48), "num_kv_heads": random_integer(g, 1, 16),
+                "head_dim": 16 * random_integer(g, 1, 8), "bytes_per_value": random_choice(g, (1, 2, 4))}
     return [
-        Case("one token of Llama 2 70B: batch=1, seq_len=1, num_layers=80, num_kv_heads=8, head_dim=128 "
-             "(bytes_per_value left at its default, 2)", (1, 1, 80, 8, 128)),
-        Case("batch=4, seq_len=4096, num_layers=32, num_kv_heads=8, head_dim=128, bytes_per_value=2",
-             (4, 4096, 32, 8, 128, 2)),
-        Case("batch=2, seq_len=7, num_layers=3, num_kv_heads=2, head_dim=8, bytes_per_value=4 (float32)",
-             (2, 7, 3, 2, 8, 4)),
-        Case("batch=3, seq_len=512, num_layers=12, num_kv_heads=12, head_dim=64 (default bytes_per_value)",
-             (3, 512, 12, 12, 64)),
-        Case("batch=1, seq_len=32768, num_layers=32, num_kv_heads=1, head_dim=128, bytes_per_value=1",
-             (1, 32768, 32, 1, 128, 1)),
-        Case("all arguments by keyword: batch=5, seq_len=100, num_layers=6, num_kv_heads=4, head_dim=16, "
-             "bytes_per_value=2", (),
-             {"batch": 5, "seq_len": 100, "num_layers": 6, "num_kv_heads": 4, "head_dim": 16, "bytes_per_value": 2}),
+        Case(f"one sequence of Llama 2 70B: batch=1, seq_len={llama_length}, num_layers=80, num_kv_heads=8, "
+             "head_dim=128 (bytes_per_value left at its default, 2)", (1, llama_length, 80, 8, 128)),
+        Case(f"Mistral 7B: batch={mistral[0]}, seq_len={mistral[1]}, num_layers=32, num_kv_heads=8, head_dim=128, "
+             "bytes_per_value=2", (*mistral, 32, 8, 128, 2)),
+        Case("batch={}, seq_len={}, num_layers={}, num_kv_heads={}, head_dim={}, bytes_per_value=4 (float32)"
+             .format(*small), (*small, 4)),
+        Case(f"BERT-base: batch={bert[0]}, seq_len={bert[1]}, num_layers=12, num_kv_heads=12, head_dim=64 "
+             "(default bytes_per_value)", (*bert, 12, 12, 64)),
+        Case(f"batch=1, seq_len={int8_length}, num_layers=32, num_kv_heads=1, head_dim=128, bytes_per_value=1 (int8)",
+             (1, int8_length, 32, 1, 128, 1)),
+        Case("all arguments by keyword: " + ", ".join(f"{name}={value}" for name, value in keywords.items()), (),
+             keywords),
     ]
 
 
@@ -388,8 +419,9 @@ def check_kv_cache_bytes(student_fn, *, forbid: bool = True) -> str:
     """Compare ``kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_value=2)``
     with :func:`bertlab.efficient.kv_cache_bytes`.
 
-    Cases: published configurations (Llama 2 70B, Mistral 7B), float32 and int8 values, the default
-    ``bytes_per_value``, keyword arguments. Exact comparison: an int. Forbidden: the reference.
+    Cases: published configurations (Llama 2 70B, Mistral 7B, BERT-base) with drawn batches and
+    lengths, float32 and int8 values, the default ``bytes_per_value``, keyword arguments. Exact
+    comparison: an int. Forbidden: the reference.
     """
     return check_against_reference(
         student_fn,
@@ -441,13 +473,15 @@ def flash_attention_cases() -> list[Case]:
     fully_masked[4] = False
     fully_masked[4, 9] = True  # query 4 sees only the last key (the last block)
     with_causal = torch.rand((8, 8), generator=g) < 0.7
+    large_logits = _qkv(g, (3, 5, 8), (3, 20, 8), 4, scale=10.0)
+    large_logits[0][:, 1] *= 1e-3  # far below the other queries: one maximum for a whole tile underflows it
     return [
         Case("q (6, 8), k (10, 8), v (10, 5), block_size=4, no mask, float32",
              _qkv(g, (6, 8), (10, 8), 5), {"block_size": 4}),
         Case("q (2, 3, 17, 16), k and v (2, 3, 17, 16), block_size=8 (17 is not a multiple of 8)",
              _qkv(g, (2, 3, 17, 16), (2, 3, 17, 16), 16), {"block_size": 8}),
-        Case("q (3, 5, 8), k (3, 20, 8), v (3, 20, 4), block_size=4, scores of about 100 (large logits)",
-             _qkv(g, (3, 5, 8), (3, 20, 8), 4, scale=10.0), {"block_size": 4}),
+        Case("q (3, 5, 8), k (3, 20, 8), v (3, 20, 4), block_size=4, scores of about 100 (large logits) but "
+             "those of query 1, of about 0.1", large_logits, {"block_size": 4}),
         Case("q, k, v (2, 13, 8), causal=True, block_size=4",
              _qkv(g, (2, 13, 8), (2, 13, 8), 8), {"causal": True, "block_size": 4}),
         Case("q (7, 8), k (12, 8), v (12, 3), causal=True (N < M: query i sees keys 0..i), block_size=4",
@@ -574,12 +608,12 @@ def check_flash_attention(student_fn, *, forbid: bool = True) -> str:
     """Compare ``flash_attention(q, k, v, mask=None, causal=False, block_size=128)`` with
     ``F.scaled_dot_product_attention``, and check that no (N, M) matrix is ever allocated.
 
-    Cases: with and without batch and head dims, N != M, lengths that are not multiples of the
-    block, causal with N < M and N > M, random, padding and causal masks combined, a fully masked
-    query (zeros expected), N = M = 1, the default block size, large logits, float64 and bfloat16
-    (expected: computed in float32, rounded to bfloat16). Tolerance: float32 atol 2e-5, rtol 2e-4;
-    otherwise the framework's defaults. Memory: on N = M = 512 with block_size=64, no tensor the
-    student's code allocates may hold more than 2 N D numbers per batch (a (64, 512) row of tiles is
+    Cases: with and without batch and head dims, N != M, lengths that are not multiples of the block,
+    causal with N < M and N > M, random, padding and causal masks combined, a fully masked query (zeros
+    expected), N = M = 1, the default block size, large logits (one query far below the others), float64
+    and bfloat16 (expected: computed in float32, rounded to bfloat16). Tolerance: float32 atol 2e-5,
+    rtol 2e-4; otherwise the framework's defaults. Memory: on N = M = 512 with block_size=64, no tensor
+    the student's code allocates may hold more than 2 N D numbers per batch (a (64, 512) row of tiles is
     already too many). Forbidden: every built-in attention (``F.scaled_dot_product_attention`` and its
     ``torch.ops``), ``bertlab.attention.scaled_dot_product_attention`` and the reference.
     """

@@ -51,6 +51,8 @@ from autograder.checks.framework import (
     describe_difference,
     fail,
     generator_for,
+    random_choice,
+    random_integer,
     run_student,
 )
 from autograder.checks.modules import DropoutHints, build_with_reference_weights, check_dropout, tiny_bert_config
@@ -159,6 +161,60 @@ def _head_inputs(config: BertConfig, num_labels: int, generator: torch.Generator
         _Inputs("input_ids (1, 1): one token, labels (1,)", {"input_ids": ids(1, 1), "labels": labels(1)}),
         _Inputs("input_ids (3, 4) without labels (the loss must be None)", {"input_ids": ids(3, 4)}),
     ]
+
+
+@dataclass(frozen=True)
+class HeadCase:
+    """A configuration (num_labels None: the constructor's default, 2), the reference classifier with
+    random weights in eval mode, and the batches it classifies."""
+
+    description: str
+    config: BertConfig
+    num_labels: int | None
+    reference: nn.Module
+    inputs: list[_Inputs]
+
+
+def bert_for_sequence_classification_cases() -> list[HeadCase]:
+    """The configurations of HEAD_CONFIGS with random weights, each with random batches: no token types nor
+    mask, sentence pairs, padding, one token, no labels."""
+    generator = generator_for("BertForSequenceClassification")
+    cases = []
+    for description, config, num_labels in HEAD_CONFIGS:
+        labels = 2 if num_labels is None else num_labels
+        reference_model = _classifier(config, generator, labels).eval()
+        inputs = _head_inputs(config, labels, generator)
+        cases.append(HeadCase(description, config, num_labels, reference_model, inputs))
+    return cases
+
+
+@dataclass(frozen=True)
+class HeadDropoutCase:
+    """The training-mode test: a reference classifier whose weight is the identity (num_labels =
+    hidden_size) and whose bias is ``bias``, and the input_ids of the batch."""
+
+    description: str
+    reference: nn.Module
+    bias: torch.Tensor
+    input_ids: torch.Tensor
+
+
+def bert_for_sequence_classification_dropout_case() -> HeadDropoutCase:
+    """DROPOUT_CONFIG with random weights but the classifier's (W = I, a random bias b far from 0, so that a
+    dropped entry reads as b), and a batch (16, 5)."""
+    generator = generator_for("BertForSequenceClassification dropout")
+    config = DROPOUT_CONFIG
+    H, p = config.hidden_size, config.hidden_dropout_prob
+    reference_model = _classifier(config, generator, num_labels=H).eval()
+    bias = 0.5 + torch.rand(H, generator=generator)
+    with torch.no_grad():
+        reference_model.classifier.weight.copy_(torch.eye(H))
+        reference_model.classifier.bias.copy_(bias)
+    description = (f"hidden_size={H}, hidden_dropout_prob={p}, num_labels={H} with the classifier's weight set to "
+                   f"the identity; in training mode (model.train(), with model.bert.eval() so that only the head's "
+                   f"dropout acts)")
+    input_ids = torch.randint(0, config.vocab_size, (16, 5), generator=generator)
+    return HeadDropoutCase(description, reference_model, bias, input_ids)
 
 
 def _head_features(reference_model: nn.Module, kwargs: dict):
@@ -325,24 +381,16 @@ def _fail_on_another_probability(kept: torch.Tensor, kept_pooled: torch.Tensor, 
              "nn.Dropout(config.hidden_dropout_prob), not a fixed probability.")
 
 
-def _check_head_dropout(student_cls, generator: torch.Generator, forbidden) -> str:
+def _check_head_dropout(student_cls, forbidden) -> str:
     """In training mode, with W = I and a random bias b: logits - b must be a dropout of the pooled
     vector (:func:`check_dropout`)."""
     check = "BertForSequenceClassification"
-    config = DROPOUT_CONFIG
+    case = bert_for_sequence_classification_dropout_case()
+    config, reference_model, bias, input_ids = DROPOUT_CONFIG, case.reference, case.bias, case.input_ids
     H, p = config.hidden_size, config.hidden_dropout_prob
-    reference_model = _classifier(config, generator, num_labels=H).eval()
-    bias = 0.5 + torch.rand(H, generator=generator)  # far from 0, so a dropped entry reads as b, not 0
-    with torch.no_grad():
-        reference_model.classifier.weight.copy_(torch.eye(H))
-        reference_model.classifier.bias.copy_(bias)
-    description = (f"hidden_size=16, hidden_dropout_prob={p}, num_labels=16 with the classifier's weight set to "
-                   f"the identity; in training mode (model.train(), with model.bert.eval() so that only the head's "
-                   f"dropout acts)")
-    module, context = _build_head(student_cls, config, H, description, forbidden, reference_model)
+    module, context = _build_head(student_cls, config, H, case.description, forbidden, reference_model)
     module.train()
     module.bert.eval()
-    input_ids = torch.randint(0, config.vocab_size, (16, 5), generator=generator)
     output = run_student(module, Case(context, (), {"input_ids": input_ids}), check=check, forbidden=forbidden,
                          context=context)
     module.eval()
@@ -376,17 +424,15 @@ def check_BertForSequenceClassification(student_cls, *, forbid: bool = True) -> 
     BertForSequenceClassification (bertlab.bert.BertModel is the backbone to use).
     """
     forbidden = HEAD_FORBIDDEN if forbid else ()
-    generator = generator_for("BertForSequenceClassification")
     checked = 0
-    for description, config, num_labels in HEAD_CONFIGS:
-        labels = 2 if num_labels is None else num_labels
-        reference_model = _classifier(config, generator, labels).eval()
-        module, built = _build_head(student_cls, config, num_labels, description, forbidden, reference_model)
+    for case in bert_for_sequence_classification_cases():
+        module, built = _build_head(student_cls, case.config, case.num_labels, case.description, forbidden,
+                                    case.reference)
         module.eval()
-        for inputs in _head_inputs(config, labels, generator):
-            _compare_head(module, reference_model, inputs, f"{inputs.description}; {built}", forbidden)
+        for inputs in case.inputs:
+            _compare_head(module, case.reference, inputs, f"{inputs.description}; {built}", forbidden)
             checked += 1
-    _check_head_dropout(student_cls, generator, forbidden)
+    _check_head_dropout(student_cls, forbidden)
     return f"BertForSequenceClassification: all {checked + 1} cases agree with the reference"
 
 
@@ -396,17 +442,45 @@ def check_BertForSequenceClassification(student_cls, *, forbid: bool = True) -> 
 
 FREEZE_FORBIDDEN = (reference.freeze_layers,)
 
-#: (description, number of encoder layers, num_trainable_layers, the flags before the call).
-FREEZE_CASES = (
-    ("4 encoder layers, num_trainable_layers=1", 4, 1, "trainable"),
-    ("4 encoder layers, num_trainable_layers=0 (only the head trains)", 4, 0, "trainable"),
-    ("4 encoder layers, num_trainable_layers=4 (every layer trains)", 4, 4, "trainable"),
-    ("3 encoder layers, num_trainable_layers=2", 3, 2, "trainable"),
-    ("2 encoder layers, num_trainable_layers=1, on a model whose parameters were ALL frozen before the call",
-     2, 1, "frozen"),
-    ("5 encoder layers, num_trainable_layers=3, on a model frozen before by freeze_layers(model, 1)", 5, 3, "one"),
-    ("1 encoder layer, num_trainable_layers=1", 1, 1, "trainable"),
-)
+@dataclass(frozen=True)
+class FreezeCase:
+    """A classifier with random weights, its requires_grad flags set as the description says, and the
+    number of layers to train."""
+
+    description: str
+    model: nn.Module
+    num_trainable_layers: int
+
+
+def freeze_layers_cases() -> list[FreezeCase]:
+    """Models of 1 to 6 encoder layers training some of their layers, none, all; models that arrive
+    entirely frozen, or frozen by an earlier freeze_layers(model, 1); the numbers of layers are drawn.
+
+    In the first case the layers that train are at least two more, or two fewer, than those frozen: so
+    that counting the frozen layers instead of the trained ones gives a split of its own, neither the
+    right one nor that of an off-by-one, and the hint names the mistake.
+    """
+    g = generator_for("freeze_layers")
+
+    def case(num_layers, num_trainable_layers, note="", before="trainable"):
+        model = _set_flags(_classifier(tiny_bert_config(num_layers), g), before)
+        layers = f"{num_layers} encoder layer{'s' if num_layers > 1 else ''}"
+        return FreezeCase(f"{layers}, num_trainable_layers={num_trainable_layers}{note}", model, num_trainable_layers)
+
+    first = random_integer(g, 4, 6)
+    trained = random_choice(g, [k for k in range(1, first) if abs(first - 2 * k) >= 2])
+    everything, nothing, some, all_frozen, refrozen = (random_integer(g, low, 6) for low in (2, 2, 3, 2, 3))
+    return [
+        case(first, trained),
+        case(nothing, 0, " (only the head trains)"),
+        case(everything, everything, " (every layer trains)"),
+        case(some, random_integer(g, 1, some - 1)),
+        case(all_frozen, random_integer(g, 1, all_frozen - 1), ", on a model whose parameters were ALL frozen before "
+             "the call", "frozen"),
+        case(refrozen, random_integer(g, 2, refrozen - 1), ", on a model frozen before by freeze_layers(model, 1)",
+             "one"),
+        case(1, 1),
+    ]
 
 
 def record_trainable_parameters(module: nn.Module) -> None:
@@ -509,18 +583,18 @@ def _describe_split(trainable: set[str], expected: set[str]) -> str:
 def check_freeze_layers(student_fn, *, forbid: bool = True) -> str:
     """Compare ``freeze_layers(model, num_trainable_layers)`` with :func:`bertlab.finetuning.freeze_layers`.
 
-    Cases: BertForSequenceClassification models with 1 to 5 encoder layers; num_trainable_layers 0,
-    1, 2, 3 and L; models that arrive trainable, entirely frozen, or frozen by an earlier
-    freeze_layers(model, 1) call. The function must return the model, whose trainable parameters
-    (requires_grad) must be exactly the reference's: the top num_trainable_layers layers, the pooler
-    and the classifier. Forbidden: the reference.
+    Cases: BertForSequenceClassification models with 1 to 6 encoder layers; num_trainable_layers 0,
+    some, and L; models that arrive trainable, entirely frozen, or frozen by an earlier
+    freeze_layers(model, 1) call; the numbers of layers are drawn. The function must return the model,
+    whose trainable parameters (requires_grad) must be exactly the reference's: the top
+    num_trainable_layers layers, the pooler and the classifier. Forbidden: the reference.
     """
     check = "freeze_layers"
     forbidden = FREEZE_FORBIDDEN if forbid else ()
-    generator = generator_for(check)
-    for number, (description, num_layers, k, state) in enumerate(FREEZE_CASES, start=1):
-        context = f"test case {number} of {len(FREEZE_CASES)} ({description})"
-        model = _set_flags(_classifier(tiny_bert_config(num_layers), generator), state)
+    cases = freeze_layers_cases()
+    for number, case in enumerate(cases, start=1):
+        description, model, k = case.description, case.model, case.num_trainable_layers
+        context = f"test case {number} of {len(cases)} ({description})"
         fresh = copy.deepcopy(model)  # for the reference and the mistakes
         all_names = [name for name, _ in model.named_parameters()]
         returned = run_student(student_fn, Case(description, (model, k)), check=check, forbidden=forbidden,
@@ -551,7 +625,7 @@ def check_freeze_layers(student_fn, *, forbid: bool = True) -> str:
                     hint = mistake.hint
                     break
             fail(check, context, _describe_split(set(trainable), expected), hint)
-    return f"freeze_layers: all {len(FREEZE_CASES)} cases agree with the reference"
+    return f"freeze_layers: all {len(cases)} cases agree with the reference"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -561,19 +635,59 @@ def check_freeze_layers(student_fn, *, forbid: bool = True) -> str:
 PARAM_GROUPS_FORBIDDEN = (reference.param_groups, reference.make_optimizer,
                           "bertlab.pretraining.weight_decay_groups")
 
-#: (description, layers, (encoder_lr, head_lr, weight_decay), extra keyword arguments, freeze_layers k or None).
-PARAM_GROUPS_CASES = (
-    ("2 encoder layers; encoder_lr=1e-3, head_lr=1e-3, weight_decay=0.01, layer_decay left at its default 1.0",
-     2, (1e-3, 1e-3, 0.01), {}, None),
-    ("3 encoder layers; encoder_lr=2e-5, head_lr=1e-3, weight_decay=0.01, layer_decay=0.5",
-     3, (2e-5, 1e-3, 0.01), {"layer_decay": 0.5}, None),
-    ("4 encoder layers, the embeddings and layers 0 and 1 frozen by freeze_layers(model, 2); encoder_lr=5e-5, "
-     "head_lr=5e-4, weight_decay=0.1, layer_decay=0.8", 4, (5e-5, 5e-4, 0.1), {"layer_decay": 0.8}, 2),
-    ("1 encoder layer; encoder_lr=1e-4, head_lr=3e-4, weight_decay=0.0, layer_decay=0.95",
-     1, (1e-4, 3e-4, 0.0), {"layer_decay": 0.95}, None),
-    ("3 encoder layers, only the head trains (freeze_layers(model, 0)); encoder_lr=3e-5, head_lr=2e-4, "
-     "weight_decay=0.05, layer_decay=0.9", 3, (3e-5, 2e-4, 0.05), {"layer_decay": 0.9}, 0),
-)
+@dataclass(frozen=True)
+class ParamGroupsCase:
+    """A classifier with random weights (some of them frozen, where the description says so) and the
+    arguments of the call: (encoder_lr, head_lr, weight_decay) and the keyword arguments."""
+
+    description: str
+    model: nn.Module
+    rates: tuple[float, float, float]
+    kwargs: dict
+
+
+def _rate(generator: torch.Generator, low_exponent: int, high_exponent: int) -> float:
+    """A learning rate of two significant digits, from 1e``low_exponent`` to 9.9e``high_exponent``."""
+    return float(f"{random_integer(generator, 10, 99)}e{random_integer(generator, low_exponent, high_exponent) - 1}")
+
+
+def param_groups_cases() -> list[ParamGroupsCase]:
+    """Equal and different rates for encoder and head, layer_decay left at 1 and given, models partly
+    frozen and training only their head, one layer with no weight decay; the numbers of layers, the
+    rates, the weight decays and the layer decays are drawn (the encoder's rate below 1e-4, the head's
+    above: never equal where they are meant to differ)."""
+    g = generator_for("param_groups")
+
+    def weight_decay():
+        return random_integer(g, 1, 20) / 100
+
+    def layer_decay():
+        return random_integer(g, 30, 95) / 100
+
+    def case(num_layers, rates, kwargs, frozen=None, note=""):
+        model = _classifier(tiny_bert_config(num_layers), g)
+        if frozen is not None:
+            reference.freeze_layers(model, frozen)
+        layers = f"{num_layers} encoder layer{'s' if num_layers > 1 else ''}{note}"
+        arguments = ", ".join(f"{name}={value!r}" for name, value in
+                              [*zip(("encoder_lr", "head_lr", "weight_decay"), rates), *kwargs.items()])
+        default = "" if "layer_decay" in kwargs else ", layer_decay left at its default 1.0"
+        return ParamGroupsCase(f"{layers}; {arguments}{default}", model, rates, kwargs)
+
+    same = _rate(g, -4, -3)
+    partly = random_integer(g, 3, 6)
+    kept = random_integer(g, 1, partly - 1)
+    return [
+        case(random_integer(g, 2, 4), (same, same, weight_decay()), {}),
+        case(random_integer(g, 2, 5), (_rate(g, -6, -5), _rate(g, -4, -3), weight_decay()),
+             {"layer_decay": layer_decay()}),
+        case(partly, (_rate(g, -6, -5), _rate(g, -4, -3), weight_decay()), {"layer_decay": layer_decay()}, kept,
+             f", the embeddings and layers 0 to {partly - kept - 1} frozen by freeze_layers(model, {kept})"),
+        case(1, (_rate(g, -6, -5), _rate(g, -4, -3), 0.0), {"layer_decay": layer_decay()}),
+        case(random_integer(g, 2, 5), (_rate(g, -6, -5), _rate(g, -4, -3), weight_decay()),
+             {"layer_decay": layer_decay()}, 0, ", only the head trains (freeze_layers(model, 0))"),
+    ]
+
 
 #: Learning rates and weight decays are products of a few floats: they may differ in the last bits.
 RATE_TOLERANCE = Tolerance(atol=0.0, rtol=1e-6)
@@ -729,9 +843,10 @@ def check_param_groups(student_fn, *, forbid: bool = True) -> str:
     """Compare ``param_groups(model, encoder_lr, head_lr, weight_decay, layer_decay=1.0)`` with
     :func:`bertlab.finetuning.param_groups`.
 
-    Cases: BertForSequenceClassification models with 1 to 4 encoder layers, equal and different
-    learning rates for encoder and head, layer_decay 1 (default), 0.5, 0.8, 0.9, 0.95, weight decay 0
-    to 0.1, models partly frozen by freeze_layers (k = 2 and 0). The result must be a list of dicts with
+    Cases: BertForSequenceClassification models with 1 to 6 encoder layers, equal and different
+    learning rates for encoder and head, layer_decay 1 (default) and 0.3 to 0.95, weight decay 0 and
+    0.01 to 0.2, models partly frozen by freeze_layers (some layers, and k = 0); the numbers of
+    layers and the rates are drawn. The result must be a list of dicts with
     "params", "lr" and "weight_decay"; every trainable parameter in exactly one group, no frozen one
     in any; each parameter with the reference's lr and weight_decay (relative tolerance 1e-6). The
     grouping itself is free (one group per parameter is fine). Forbidden: the reference (and
@@ -739,12 +854,10 @@ def check_param_groups(student_fn, *, forbid: bool = True) -> str:
     """
     check = "param_groups"
     forbidden = PARAM_GROUPS_FORBIDDEN if forbid else ()
-    generator = generator_for(check)
-    for number, (description, num_layers, rates, kwargs, frozen) in enumerate(PARAM_GROUPS_CASES, start=1):
-        context = f"test case {number} of {len(PARAM_GROUPS_CASES)} ({description})"
-        model = _classifier(tiny_bert_config(num_layers), generator)
-        if frozen is not None:
-            reference.freeze_layers(model, frozen)
+    cases = param_groups_cases()
+    for number, case in enumerate(cases, start=1):
+        description, model, rates, kwargs = case.description, case.model, case.rates, case.kwargs
+        context = f"test case {number} of {len(cases)} ({description})"
         groups = run_student(student_fn, Case(description, (model, *rates), kwargs), check=check, forbidden=forbidden,
                              parameter_names=["model", "encoder_lr", "head_lr", "weight_decay"], context=context)
         found = _match_parameters(model, _read_groups(groups, context), context)
@@ -781,7 +894,7 @@ def check_param_groups(student_fn, *, forbid: bool = True) -> str:
                        f"you gave lr={actual[name][0]:.6g}, weight_decay={actual[name][1]:.6g}, expected "
                        f"lr={expected[name][0]:.6g}, weight_decay={expected[name][1]:.6g}.")
             fail(check, context, problem, hint)
-    return f"param_groups: all {len(PARAM_GROUPS_CASES)} cases agree with the reference"
+    return f"param_groups: all {len(cases)} cases agree with the reference"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -804,7 +917,10 @@ def seeded_classification_loss(model: nn.Module, batch: dict) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class _TrainingCase:
+class TrainingSetup:
+    """How an epoch of a case trains: the optimizer and its rate, the scheduler, the batch sizes, the
+    clipping, and how many layers freeze_layers leaves trainable (None: the whole model trains)."""
+
     description: str
     num_layers: int
     optimizer: str  # "sgd", "momentum" or "adamw"
@@ -815,43 +931,72 @@ class _TrainingCase:
     frozen: int | None = None
 
 
-TRAINING_CASES = (
-    _TrainingCase("SGD (lr 0.5), StepLR halving the rate after every step, 4 batches of 4, 4, 4 and 2 examples, "
+TRAINING_SETUPS = (
+    TrainingSetup("SGD (lr 0.5), StepLR halving the rate after every step, 4 batches of 4, 4, 4 and 2 examples, "
                   "max_grad_norm=0.05; the model arrives in eval mode", 2, "sgd", 0.5, "step", (4, 4, 4, 2), 0.05),
-    _TrainingCase("AdamW (lr 0.01, weight_decay 0.01), LinearLR warming up from 25% of the rate over 3 steps, "
+    TrainingSetup("AdamW (lr 0.01, weight_decay 0.01), LinearLR warming up from 25% of the rate over 3 steps, "
                   "3 batches of 3 examples, max_grad_norm=1.0; the model arrives in eval mode",
                   1, "adamw", 0.01, "linear", (3, 3, 3), 1.0),
-    _TrainingCase("SGD with momentum 0.9 (lr 0.2), StepLR, a model frozen by freeze_layers(model, 1), batches of "
+    TrainingSetup("SGD with momentum 0.9 (lr 0.2), StepLR, a model frozen by freeze_layers(model, 1), batches of "
                   "5, 4 and 3 examples, max_grad_norm=0.1; the model arrives in eval mode",
                   2, "momentum", 0.2, "step", (5, 4, 3), 0.1, frozen=1),
-    _TrainingCase("one batch of 6 examples, SGD (lr 0.5), StepLR, max_grad_norm=100 (no clipping); the model "
+    TrainingSetup("one batch of 6 examples, SGD (lr 0.5), StepLR, max_grad_norm=100 (no clipping); the model "
                   "arrives in eval mode", 1, "sgd", 0.5, "step", (6,), 100.0),
 )
 
 
-def _training_run(case: _TrainingCase):
-    """(model, batches, optimizer, scheduler) of a case, the same at every call."""
-    generator = generator_for("train_epoch " + case.description)
-    config = tiny_bert_config(case.num_layers, hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.1)
-    model = _classifier(config, generator)
-    if case.frozen is not None:
-        reference.freeze_layers(model, case.frozen)
-    model.eval()  # as it would be after an evaluation: the loop must switch to training mode
-    batches, start = [], 0
-    for size in case.batch_sizes:
-        length = 7
-        attention_mask = (torch.arange(length) < torch.randint(3, length + 1, (size, 1), generator=generator)).long()
-        input_ids = torch.randint(5, config.vocab_size, (size, length), generator=generator) * attention_mask
-        batches.append({"input_ids": input_ids, "token_type_ids": torch.zeros_like(input_ids),
-                        "attention_mask": attention_mask, "labels": torch.randint(0, 2, (size,), generator=generator),
-                        "index": torch.arange(start, start + size)})
-        start += size
+@dataclass(frozen=True)
+class TrainingCase:
+    """A setup with its drawn values: the model before the epoch (random weights, in eval mode, frozen as
+    the setup says) and the batches."""
+
+    setup: TrainingSetup
+    model: nn.Module
+    batches: list[dict[str, torch.Tensor]]
+
+    @property
+    def description(self) -> str:
+        return self.setup.description
+
+
+def train_epoch_cases() -> list[TrainingCase]:
+    """For every setup of TRAINING_SETUPS (dropout 0.2 and 0.1 in the model), a model with random weights
+    and batches of random ids, lengths (padding) and labels; each example's index in the epoch is in
+    its batch (the loss function seeds the dropout with it)."""
+    generator = generator_for("train_epoch")
+    cases = []
+    for setup in TRAINING_SETUPS:
+        config = tiny_bert_config(setup.num_layers, hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.1)
+        model = _classifier(config, generator)
+        if setup.frozen is not None:
+            reference.freeze_layers(model, setup.frozen)
+        model.eval()  # as it would be after an evaluation: the loop must switch to training mode
+        batches, start = [], 0
+        for size in setup.batch_sizes:
+            length = 7
+            lengths = torch.randint(3, length + 1, (size, 1), generator=generator)
+            attention_mask = (torch.arange(length) < lengths).long()
+            input_ids = torch.randint(5, config.vocab_size, (size, length), generator=generator) * attention_mask
+            labels = torch.randint(0, 2, (size,), generator=generator)
+            batches.append({"input_ids": input_ids, "token_type_ids": torch.zeros_like(input_ids),
+                            "attention_mask": attention_mask, "labels": labels,
+                            "index": torch.arange(start, start + size)})
+            start += size
+        cases.append(TrainingCase(setup, model, batches))
+    return cases
+
+
+def _training_run(case: TrainingCase):
+    """(model, batches, optimizer, scheduler) of a case, fresh copies at every call."""
+    setup = case.setup
+    model = copy.deepcopy(case.model)
+    batches = [{name: tensor.clone() for name, tensor in batch.items()} for batch in case.batches]
     trainable = [p for p in model.parameters() if p.requires_grad]
-    if case.optimizer == "adamw":
-        optimizer = torch.optim.AdamW(trainable, lr=case.lr, weight_decay=0.01)
+    if setup.optimizer == "adamw":
+        optimizer = torch.optim.AdamW(trainable, lr=setup.lr, weight_decay=0.01)
     else:
-        optimizer = torch.optim.SGD(trainable, lr=case.lr, momentum=0.9 if case.optimizer == "momentum" else 0.0)
-    if case.scheduler == "step":
+        optimizer = torch.optim.SGD(trainable, lr=setup.lr, momentum=0.9 if setup.optimizer == "momentum" else 0.0)
+    if setup.scheduler == "step":
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     else:
         scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=0.25, total_iters=3)
@@ -940,11 +1085,11 @@ TRAIN_EPOCH_MISTAKES = (
 )
 
 
-def _run_training(function: Callable, case: _TrainingCase):
+def _run_training(function: Callable, case: TrainingCase):
     model, batches, optimizer, scheduler = _training_run(case)
     with torch.enable_grad():
         return function(model, batches, seeded_classification_loss, optimizer, scheduler, CPU,
-                        max_grad_norm=case.max_grad_norm)
+                        max_grad_norm=case.setup.max_grad_norm)
 
 
 def check_train_epoch(student_fn, *, forbid: bool = True) -> str:
@@ -960,11 +1105,12 @@ def check_train_epoch(student_fn, *, forbid: bool = True) -> str:
     """
     check = "train_epoch"
     forbidden = TRAIN_EPOCH_FORBIDDEN if forbid else ()
-    for number, case in enumerate(TRAINING_CASES, start=1):
-        context = f"test case {number} of {len(TRAINING_CASES)} ({case.description})"
+    cases = train_epoch_cases()
+    for number, case in enumerate(cases, start=1):
+        context = f"test case {number} of {len(cases)} ({case.description})"
         model, batches, optimizer, scheduler = _training_run(case)
         arguments = Case(case.description, (model, batches, seeded_classification_loss, optimizer, scheduler, CPU),
-                         {"max_grad_norm": case.max_grad_norm})
+                         {"max_grad_norm": case.setup.max_grad_norm})
         actual = run_student(_with_gradients(student_fn), arguments, check=check, forbidden=forbidden,
                              parameter_names=["model", "batches", "loss_fn", "optimizer", "scheduler", "device"],
                              context=context)
@@ -981,4 +1127,4 @@ def check_train_epoch(student_fn, *, forbid: bool = True) -> str:
                         hint = mistake.hint
                         break
             fail(check, context, difference, hint)
-    return f"train_epoch: all {len(TRAINING_CASES)} cases agree with the reference"
+    return f"train_epoch: all {len(cases)} cases agree with the reference"

@@ -5,10 +5,12 @@ drawn at grading time, and either returns a short summary or raises :class:`Chec
 message a student can act on: what differs, where, by how much, and, when the wrong output matches a
 known mistake, a hint about that mistake. Four pieces:
 
-- :class:`Case`, :func:`generator_for`, :func:`random_normal`: the inputs of a check, drawn from a
-  generator seeded by the check's name and, when the grader runs the check, by the grading run's
-  seed (:func:`use_run_seed`), which only the grader knows: a student's code cannot compute the
-  cases ahead of time, and a regrade with the same seed meets the same inputs.
+- :class:`Case`, :func:`generator_for`, :func:`random_normal`, :func:`random_integer`,
+  :func:`random_choice`: the inputs of a check, drawn from a generator seeded by the check's name and,
+  when the grader runs the check, by the grading run's seed (:func:`use_run_seed`), which only the
+  grader knows: a student's code cannot compute the cases ahead of time, and a regrade with the same
+  seed meets the same inputs. Every hidden case depends on that seed: its values, and also its sizes
+  and integer arguments, which are drawn too.
 - :func:`describe_difference`, :func:`assert_close`, :class:`Mistake`: the comparison and its
   diagnosis; a check lists known-wrong implementations (forgot 1/sqrt(d_k), softmax over the wrong
   axis, ...) and the hint shown when the student's output equals one of theirs.
@@ -113,6 +115,22 @@ def random_normal(
     (up to the rounding of its dtype).
     """
     return (torch.randn(shape, generator=generator, dtype=torch.float64) * scale + shift).to(dtype)
+
+
+def random_integer(generator: torch.Generator, low: int, high: int) -> int:
+    """An integer drawn uniformly from ``low`` to ``high`` (both included) with ``generator``.
+
+    The sizes and integer arguments of the cases (lengths, window sizes, numbers of heads, ...) are drawn
+    with it, so that a hidden case changes with the grading run's seed however small its input: a table
+    of answers computed ahead of time, on the cases a student can draw, misses it. Draw from ranges wide
+    enough that two seeds rarely give the same case.
+    """
+    return int(torch.randint(low, high + 1, (1,), generator=generator))
+
+
+def random_choice(generator: torch.Generator, options: Sequence):
+    """One of ``options``, drawn uniformly with ``generator``."""
+    return options[random_integer(generator, 0, len(options) - 1)]
 
 
 def _clone(value):

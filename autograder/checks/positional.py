@@ -18,6 +18,7 @@ from autograder.checks.framework import (
     Tolerance,
     check_against_reference,
     generator_for,
+    random_integer,
     random_normal,
 )
 from bertlab import positional as reference
@@ -52,14 +53,30 @@ SINUSOIDAL_TOLERANCES = {**DEFAULT_TOLERANCES, torch.float32: Tolerance(atol=2e-
 
 
 def sinusoidal_positional_encoding_cases() -> list[Case]:
+    """A few positions of width 4 with a given base, one position, many positions (up to 512), widths up
+    to 4,096, an odd width; the sizes and the base are drawn.
+
+    The first case keeps the angles small (under about 1,000 radians), where equally correct float32
+    computations agree to 1e-4: a wrong encoding fails there with its hint.
+    """
+    g = generator_for("sinusoidal_positional_encoding")
+
+    def even(low, high):
+        return 2 * random_integer(g, low // 2, high // 2)
+
+    def case(num_positions, d_model, note="", **kwargs):
+        extra = "".join(f", {name}={value!r}" for name, value in kwargs.items())
+        return Case(f"num_positions={num_positions}, d_model={d_model}{extra}{note}", (num_positions, d_model), kwargs)
+
+    longest = random_integer(g, 400, 512)
     return [
-        Case("num_positions=4, d_model=4", (4, 4)),
-        Case("num_positions=1, d_model=6: a single position", (1, 6)),
-        Case("num_positions=50, d_model=16", (50, 16)),
-        Case("num_positions=128, d_model=64", (128, 64)),
-        Case("num_positions=512, d_model=32 (positions up to 511)", (512, 32)),
-        Case("num_positions=20, d_model=8, base=1000.0", (20, 8), {"base": 1000.0}),
-        Case("num_positions=9, d_model=7 (odd: the last feature is a sine)", (9, 7)),
+        case(random_integer(g, 2, 8), 4, base=float(random_integer(g, 100, 5000))),
+        case(1, even(2, 4096), ": a single position"),
+        case(random_integer(g, 10, 100), even(4, 64)),
+        case(random_integer(g, 30, 200), even(8, 64)),
+        case(random_integer(g, 100, 300), even(32, 128)),
+        case(longest, even(16, 64), f" (positions up to {longest - 1})"),
+        case(random_integer(g, 2, 64), 2 * random_integer(g, 1, 31) + 1, " (odd: the last feature is a sine)"),
     ]
 
 
@@ -119,8 +136,9 @@ SINUSOIDAL_MISTAKES = (
 def check_sinusoidal_positional_encoding(student_fn, *, forbid: bool = True) -> str:
     """Compare ``sinusoidal_positional_encoding(num_positions, d_model, base=10000.0)`` with the reference.
 
-    Cases: 1 to 512 positions, d_model from 4 to 64, an odd d_model, base 1000. Tolerance: float32
-    atol 2e-4, rtol 1e-4 (angles of positions up to 511 round differently in float32).
+    Cases: 1 to 512 positions, d_model from 2 to 4096, an odd d_model, a base from 100 to 5000; the
+    sizes and the base are drawn. Tolerance: float32 atol 2e-4, rtol 1e-4 (angles of positions up to
+    511 round differently in float32).
     Forbidden: the reference (and its frequency helper) and Hugging Face's sinusoid tables.
     """
     return check_against_reference(
@@ -158,27 +176,54 @@ RELATIVE_POSITION_BUCKET_FORBIDDEN = (
 
 
 def relative_position_bucket_cases() -> list[Case]:
+    """Relative positions near 0 (in the exact buckets), ranges beyond max_distance (up to about +-2500),
+    key - query tables, both directions, other numbers of buckets and distances, an int32 input; the
+    positions, the shapes, the numbers of buckets and the distances are drawn.
+
+    The first cases stay within the exact buckets, where the mistakes of the logarithmic buckets (the
+    scale, the rounding) cannot be mistaken for one another; the later ones reach the log buckets."""
     g = generator_for("relative_position_bucket")
+
+    def around_zero(low, high):  # low .. high steps before and after 0
+        return torch.arange(-random_integer(g, low, high), random_integer(g, low, high) + 1)
 
     def key_minus_query(n, m):
         return torch.arange(m)[None, :] - torch.arange(n)[:, None]  # (N, M)
 
-    far = torch.arange(-300, 301)
-    shifted = far[None, :] + torch.arange(3)[:, None]  # (3, 601)
-    random_offsets = torch.randint(-1000, 1001, (2, 3, 7), generator=g, dtype=torch.int32)
+    def span(positions):
+        return f"{int(positions.min())} .. {int(positions.max())}"
+
+    near = torch.randint(-7, 8, (random_integer(g, 10, 16),), generator=g)  # the exact buckets, both directions
+    near[random_integer(g, 0, len(near) - 1)] = 0
+    far, farthest = around_zero(200, 400), around_zero(1500, 2500)
+    rows = random_integer(g, 2, 4)
+    shifted = around_zero(100, 400)[None, :] + torch.arange(rows)[:, None]  # (rows, K)
+    square = random_integer(g, 13, 600)  # distances of 12 and more: a wrong log scale and rounding differ there
+    few, many = random_integer(g, 3, 8), random_integer(g, 20, 60)
+    small_buckets, small_distance = 2 * random_integer(g, 3, 8), random_integer(g, 18, 60)
+    table_buckets, table_distance = 2 * random_integer(g, 2, 6), random_integer(g, 30, 80)
+    many_buckets, long_distance = 2 * random_integer(g, 24, 48), random_integer(g, 200, 400)
+    offsets_shape = (random_integer(g, 2, 3), random_integer(g, 2, 4), random_integer(g, 5, 9))
+    random_offsets = torch.randint(-1000, 1001, offsets_shape, generator=g, dtype=torch.int32)
     return [
-        Case("relative_position = -5 .. 5, bidirectional, 32 buckets, max_distance 128", (torch.arange(-5, 6),)),
-        Case("relative_position = -5 .. 5, bidirectional=False", (torch.arange(-5, 6), False)),
-        Case("key - query for 16 queries and 16 keys, shape (16, 16), bidirectional", (key_minus_query(16, 16),)),
-        Case("relative_position = -300 .. 300, bidirectional (beyond max_distance 128)", (far,)),
-        Case("relative_position = -300 .. 300, bidirectional=False", (far,), {"bidirectional": False}),
-        Case("shape (3, 601), num_buckets=8, max_distance=20, bidirectional", (shifted, True, 8, 20)),
-        Case("shape (3, 601), num_buckets=8, max_distance=20, bidirectional=False", (shifted, False, 8, 20)),
-        Case("key - query for 5 queries and 40 keys, num_buckets=6, max_distance=50",
-             (key_minus_query(5, 40),), {"num_buckets": 6, "max_distance": 50}),
-        Case("relative_position = -2000 .. 2000, num_buckets=64, max_distance=256, bidirectional=False",
-             (torch.arange(-2000, 2001),), {"bidirectional": False, "num_buckets": 64, "max_distance": 256}),
-        Case("random relative positions of shape (2, 3, 7), int32", (random_offsets,)),
+        Case(f"{len(near)} relative positions between -7 and 7 (0 among them), bidirectional, 32 buckets, "
+             "max_distance 128", (near,)),
+        Case(f"the same {len(near)} relative positions, bidirectional=False", (near, False)),
+        Case(f"key - query for {square} queries and {square} keys, shape ({square}, {square}), bidirectional",
+             (key_minus_query(square, square),)),
+        Case(f"relative_position = {span(far)}, bidirectional (beyond max_distance 128)", (far,)),
+        Case(f"relative_position = {span(far)}, bidirectional=False", (far,), {"bidirectional": False}),
+        Case(f"shape {tuple(shifted.shape)}, num_buckets={small_buckets}, max_distance={small_distance}, bidirectional",
+             (shifted, True, small_buckets, small_distance)),
+        Case(f"shape {tuple(shifted.shape)}, num_buckets={small_buckets}, max_distance={small_distance}, "
+             "bidirectional=False", (shifted, False, small_buckets, small_distance)),
+        Case(f"key - query for {few} queries and {many} keys, num_buckets={table_buckets}, "
+             f"max_distance={table_distance}", (key_minus_query(few, many),),
+             {"num_buckets": table_buckets, "max_distance": table_distance}),
+        Case(f"relative_position = {span(farthest)}, num_buckets={many_buckets}, max_distance={long_distance}, "
+             "bidirectional=False", (farthest,),
+             {"bidirectional": False, "num_buckets": many_buckets, "max_distance": long_distance}),
+        Case(f"random relative positions of shape {offsets_shape}, int32", (random_offsets,)),
     ]
 
 
@@ -256,8 +301,9 @@ def check_relative_position_bucket(student_fn, *, forbid: bool = True) -> str:
     """Compare ``relative_position_bucket(relative_position, bidirectional=True, num_buckets=32,
     max_distance=128)`` with the reference (identical to Hugging Face's T5).
 
-    Cases: relative positions -2000 .. 2000 in shapes (K,), (N, M), (3, 601), (2, 3, 7); both
-    directions; 6, 8, 32 and 64 buckets; max_distance 20, 50, 128, 256; an int32 input (int64 out).
+    Cases: relative positions up to about +-2500 in shapes (K,), (N, M), (R, K), (B, H, K); both
+    directions; 4 to 96 buckets; max_distance from 18 to 400; an int32 input (int64 out); the
+    ranges, shapes, numbers of buckets and distances are drawn.
     Exact comparison. Forbidden: the reference and every ``_relative_position_bucket`` of Hugging Face.
     """
     return check_against_reference(
@@ -286,17 +332,23 @@ _HUGGING_FACE_ALIBI = (
 ALIBI_SLOPES_FORBIDDEN = (reference.alibi_slopes, reference._geometric_slopes, *_HUGGING_FACE_ALIBI)
 
 
+def _not_power_of_two(generator: torch.Generator, low: int, high: int) -> int:
+    """A number of heads from ``low`` (at least 3) to ``high`` + 1 that is not a power of two."""
+    heads = random_integer(generator, low, high)
+    return heads + 1 if heads & (heads - 1) == 0 else heads
+
+
 def alibi_slopes_cases() -> list[Case]:
+    """A power of two (1 to 65,536 heads) and numbers of heads that are not (from 3 to 20,000, one with
+    the device given); the numbers are drawn, from wide ranges, so that two runs rarely share a case."""
+    g = generator_for("alibi_slopes")
+    power = 2 ** random_integer(g, 0, 16)  # one of 17: the one case two runs may well share
+    others = [_not_power_of_two(g, 3, 20000) for _ in range(6)]
+    on_cpu = _not_power_of_two(g, 3, 20000)
     return [
-        Case("num_heads=8", (8,)),
-        Case("num_heads=1", (1,)),
-        Case("num_heads=2", (2,)),
-        Case("num_heads=16", (16,)),
-        Case("num_heads=6 (not a power of two)", (6,)),
-        Case("num_heads=5 (not a power of two)", (5,)),
-        Case("num_heads=12 (not a power of two)", (12,)),
-        Case("num_heads=20 (not a power of two)", (20,)),
-        Case("num_heads=3, device='cpu'", (3,), {"device": "cpu"}),
+        Case(f"num_heads={power} (a power of two)", (power,)),
+        *(Case(f"num_heads={heads} (not a power of two)", (heads,)) for heads in others),
+        Case(f"num_heads={on_cpu}, device='cpu'", (on_cpu,), {"device": "cpu"}),
     ]
 
 
@@ -356,8 +408,9 @@ ALIBI_SLOPES_MISTAKES = (
 def check_alibi_slopes(student_fn, *, forbid: bool = True) -> str:
     """Compare ``alibi_slopes(num_heads, *, device=None)`` with the reference.
 
-    Cases: 1, 2, 8, 16 heads (powers of two), 3, 5, 6, 12, 20 heads (not). Tolerance: the defaults
-    (float32 atol 1e-5, rtol 1e-4). Forbidden: the reference and the ALiBi code of Bloom, Falcon, MPT.
+    Cases: a power of two (1 to 65,536 heads), and 7 numbers of heads that are not (3 to 20,000); the
+    numbers are drawn. Tolerance: the defaults (float32 atol 1e-5, rtol 1e-4). Forbidden: the
+    reference and the ALiBi code of Bloom, Falcon, MPT.
     """
     return check_against_reference(
         student_fn,
@@ -373,15 +426,34 @@ ALIBI_BIAS_FORBIDDEN = (reference.alibi_bias, *_HUGGING_FACE_ALIBI)
 
 
 def alibi_bias_cases() -> list[Case]:
+    """Causal and not, m = n, m > n, m < n, powers of two and other numbers of heads, one query and one
+    key, the device given; the numbers of heads, queries and keys are drawn."""
+    g = generator_for("alibi_bias")
+
+    def heads(low=2, high=64):
+        return random_integer(g, low, high)
+
+    def length(low=3, high=96):
+        return random_integer(g, low, high)
+
+    causal, symmetric = (heads(), length()), (heads(), length())
+    wide_n = length(2, 64)
+    wide = (2 ** random_integer(g, 1, 6), wide_n, wide_n + random_integer(g, 1, 64))
+    tall_m = length(1, 64)
+    tall = (heads(), tall_m + random_integer(g, 1, 64), tall_m)
+    uneven = (_not_power_of_two(g, 3, 64), length(2, 96))
+    uneven_symmetric = (heads(3, 64), length(2, 96))
+    single = heads(1, 4096)
+    on_cpu = (heads(1, 64), length(2, 96))
     return [
-        Case("num_heads=2, n=4 (causal)", (2, 4)),
-        Case("num_heads=2, n=4, causal=False", (2, 4), {"causal": False}),
-        Case("num_heads=8, n=5, m=7 (causal, more keys than queries)", (8, 5, 7)),
-        Case("num_heads=4, n=6, m=3, causal=False (fewer keys than queries)", (4, 6, 3, False)),
-        Case("num_heads=6, n=5 (causal; 6 is not a power of two)", (6, 5)),
-        Case("num_heads=12, n=9, causal=False", (12, 9), {"causal": False}),
-        Case("num_heads=16, n=1: one query, one key", (16, 1)),
-        Case("num_heads=3, n=3, device='cpu'", (3, 3), {"device": "cpu"}),
+        Case("num_heads={}, n={} (causal)".format(*causal), causal),
+        Case("num_heads={}, n={}, causal=False".format(*symmetric), symmetric, {"causal": False}),
+        Case("num_heads={}, n={}, m={} (causal, more keys than queries)".format(*wide), wide),
+        Case("num_heads={}, n={}, m={}, causal=False (fewer keys than queries)".format(*tall), (*tall, False)),
+        Case("num_heads={}, n={} (causal; {} is not a power of two)".format(*uneven, uneven[0]), uneven),
+        Case("num_heads={}, n={}, causal=False".format(*uneven_symmetric), uneven_symmetric, {"causal": False}),
+        Case(f"num_heads={single}, n=1: one query, one key", (single, 1)),
+        Case("num_heads={}, n={}, device='cpu'".format(*on_cpu), on_cpu, {"device": "cpu"}),
     ]
 
 
@@ -444,9 +516,9 @@ def check_alibi_bias(student_fn, *, forbid: bool = True) -> str:
     """Compare ``alibi_bias(num_heads, n, m=None, causal=True, *, device=None)`` with the reference.
 
     The student's function runs with the reference ``alibi_slopes`` in place of theirs, so a wrong
-    slope costs points only once. Cases: causal and not, m = n, m > n, m < n, 2 to 16 heads (powers
-    of two and not), n = 1. Tolerance: the defaults. Forbidden: the reference and the ALiBi code of
-    Bloom, Falcon and MPT (the reference ``alibi_slopes`` is allowed).
+    slope costs points only once. Cases: causal and not, m = n, m > n, m < n, 1 to 4,096 heads (powers
+    of two and not), n = 1; the sizes are drawn. Tolerance: the defaults. Forbidden: the reference and
+    the ALiBi code of Bloom, Falcon and MPT (the reference ``alibi_slopes`` is allowed).
     """
     return check_against_reference(
         student_fn,

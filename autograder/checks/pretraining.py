@@ -36,6 +36,7 @@ from autograder.checks.framework import (
     check_against_reference,
     fail,
     generator_for,
+    random_integer,
     run_student,
 )
 from bertlab import bert as bert_reference
@@ -340,12 +341,17 @@ def _check_masking_statistics(input_ids, special, masked, labels, kwargs, contex
             fail(check, context, problem, UNIFORM_HINT)
 
 
+def mask_tokens_determinism_case() -> MaskingCase:
+    """The batch on which the same generator seed must give the same masks, and other seeds other ones."""
+    input_ids, special = _framed_batch(generator_for("mask_tokens determinism"), 8, 20, 5, 100, cls_id=2, sep_id=3,
+                                       pad_id=0)
+    return MaskingCase("a batch (8, 20) with BERT's probabilities", input_ids,
+                       dict(mask_token_id=4, vocab_size=100, special_tokens_mask=special))
+
+
 def _check_generator(student_fn, forbidden) -> None:
     """The same generator state gives the same output; other seeds give other ones."""
-    input_ids, special = _framed_batch(generator_for("mask_tokens generator"), 8, 20, 5, 100, cls_id=2, sep_id=3,
-                                       pad_id=0)
-    case = MaskingCase("a batch (8, 20) with BERT's probabilities", input_ids,
-                       dict(mask_token_id=4, vocab_size=100, special_tokens_mask=special))
+    case = mask_tokens_determinism_case()
 
     def draw(seed: int):
         return run_student(student_fn, case.case(seed), check="mask_tokens", forbidden=forbidden,
@@ -442,17 +448,24 @@ def _documents(g: torch.Generator, count: int, low: int, high: int, tag: str) ->
 
 
 def make_nsp_examples_cases() -> list[Case]:
+    """Many documents with two different seeds (the first two cases: the determinism test compares them),
+    documents with a single sentence and an empty one, two documents only; the lengths, the positions
+    of the short documents and the seeds are drawn."""
     g = generator_for("make_nsp_examples")
     many = _documents(g, 60, 20, 120, "a")
     edges = _documents(g, 12, 2, 30, "b")
-    edges[3] = edges[3][:1]  # a document of one sentence: no pair, but a possible NotNext sentence
-    edges[7] = []  # an empty document: skipped
+    single, empty = torch.randperm(len(edges), generator=g)[:2].tolist()
+    edges[single] = edges[single][:1]  # a document of one sentence: no pair, but a possible NotNext sentence
+    edges[empty] = []  # an empty document: skipped
     two = _documents(g, 2, 40, 60, "c")
+    seed = random_integer(g, 0, 10**6)
+    seeds = [seed, seed + random_integer(g, 1, 10**6), random_integer(g, 0, 10**6), random_integer(g, 0, 10**6)]
     return [
-        Case("60 documents of 20 to 120 sentences, seed=0", (many,), {"seed": 0}),
-        Case("the same 60 documents, seed=3", (many,), {"seed": 3}),
-        Case("12 documents, one of them of a single sentence and one empty, seed=1", (edges,), {"seed": 1}),
-        Case("two documents only, seed=2", (two,), {"seed": 2}),
+        Case(f"60 documents of 20 to 120 sentences, seed={seeds[0]}", (many,), {"seed": seeds[0]}),
+        Case(f"the same 60 documents, seed={seeds[1]}", (many,), {"seed": seeds[1]}),
+        Case(f"12 documents, one of them of a single sentence and one empty, seed={seeds[2]}", (edges,),
+             {"seed": seeds[2]}),
+        Case(f"two documents only, seed={seeds[3]}", (two,), {"seed": seeds[3]}),
     ]
 
 
@@ -523,15 +536,15 @@ def _check_nsp_examples(examples, documents, context: str) -> None:
 def check_make_nsp_examples(student_fn, *, forbid: bool = True) -> str:
     """Check ``make_nsp_examples(documents, seed=0)`` by the rules of next sentence prediction.
 
-    Cases: 60 documents of 20 to 120 distinct sentences (about 4,000 pairs) with two seeds; 12
-    documents with a single-sentence one (a possible NotNext sentence, no pair) and an empty one; two
-    documents only. Rules: a list of (str, str, 0 or 1); one example per two consecutive sentences of
-    a document, in document order; label 0 pairs are consecutive sentences of one document; label 1
-    second sentences come from another document. Statistics (cases with at least 500 examples): the
-    IsNext share within 6 standard deviations of 1/2 (+-0.05 for 3,500 pairs); NotNext sentences
-    spread over the documents (not mostly from the next document, not mostly first sentences, from at
-    least half of the documents). Determinism: the same seed gives the same list, whatever the global
-    random state; another seed another list. The documents must not be modified.
+    Cases: 60 documents of 20 to 120 distinct sentences (about 4,000 pairs) with two seeds; 12 documents
+    with a single-sentence one (a possible NotNext sentence, no pair) and an empty one; two documents
+    only; the lengths and the seeds are drawn. Rules: a list of (str, str, 0 or 1); one example per two
+    consecutive sentences of a document, in document order; label 0 pairs are consecutive sentences of
+    one document; label 1 second sentences come from another document. Statistics (cases with at least
+    500 examples): the IsNext share within 6 standard deviations of 1/2 (+-0.05 for 3,500 pairs);
+    NotNext sentences spread over the documents (not mostly from the next document, not mostly first
+    sentences, from at least half of the documents). Determinism: the same seed gives the same list,
+    whatever the global random state; another seed another list. The documents must not be modified.
     Forbidden: the reference.
     """
     forbidden = MAKE_NSP_EXAMPLES_FORBIDDEN if forbid else ()
@@ -557,12 +570,13 @@ def check_make_nsp_examples(student_fn, *, forbid: bool = True) -> str:
     random.seed(2)
     torch.manual_seed(2)
     second = run_student(student_fn, case, check="make_nsp_examples", forbidden=forbidden, context=context)
+    seed, other_seed = case.kwargs["seed"], cases[1].kwargs["seed"]
     if first != second:
-        fail("make_nsp_examples", context, "the two calls with seed=0 returned different examples.", SEED_HINT)
+        fail("make_nsp_examples", context, f"the two calls with seed={seed} returned different examples.", SEED_HINT)
     other = run_student(student_fn, cases[1], check="make_nsp_examples", forbidden=forbidden, context=context)
     if other == first:
-        fail("make_nsp_examples", f"the determinism test case ({cases[0].description}, and seed=3)",
-             "seeds 0 and 3 returned the same examples.", SEED_HINT)
+        fail("make_nsp_examples", f"the determinism test case ({case.description}, and seed={other_seed})",
+             f"seeds {seed} and {other_seed} returned the same examples.", SEED_HINT)
     return f"make_nsp_examples: all {len(cases)} cases follow the rules of next sentence prediction; seeds repeat"
 
 
@@ -597,8 +611,13 @@ MLM_LOSS_FORBIDDEN = (
 
 
 def _labels(g: torch.Generator, shape: tuple[int, ...], vocab_size: int, share: float) -> torch.Tensor:
+    """Random labels, about a fraction ``share`` of them kept and the others -100, but at least one kept in
+    every sequence (the last dimension): a sequence without labels is a case of its own."""
     labels = torch.randint(vocab_size, shape, generator=g)
-    return labels.masked_fill(torch.rand(shape, generator=g) >= share, IGNORE_INDEX)
+    ignored = torch.rand(shape, generator=g) >= share
+    kept = torch.randint(shape[-1], (*shape[:-1], 1), generator=g)
+    ignored.scatter_(-1, kept, False)
+    return labels.masked_fill(ignored, IGNORE_INDEX)
 
 
 def mlm_loss_cases() -> list[Case]:

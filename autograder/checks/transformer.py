@@ -62,16 +62,18 @@ NONDETERMINISTIC_HINT = (
 
 @dataclass(frozen=True)
 class ModuleCase:
-    """One test of a module: how to build it, and one call of its forward.
+    """One test of a module: how to build it, its weights, and one call of its forward.
 
     ``init_args`` and ``init_kwargs`` go to the constructor of both the student's and the reference's
-    class; ``forward`` holds the arguments of the call; ``dtype`` is the dtype of the weights and
-    inputs; ``evaluate`` switches both modules to evaluation mode (the cases with dropout).
+    class; ``weights`` is the reference's state dict, random (:func:`random_state`); ``forward`` holds
+    the arguments of the call; ``dtype`` is the dtype of the weights and inputs; ``evaluate`` switches
+    both modules to evaluation mode (the cases with dropout).
     """
 
     description: str
     init_args: tuple
     forward: Case
+    weights: dict[str, torch.Tensor]
     init_kwargs: dict = field(default_factory=dict)
     dtype: torch.dtype = torch.float32
     evaluate: bool = False
@@ -98,22 +100,20 @@ def check_module_against_reference(
     cases: Sequence[ModuleCase],
     *,
     check: str,
-    generator: torch.Generator,
     mistakes: Callable[[nn.Module], Sequence[Mistake]],
     naming_hint: str,
     tolerance: Tolerance | Mapping = MODULE_TOLERANCES,
     forbidden=(),
     parameter_names: Sequence[str] = ("x",),
 ) -> str:
-    """Build the student's and the reference's module with the same weights for every case, call
+    """Build the student's and the reference's module with the case's weights for every case, call
     both, and compare; return a summary or raise :class:`CheckFailed`.
 
     Args:
         student_class: the student's class (with its dependencies already replaced).
         reference_class: the ``bertlab`` class it must agree with.
-        cases: the modules to build and the calls to make.
+        cases: the modules to build, their weights and the calls to make.
         check: the exercise's name, used in messages.
-        generator: draws the weights of each case.
         mistakes: given the case's reference module (with its weights), the known-wrong forward
             functions and their hints, tried in order on a failure.
         naming_hint: shown when the student's parameters do not match the reference's.
@@ -125,8 +125,7 @@ def check_module_against_reference(
     for number, case in enumerate(cases, start=1):
         context = f"test case {number} of {len(cases)} ({case.description})"
         reference_module = reference_class(*case.init_args, **case.init_kwargs)
-        state = random_state(reference_module, generator, case.dtype)
-        reference_module.load_state_dict(state, assign=True)
+        reference_module.load_state_dict({name: tensor.clone() for name, tensor in case.weights.items()}, assign=True)
         if case.evaluate:
             reference_module.eval()
         known_mistakes = mistakes(reference_module)
@@ -182,8 +181,9 @@ def multi_head_attention_cases() -> list[ModuleCase]:
         if mask is not None:
             kwargs["mask"] = mask
         forward = Case(description, (random_normal(g, *x_shape, dtype=dtype),), kwargs)
+        weights = random_state(reference_attention.MultiHeadAttention(d_model, num_heads), g, dtype)
         return ModuleCase(f"MultiHeadAttention({d_model}, {num_heads}), {description}", (d_model, num_heads),
-                          forward, dtype=dtype)
+                          forward, weights, dtype=dtype)
 
     lengths = torch.tensor([6, 4, 2])
     padding = reference_attention.padding_mask(torch.arange(6) < lengths[:, None])  # (3, 1, 1, 6)
@@ -307,7 +307,6 @@ def check_MultiHeadAttention(student_class, *, forbid: bool = True) -> str:  # n
         reference_attention.MultiHeadAttention,
         multi_head_attention_cases(),
         check="MultiHeadAttention",
-        generator=generator_for("MultiHeadAttention weights"),
         mistakes=multi_head_attention_mistakes,
         naming_hint=MULTI_HEAD_ATTENTION_NAMING,
         forbidden=MULTI_HEAD_ATTENTION_FORBIDDEN if forbid else (),
@@ -339,7 +338,8 @@ def feed_forward_cases() -> list[ModuleCase]:
         init_kwargs = init_kwargs or {}
         call = constructor_call("FeedForward", init_args, init_kwargs)
         forward = Case(description, (random_normal(g, *x_shape, dtype=dtype),))
-        return ModuleCase(f"{call}{', eval mode' if evaluate else ''}, {description}", init_args, forward,
+        weights = random_state(reference.FeedForward(*init_args, **init_kwargs), g, dtype)
+        return ModuleCase(f"{call}{', eval mode' if evaluate else ''}, {description}", init_args, forward, weights,
                           init_kwargs, dtype, evaluate)
 
     return [
@@ -400,7 +400,6 @@ def check_FeedForward(student_class, *, forbid: bool = True) -> str:  # noqa: N8
         reference.FeedForward,
         feed_forward_cases(),
         check="FeedForward",
-        generator=generator_for("FeedForward weights"),
         mistakes=feed_forward_mistakes,
         naming_hint=FEED_FORWARD_NAMING,
         forbidden=FEED_FORWARD_FORBIDDEN if forbid else (),
@@ -435,8 +434,9 @@ def encoder_layer_cases() -> list[ModuleCase]:
 
     def case(description, init_args, x_shape, mask=None, dtype=torch.float32, evaluate=False):
         forward = Case(description, (random_normal(g, *x_shape, dtype=dtype),), {} if mask is None else {"mask": mask})
+        weights = random_state(reference.EncoderLayer(*init_args), g, dtype)
         call = constructor_call("EncoderLayer", init_args, {})
-        return ModuleCase(f"{call}{', eval mode' if evaluate else ''}, {description}", init_args, forward,
+        return ModuleCase(f"{call}{', eval mode' if evaluate else ''}, {description}", init_args, forward, weights,
                           dtype=dtype, evaluate=evaluate)
 
     padding = reference_attention.padding_mask(torch.arange(6) < torch.tensor([6, 3])[:, None])  # (2, 1, 1, 6)
@@ -518,7 +518,6 @@ def check_EncoderLayer(student_class, *, forbid: bool = True) -> str:  # noqa: N
         reference.EncoderLayer,
         encoder_layer_cases(),
         check="EncoderLayer",
-        generator=generator_for("EncoderLayer weights"),
         mistakes=encoder_layer_mistakes,
         naming_hint=ENCODER_LAYER_NAMING,
         forbidden=ENCODER_LAYER_FORBIDDEN if forbid else (),
