@@ -57,7 +57,7 @@ from autograder.results import (
     ResultStore, Skipped, TestResult)
 from autograder.runner import MAX_RESTARTS
 from autograder.sandbox import Limits, isolation_available, resource_bounds
-from autograder.submissions import Submission, collect_submissions, look_alike_names
+from autograder.submissions import Submission, collect_submissions, error_line, look_alike_names
 from autograder.wire import printable
 
 SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
@@ -321,20 +321,14 @@ def _write_class_results(out: Path, db_url: str, chapters: dict[str, Chapter],
             except Exception as error:
                 gradebook.db.rollback()
                 report.failures.append(f"{result.student}/{result.chapter}: not written to the gradebook: "
-                                       f"{one_line(error)}")
+                                       f"{error_line(error)}")
     report.results.notebooks = sorted(notebooks + _missing(results, chapters),
                                       key=lambda result: (result.student, result.chapter))
     write_atomically(out / "results.json", report.results.to_json())
     try:
         export_csv(db_url, out / "grades.csv", notebooks)
     except Exception as error:
-        report.failures.append(f"grades.csv could not be written: {one_line(error)}")
-
-
-def one_line(error: BaseException | str) -> str:
-    """An error in one printable line, for the instructor's terminal and the results."""
-    text = str(error) if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    return printable(" ".join(text.split()), 300)
+        report.failures.append(f"grades.csv could not be written: {error_line(error)}")
 
 
 def _job(submission: Submission, chapter: Chapter, work_folder: Path, print_id: str, seed: int, limits: Limits,
@@ -383,7 +377,8 @@ class _Finisher:
             self.report.graded += 1
             return f"{result.line()} ({result.seconds.get('total', 0):.0f} s)"
         except Exception as error:
-            why = one_line(error if output is not None else failure.splitlines()[0] if failure else "no result")
+            why = error_line(error) if output is not None else printable(next(iter((failure or "").splitlines()),
+                                                                                  "no result"), 300)
             self.report.failures.append(f"{name}: the grader failed: {why}")
             result = grader_error_result(job, why)
             self.report.grader_errors[job.student, job.chapter.name] = replace(result, feedback=self._plain(page, result))

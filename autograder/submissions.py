@@ -103,7 +103,7 @@ class Submission:
             data = (_read_member(self.path, self.member) if self.member is not None
                     else _read_file(self.path, MAX_NOTEBOOK_BYTES + 1))
         except Exception as error:  # a corrupt zip member raises zlib's error, among others
-            raise GradingError(f"{self.origin} cannot be read ({_why(error)})") from error
+            raise GradingError(f"{self.origin} cannot be read ({error_line(error)})") from error
         if hashlib.sha256(data).hexdigest() != self.digest:
             raise GradingError(f"{self.origin} changed while it was being graded")
         return data
@@ -134,7 +134,7 @@ def _shown(text: str, limit: int = MAX_NAME_CHARS) -> str:
     return printable("".join(map(_escaped, text[: limit + 1])), limit)
 
 
-def _why(error: BaseException, limit: int = MAX_REASON_CHARS) -> str:
+def error_line(error: BaseException, limit: int = MAX_REASON_CHARS) -> str:
     """An exception as one printable line: its type (with its module, when not a built-in) and its message."""
     kind = type(error).__qualname__ if type(error).__module__ == "builtins" else (
         f"{type(error).__module__}.{type(error).__qualname__}")
@@ -318,7 +318,7 @@ def _read_timestamp_file(folder: Path) -> tuple[datetime | None, tuple[str, ...]
             raise ValueError(f"not a date: {text}")
         stamp = parse_utc(text)
     except Exception as error:  # nbgrader's parser raises more than ValueError
-        return None, (f"its timestamp.txt was ignored ({_why(error, 40)}); the file's time counts instead",)
+        return None, (f"its timestamp.txt was ignored ({error_line(error, 40)}); the file's time counts instead",)
     stamp = stamp.replace(tzinfo=timezone.utc) if stamp.tzinfo is None else stamp
     if stamp > datetime.now(timezone.utc) + TIMESTAMP_SLACK:
         return None, (f"its timestamp.txt was ignored (it is in the future: {stamp:%Y-%m-%d %H:%M} UTC); "
@@ -393,7 +393,7 @@ class _Collector:
         try:
             yield
         except Exception as error:
-            self.skip(origin, f"cannot be read ({_why(error)})", student)
+            self.skip(origin, f"cannot be read ({error_line(error)})", student)
 
     def read_within_budget(self, student: str, origin: str, read: Callable[[int], bytes]) -> bytes | None:
         """What ``read(size)`` gives, charged to the student's MAX_STUDENT_BYTES; None (reported) past them.
@@ -470,7 +470,7 @@ class _Collector:
             with _open_regular(path) as file, zipfile.ZipFile(file) as archive:
                 self.add_members(archive, path, place)
         except Exception as error:  # a name flagged UTF-8 that is not raises UnicodeDecodeError, among others
-            self.add(place, self.origin(path), b"", (path, None), f"the zip file cannot be read ({_why(error)})")
+            self.add(place, self.origin(path), b"", (path, None), f"the zip file cannot be read ({error_line(error)})")
 
     def add_members(self, archive: zipfile.ZipFile, path: Path, place: _Place) -> None:
         """The members of an open zip file, at most MAX_ZIP_MEMBERS, each read on its own."""
@@ -499,7 +499,7 @@ class _Collector:
             with archive.open(info) as member:  # no more than the limits, whatever the header says
                 data = self.read_within_budget(place.student, where, member.read)
         except Exception as error:  # corrupt data raises zlib's error, a bad checksum BadZipFile
-            self.add(place, where, b"", (path, info.filename), f"the zip member cannot be read ({_why(error)})")
+            self.add(place, where, b"", (path, info.filename), f"the zip member cannot be read ({error_line(error)})")
             return
         if data is not None:
             self.add(place, where, data, (path, info.filename))
@@ -510,8 +510,8 @@ class _Collector:
             listed = sorted(folder.iterdir())
         except OSError as error:
             if folder == self.root:
-                raise GradingError(f"SUBMISSIONS: {folder} cannot be listed ({_why(error)})") from error
-            self.skip(self.origin(folder), f"cannot be listed ({_why(error)})", student)
+                raise GradingError(f"SUBMISSIONS: {folder} cannot be listed ({error_line(error)})") from error
+            self.skip(self.origin(folder), f"cannot be listed ({error_line(error)})", student)
             return []
         entries = []
         for entry in listed:
