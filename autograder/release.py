@@ -27,10 +27,20 @@ from pathlib import Path
 
 import nbformat
 import yaml
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.api import MissingEntry
+from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
 from traitlets import Unicode
 
-from autograder.course import CHAPTERS, INSTALL_TAG, ROOT, SOLUTIONS, chapter_names, grade_id, is_graded_test
+from autograder.course import (
+    CHAPTERS,
+    INSTALL_TAG,
+    ROOT,
+    SOLUTIONS,
+    chapter_names,
+    grade_id,
+    is_graded_test,
+    strip_hidden_tests,
+)
 from autograder.nbgrader_adapter import create_gradebook
 
 URL_PLACEHOLDER = "{repository_url}"
@@ -98,6 +108,34 @@ class InstallCell(NbGraderPreprocessor):
                 if BOOK_HIDDEN_TAG not in tags:
                     cell.metadata["tags"] = [*tags, BOOK_HIDDEN_TAG]
         return nb, resources
+
+
+class OverwriteReleasedCells(OverwriteCells):
+    """nbgrader autograde's OverwriteCells, without its false alarm on the test cells as released.
+
+    The gradebook keeps a test cell's checksum as the instructor wrote it, hidden tests included, while
+    the released cell has them removed (jupyter/nbgrader#1961): plain OverwriteCells logs "Attribute
+    'checksum' for cell test_softmax has changed!" for every hidden test of every untouched notebook.
+    Here that warning is logged only when the submitted cell differs from the released one (the
+    gradebook's source without its hidden tests). The cell is restored to the gradebook's source, hidden
+    tests included, either way, as OverwriteCells does.
+    """
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        self._as_released = self._is_as_released(cell)
+        return super().preprocess_cell(cell, resources, cell_index)
+
+    def _is_as_released(self, cell) -> bool:
+        """Whether ``cell``'s source is its gradebook source with the hidden tests removed."""
+        try:
+            source = self.gradebook.find_source_cell(grade_id(cell), self.notebook_id, self.assignment_id).source
+        except MissingEntry:
+            return False
+        return cell.source == strip_hidden_tests(source)
+
+    def report_change(self, name, attr, old, new):
+        if not (attr == "checksum" and self._as_released):
+            super().report_change(name, attr, old, new)
 
 
 def nbgrader_config(root: Path, release_directory: Path, gradebook: Path):

@@ -54,6 +54,8 @@ ip.set_custom_exc((BaseException,), lambda *args, **kwargs: None)
 def swallow(lines):
     return ["try:\\n", *("    " + line for line in lines), "\\nexcept BaseException:\\n    pass\\n"]
 ip.input_transformers_post.append(swallow)"""
+WRONG_AXIS_SOFTMAX = ("def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+                      "    return e / e.sum(dim=0, keepdim=True)")  # the maximum along `dim`, the sum along axis 0
 QUIT = "def double(x, *rest):\n    import sys\n    sys.exit('bye')"
 
 
@@ -99,6 +101,7 @@ def write_class(folder: Path, solutions: dict, released: dict) -> None:
     put(folder, "quitter/01_tiny/01_tiny.ipynb", insert_after(quitter, "test_add", "exit()"))
     put(folder, "deleter/01_tiny/01_tiny.ipynb", without(with_cells(blank, add=ADD, double=DOUBLE), "test_add", "double"))
     put(folder, "dupe/01_tiny/01_tiny.ipynb", _with_duplicates(with_cells(blank, add=ADD, double=DOUBLE)))
+    put(folder, "axis/03_tiny/03_tiny.ipynb", with_cells(released["03_tiny"], softmax=WRONG_AXIS_SOFTMAX))
 
 
 ZOLA = student_id("Émile Zola (v2)")
@@ -117,6 +120,7 @@ EXPECTED = {  # (student, chapter, test) -> (status, points)
     ("quitter", "01_tiny", "test_add"): ("passed", 1), ("quitter", "01_tiny", "test_double"): ("error", 0),
     ("deleter", "01_tiny", "test_add"): ("tampered", 1), ("deleter", "01_tiny", "test_double"): ("missing", 0),
     ("dupe", "01_tiny", "test_add"): ("failed", 0), ("dupe", "01_tiny", "test_double"): ("passed", 2),
+    ("axis", "03_tiny", "test_softmax"): ("failed", 0),
 }
 
 
@@ -167,6 +171,7 @@ def test_every_submission_gets_its_expected_status_and_points(graded):
     (("quitter", "01_tiny", "test_double"), "sys.exit()"),
     (("deleter", "01_tiny", "test_add"), "test_add was deleted; graded with the instructor's version (your code passed"),
     (("deleter", "01_tiny", "test_double"), "`double` is not defined"),
+    (("axis", "03_tiny", "test_softmax"), "Hint: your values sum to 1 along another axis than `dim`"),
 ])
 def test_messages_say_what_happened(graded, key, words):
     assert words in records(graded[1])[key].message
@@ -203,6 +208,7 @@ def test_feedback_shows_outcomes_but_not_hidden_tests(graded):
         assert "nbgrader_cell" in page  # nbgrader's feedback page, not the plain one made when rendering fails
         assert not [line for line in HIDDEN_LINES if line in page]
     assert "this assertion failed, line 1: assert double(2) == 4" in pages["bob"] and "not valid JSON" in pages["broken"]
+    assert "Hint: your values sum to 1 along another axis than `dim`" in pages["axis"]  # the hidden check's hint
 
 
 def test_huge_output_is_truncated(graded):
@@ -227,7 +233,7 @@ def test_regrading_is_idempotent_and_the_cli_reports(graded, course_folder, caps
                        "--timeout", str(LIMITS.cell_timeout), "--notebook-timeout", str(LIMITS.notebook_timeout),
                        "--memory", str(LIMITS.memory_mb)])
     printed = capsys.readouterr().out
-    assert status == 0 and "graded 0, unchanged 14" in printed and "| 01_tiny |" in printed
+    assert status == 0 and "graded 0, unchanged 15" in printed and "| 01_tiny |" in printed
     assert {name: (out / name).read_bytes() for name in before} == before
 
 
@@ -236,7 +242,7 @@ def test_a_newer_submission_replaces_the_graded_one_and_an_older_one_is_ignored(
     path = submissions / "mixup" / "01_tiny" / "01_tiny.ipynb"
     path.write_text('{"cells": [')  # newer: graded again (quickly: no student process for a broken file)
     report = grade(submissions, out, jobs=2, limits=LIMITS, course_root=course_folder[0])
-    assert (report.graded, report.reused) == (1, 13)
+    assert (report.graded, report.reused) == (1, 14)
     assert "not valid JSON" in records(out)[("mixup", "01_tiny", "test_add")].message
     path.write_text(nbformat.writes(course_folder[1]["01_tiny"]))
     os.utime(path, (time.time() - 86400,) * 2)  # older than the graded one: ignored

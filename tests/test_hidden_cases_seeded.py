@@ -41,7 +41,7 @@ from torch import nn
 import autograder.checks
 import test_visible_hints
 from autograder.chapters import load_chapters
-from autograder.checks.framework import CheckFailed, allowed, use_run_seed
+from autograder.checks.framework import CheckFailed, use_run_seed
 from autograder.sandbox import Limits
 from checks_helpers import run_in_grader
 
@@ -256,19 +256,7 @@ def test_the_same_seed_draws_the_same_cases(generator):
 # --------------------------------------------------------------------------------------------------
 
 
-def _mistakes():
-    """(chapter, exercise, wrong implementation, hint): the mutation tests' and the catalogues' mistakes."""
-    for chapter, tests in test_visible_hints.MUTATION_TESTS.items():
-        for exercise, mutants in tests.mutants.items():
-            for number, (wrong, hint) in enumerate(mutants):
-                yield pytest.param(chapter, exercise, wrong, hint, id=f"{exercise}-mutant{number}")
-    for (chapter, exercise), catalogue in test_visible_hints.CATALOGUES.items():
-        for number, mistake in enumerate(catalogue):
-            yield pytest.param(chapter, exercise, allowed(mistake.implementation), mistake.hint,
-                               id=f"{exercise}-catalogue{number}")
-
-
-@pytest.mark.parametrize("chapter, exercise, wrong, hint", list(_mistakes()))
+@pytest.mark.parametrize("chapter, exercise, wrong, hint", list(test_visible_hints.all_mistakes()))
 def test_a_mistake_gets_its_hint_on_the_hidden_cases(chapter, exercise, wrong, hint):
     check = getattr(test_visible_hints.MUTATION_TESTS[chapter].checks, f"check_{exercise}")
     with use_run_seed(RUN_SEED), pytest.raises(CheckFailed) as failure:

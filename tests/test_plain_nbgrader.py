@@ -3,7 +3,8 @@
 A copy of the repository's ``nbgrader_config.py`` with the tiny course of tests/grading_helpers.py as
 its ``solutions/`` (chapter 01's install cell first) runs the documented commands: ``nbgrader
 generate_assignment`` registers the chapter and fills the install cell's URL in ``release/``,
-``autograde`` grades an honest and a blank student in ``submitted/``, ``generate_feedback`` and
+``autograde`` grades an honest, a blank and a tampering student in ``submitted/`` (warning of the
+tampered test cell only), ``generate_feedback`` and
 ``export`` write the feedback and ``grades.csv``. ``chapters/`` stays as it was, and every file the
 commands write is one the repository's ``.gitignore`` covers.
 """
@@ -56,12 +57,16 @@ def test_the_documented_nbgrader_commands_grade_a_class_and_write_only_where_git
     assert URL in install.source and "{repository_url}" not in install.source
     put(course, "submitted/honest/01_tiny/01_tiny.ipynb", with_cells(released, add=ADD, double=DOUBLE))
     put(course, "submitted/blank/01_tiny/01_tiny.ipynb", released)
-    nbgrader(course, "autograde", "01_tiny")
+    put(course, "submitted/tamperer/01_tiny/01_tiny.ipynb", with_cells(released, test_double="assert True"))
+    log = nbgrader(course, "autograde", "01_tiny")
+    # nbgrader's false alarm on every test cell with hidden tests (jupyter/nbgrader#1961) is gone; an edited
+    # test cell is still reported, and graded with the instructor's version
+    assert log.count("has changed!") == 1 and "Attribute 'checksum' for cell test_double has changed!" in log, log
     nbgrader(course, "generate_feedback", "01_tiny")
     nbgrader(course, "export")
 
     rows = [line.split(",") for line in (course / "grades.csv").read_text().splitlines()]
-    assert {row[3]: float(row[9]) for row in rows[1:]} == {"honest": 3.0, "blank": 0.0}
+    assert {row[3]: float(row[9]) for row in rows[1:]} == {"honest": 3.0, "blank": 0.0, "tamperer": 0.0}
     assert (course / "feedback" / "honest" / "01_tiny" / "01_tiny.html").exists()
     assert chapter.read_text() == "the book's copy, which nbgrader must leave alone"
     if subprocess.run(["git", "-C", str(REPO), "rev-parse"], capture_output=True).returncode != 0:

@@ -28,7 +28,7 @@ import test_pretraining_checks
 import test_transformer_checks
 from autograder.chapters import load_chapters
 from autograder.checks import attention, bert, distillation, efficient, finetuning, norm, positional, pretraining
-from autograder.checks.framework import allowed
+from autograder.checks.framework import Mistake, allowed
 from autograder.course import grade_id, is_graded_test, is_solution, python_source
 from checks_helpers import solution_cells
 
@@ -163,19 +163,22 @@ def with_exercise(chapter: str, exercise: str, implementation) -> dict:
     return {**student_namespace(chapter), exercise: implementation}
 
 
-def _mistakes():
+def all_mistakes():
+    """(chapter, exercise, wrong implementation, hint) of every mutation test's mutant and every catalogued
+    wrong implementation (a symptom has none: the mutants that show it test it), as pytest params."""
     for chapter, tests in MUTATION_TESTS.items():
         for exercise, mutants in tests.mutants.items():
             for number, (wrong, hint) in enumerate(mutants):
                 yield pytest.param(chapter, exercise, wrong, hint, id=f"{chapter}-{exercise}-mutant{number}")
     for (chapter, exercise), catalogue in CATALOGUES.items():
         for number, mistake in enumerate(catalogue):
-            # what the catalogue's implementation calls (the reference, a built-in) is allowed: the hint is tested
-            yield pytest.param(chapter, exercise, allowed(mistake.implementation), mistake.hint,
-                               id=f"{chapter}-{exercise}-catalogue{number}")
+            if isinstance(mistake, Mistake):
+                # what the catalogue's implementation calls (the reference, a built-in) is allowed: the hint is tested
+                yield pytest.param(chapter, exercise, allowed(mistake.implementation), mistake.hint,
+                                   id=f"{chapter}-{exercise}-catalogue{number}")
 
 
-@pytest.mark.parametrize("chapter, exercise, wrong, hint", list(_mistakes()))
+@pytest.mark.parametrize("chapter, exercise, wrong, hint", list(all_mistakes()))
 def test_visible_test_shows_the_hint_of_the_mistake(chapter, exercise, wrong, hint):
     message = run_visible_test(chapter, exercise, with_exercise(chapter, exercise, wrong))
     assert hint in message, f"expected the hint {hint!r}, the visible test said:\n{message}"

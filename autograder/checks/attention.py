@@ -14,9 +14,11 @@ import torch.nn.functional as F
 from autograder.checks.framework import (
     Case,
     Mistake,
+    Symptom,
     check_against_reference,
     generator_for,
     random_integer,
+    normalized_along_another_axis,
     random_normal,
 )
 from autograder.checks.shared_attention import ATTENTION_FORBIDDEN, ATTENTION_TOLERANCES
@@ -91,6 +93,12 @@ def _softmax_first_axis(x, dim=-1):
     return reference.softmax(x, dim=0)
 
 
+def _softmax_max_along_first_axis(x, dim=-1):
+    row_max = x.amax(dim=0, keepdim=True)
+    exponentials = torch.exp(x - row_max.masked_fill(row_max == NEG_INF, 0.0))
+    return exponentials / exponentials.sum(dim=dim, keepdim=True)
+
+
 def _softmax_unnormalized(x, dim=-1):
     row_max = x.amax(dim=dim, keepdim=True)
     return torch.exp(x - row_max.masked_fill(row_max == NEG_INF, 0.0))
@@ -126,6 +134,16 @@ SOFTMAX_MISTAKES = (
     Mistake(
         _softmax_first_axis,
         "your values sum to 1 along axis 0, but they must sum to 1 along `dim`.",
+    ),
+    Mistake(
+        _softmax_max_along_first_axis,
+        "subtract the maximum along `dim` (x.amax(dim=dim, keepdim=True)), not along axis 0: the "
+        "number subtracted must be the same for every element of a slice along `dim`.",
+    ),
+    Symptom(
+        lambda probabilities, case: normalized_along_another_axis(probabilities, case.kwargs.get("dim", -1)),
+        "your values sum to 1 along another axis than `dim`: take the maximum and the sum along `dim` "
+        "(x.amax(dim=dim, keepdim=True), .sum(dim=dim, keepdim=True)).",
     ),
     Mistake(
         _softmax_unnormalized,
@@ -282,7 +300,8 @@ def scaled_dot_product_attention_cases() -> list[Case]:
 
 
 def _attention_variant(scale="sqrt_d", dim=-1, invert_mask=False, masked_value=NEG_INF,
-                       mask_after_softmax=False, swap_outputs=False, softmax=reference.softmax):
+                       mask_after_softmax=False, swap_outputs=False, softmax=reference.softmax,
+                       transposed=lambda k: k.transpose(-2, -1)):
     """A wrong scaled dot-product attention: one of the typical mistakes, chosen by the arguments.
 
     It normalizes with ``softmax``: the reference by default, as the check runs the student's
@@ -290,7 +309,7 @@ def _attention_variant(scale="sqrt_d", dim=-1, invert_mask=False, masked_value=N
     """
 
     def attention(q, k, v, mask=None):
-        scores = q @ k.transpose(-2, -1)
+        scores = q @ transposed(k)
         divisor = {"sqrt_d": math.sqrt(q.shape[-1]), "none": 1.0, "d": q.shape[-1],
                    "sqrt_m": math.sqrt(k.shape[-2])}[scale]
         scores = scores / divisor
@@ -315,6 +334,15 @@ ATTENTION_MISTAKES = (
             "d_k is the size of each query and key vector (q.shape[-1]), not the number of keys."),
     Mistake(_attention_variant(dim=-2),
             "normalize over the keys (the last axis, dim=-1): each query's weights sum to 1."),
+    Mistake(_attention_variant(transposed=lambda k: k.transpose(0, 1)),
+            "transpose the last two axes of k, k.transpose(-2, -1): (..., M, D) -> (..., D, M), whatever "
+            "the number of batch axes; transpose(0, 1) is right only for a 2-D k."),
+    Mistake(_attention_variant(transposed=lambda k: k.permute(*reversed(range(k.dim())))),
+            "transpose the last two axes of k, k.transpose(-2, -1): k.T reverses every axis of a "
+            "batched k."),
+    Symptom(lambda outputs, case: normalized_along_another_axis(outputs[1], -1),
+            "your weights sum to 1 along another axis than the keys: normalize over the keys (the last "
+            "axis, dim=-1), so that each query's weights sum to 1."),
     Mistake(_attention_variant(invert_mask=True),
             "True in the mask means 'may attend': set the scores to -inf where the mask is False."),
     Mistake(_attention_variant(mask_after_softmax=True),

@@ -623,7 +623,7 @@ def _state(module: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _embedding_variant(*, positions=True, segments=True, norm="after", eps=None, affine=True, first_position=0,
-                       token_scale=False, positions_from_ids=False):
+                       token_scale=False, positions_from_ids=False, positions_along_batch=False):
     """The embedding layer's output with one of the typical mistakes: f(state, config, input_ids, token_type_ids)."""
 
     def embeddings(state, config, input_ids, token_type_ids):
@@ -639,6 +639,8 @@ def _embedding_variant(*, positions=True, segments=True, norm="after", eps=None,
             tokens = tokens * math.sqrt(H)
         if positions_from_ids:
             position_vectors = F.embedding(input_ids, state["position_embeddings.weight"])
+        elif positions_along_batch:  # (B, 1, H): one position per sequence
+            position_vectors = state["position_embeddings.weight"][: input_ids.shape[0], None]
         else:
             position_vectors = state["position_embeddings.weight"][first_position:first_position + N]
         segment_vectors = F.embedding(token_type_ids, state["token_type_embeddings.weight"])
@@ -671,6 +673,9 @@ EMBEDDINGS_MISTAKES = (
     Mistake(_embedding_variant(positions_from_ids=True),
             "the position embeddings are indexed by the position i = 0 .. N - 1 (torch.arange(N)), not "
             "by the token ids."),
+    Mistake(_embedding_variant(positions_along_batch=True),
+            "the positions run along the sequence, dim 1 of input_ids (B, N): torch.arange(input_ids.shape[1]), "
+            "one per token; yours count the sequences of the batch (dim 0)."),
     Mistake(_embedding_variant(token_scale=True),
             "BERT does not multiply the token embeddings by sqrt(H) (the original Transformer did): just "
             "add the three embeddings."),

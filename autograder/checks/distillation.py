@@ -28,6 +28,7 @@ from autograder.checks.framework import (
     Case,
     CheckFailed,
     Mistake,
+    Symptom,
     Tolerance,
     call_and_backward,
     check_against_reference,
@@ -36,6 +37,7 @@ from autograder.checks.framework import (
     failure_message,
     forbidden_calls,
     generator_for,
+    normalized_along_another_axis,
     random_normal,
     run_student,
     with_dependencies,
@@ -117,6 +119,9 @@ SOFTMAX_WITH_TEMPERATURE_MISTAKES = (
                                           "1: normalise it, or simply compute softmax(z / T)."),
     Mistake(_tempered_first_axis, "the classes are the last dimension: normalise along dim=-1, so that every row "
                                   "of probabilities sums to 1."),
+    Symptom(lambda probabilities, case: normalized_along_another_axis(probabilities, -1),
+            "your probabilities sum to 1 along another axis than the classes: take the maximum and the sum "
+            "over the last dimension (dim=-1, keepdim=True), so that every row sums to 1."),
     Mistake(_tempered_log_probabilities, "return probabilities (softmax), not log-probabilities (log_softmax)."),
     Mistake(_tempered_without_max, "exp(z / T) overflows to inf when z / T is large (a small temperature), and "
                                    "inf / inf is NaN: subtract the maximum of each row first (or use torch.softmax)."),
@@ -200,7 +205,7 @@ def _kl(student_log_probabilities, teacher_probabilities, reduction="batchmean")
 
 def _loss_variant(*, direction="teacher_first", t_power=2, scaled="both", reduction="batchmean",
                   swap_alpha=False, hard_temperature=False, alpha_without_labels=False, soft="kl",
-                  log_of_softmax=False):
+                  log_of_softmax=False, student_axis=-1):
     """A wrong distillation loss: one of the typical mistakes, chosen by the arguments."""
 
     def loss(student_logits, teacher_logits, labels=None, alpha=0.5, temperature=2.0):
@@ -216,7 +221,7 @@ def _loss_variant(*, direction="teacher_first", t_power=2, scaled="both", reduct
         elif soft == "probabilities_as_input":  # F.kl_div(softmax(s), softmax(t)): input must be log-probabilities
             soft_term = _kl(torch.softmax(student_scaled, -1), torch.softmax(teacher_scaled, -1), reduction)
         elif direction == "teacher_first":
-            soft_term = _kl(torch.log_softmax(student_scaled, -1), torch.softmax(teacher_scaled, -1), reduction)
+            soft_term = _kl(torch.log_softmax(student_scaled, student_axis), torch.softmax(teacher_scaled, -1), reduction)
         else:  # KL(student || teacher)
             soft_term = _kl(torch.log_softmax(teacher_scaled, -1), torch.softmax(student_scaled, -1), reduction)
         soft_term = soft_term * temperature**t_power
@@ -238,6 +243,9 @@ DISTILLATION_LOSS_MISTAKES = (
     Mistake(_loss_variant(soft="probabilities_as_input"),
             "F.kl_div(input, target) expects input to be LOG-probabilities (log_softmax of the student's scaled "
             "logits), and target probabilities (softmax of the teacher's scaled logits)."),
+    Mistake(_loss_variant(student_axis=0),
+            "take the student's log-probabilities over the classes, the last dimension of (B, C): "
+            "log_softmax(student_logits / T, dim=-1), as the teacher's probabilities; yours are over the batch."),
     Mistake(_loss_variant(t_power=0),
             "multiply the soft term by T^2: its gradients shrink as 1 / T^2, and the factor T^2 keeps their size "
             "(and the balance with the hard term) whatever the temperature."),

@@ -675,7 +675,8 @@ def linear_attention_memory_cases() -> list[tuple[Case, int]]:
     ]
 
 
-def _linear_variant(feature_map=lambda x: F.elu(x) + 1, scale=False, normalize=True, causal_mode="inclusive"):
+def _linear_variant(feature_map=lambda x: F.elu(x) + 1, scale=False, normalize=True, causal_mode="inclusive",
+                    key_sum_axis=-2):
     """A wrong linear attention: one of the typical mistakes, chosen by the arguments."""
 
     def linear_attention(q, k, v, causal=False):
@@ -694,7 +695,7 @@ def _linear_variant(feature_map=lambda x: F.elu(x) + 1, scale=False, normalize=T
             denominator = (phi_q * sums).sum(-1)
         else:
             numerator = phi_q @ (phi_k.transpose(-1, -2) @ v)
-            denominator = (phi_q * phi_k.sum(-2, keepdim=True)).sum(-1)
+            denominator = (phi_q * phi_k.sum(key_sum_axis, keepdim=True)).sum(-1)
         out = numerator / denominator[..., None] if normalize else numerator
         return out.to(dtype)
 
@@ -712,6 +713,9 @@ LINEAR_ATTENTION_MISTAKES = (
             "linear attention has no 1 / sqrt(D) scale: apply phi to the queries and keys as they are."),
     Mistake(_linear_variant(normalize=False),
             "divide by the normalizer phi(q_i)^T sum_j phi(k_j), so that the weights of each query sum to 1."),
+    Mistake(_linear_variant(key_sum_axis=-1),
+            "the normalizer sums phi(k_j) over the keys j, the positions (dim=-2 of (..., M, D)), giving one "
+            "D-vector; yours sums over the features (dim=-1)."),
     Mistake(_linear_variant(causal_mode="ignored"),
             "with causal=True, query i sums over the keys j <= i only: use prefix sums (torch.cumsum "
             "along the positions) of phi(k_j) v_j^T and of phi(k_j)."),

@@ -11,9 +11,10 @@ known mistake, a hint about that mistake. Four pieces:
   grader knows: a student's code cannot compute the cases ahead of time, and a regrade with the same
   seed meets the same inputs. Every hidden case depends on that seed: its values, and also its sizes
   and integer arguments, which are drawn too.
-- :func:`describe_difference`, :func:`assert_close`, :class:`Mistake`: the comparison and its
-  diagnosis; a check lists known-wrong implementations (forgot 1/sqrt(d_k), softmax over the wrong
-  axis, ...) and the hint shown when the student's output equals one of theirs.
+- :func:`describe_difference`, :func:`assert_close`, :class:`Mistake`, :class:`Symptom`: the
+  comparison and its diagnosis; a check lists known-wrong implementations (forgot 1/sqrt(d_k), softmax
+  over the wrong axis, ...) and the hint shown when the student's output equals one of theirs, and
+  signs read from the output alone (probabilities that sum to 1 along another axis than ``dim``).
 - :func:`forbidden_calls`, :func:`allowed`: while the student's code runs, calling the reference or
   a built-in that does the exercise's job fails with "implement this yourself". Torch functions are
   caught with a ``TorchFunctionMode`` and Python functions by their code object with a profile hook,
@@ -292,25 +293,62 @@ class Mistake:
     implementation: Callable
     hint: str
 
+    def explains(self, actual, case: Case, tolerance=DEFAULT_TOLERANCES) -> bool:
+        """Whether the implementation gives ``actual`` on ``case``: the same output, or, when ``actual``
+        is an exception, the same exception type with the same message."""
+        args, kwargs = case.fresh_arguments()
+        try:
+            with torch.no_grad():
+                output = self.implementation(*args, **kwargs)
+        except Exception as error:
+            return isinstance(actual, Exception) and type(actual) is type(error) and str(actual) == str(error)
+        return not isinstance(actual, Exception) and describe_difference(actual, output, tolerance) is None
 
-def diagnose(actual, case: Case, mistakes: Iterable[Mistake], tolerance=DEFAULT_TOLERANCES) -> str | None:
-    """The hint of the first mistake whose output on ``case`` equals ``actual``, if any.
+
+@dataclass(frozen=True)
+class Symptom:
+    """A sign of a known mistake read from the student's output alone, whatever code produced it
+    (probabilities that sum to 1 along the wrong axis, ...), and the hint it deserves.
+
+    ``shows(actual, case)`` says whether the output has the sign; it is asked only about a wrong output.
+    """
+
+    shows: Callable[[object, Case], bool]
+    hint: str
+
+    def explains(self, actual, case: Case, tolerance=DEFAULT_TOLERANCES) -> bool:
+        """Whether ``actual`` (an output, not an exception) shows the sign."""
+        if isinstance(actual, Exception):
+            return False
+        try:
+            return bool(self.shows(actual, case))
+        except Exception:  # an output of another kind than the sign reads (a student's tuple, a string)
+            return False
+
+
+def diagnose(actual, case: Case, mistakes: Iterable[Mistake | Symptom], tolerance=DEFAULT_TOLERANCES) -> str | None:
+    """The hint of the first mistake or symptom of the catalogue that explains ``actual`` on ``case``.
 
     ``actual`` may be an exception the student's function raised: a mistake then matches when it
     raises the same exception type with the same message.
     """
-    for mistake in mistakes:
-        args, kwargs = case.fresh_arguments()
-        try:
-            with torch.no_grad():
-                output = mistake.implementation(*args, **kwargs)
-        except Exception as error:
-            if isinstance(actual, Exception) and type(actual) is type(error) and str(actual) == str(error):
-                return mistake.hint
-            continue
-        if not isinstance(actual, Exception) and describe_difference(actual, output, tolerance) is None:
-            return mistake.hint
-    return None
+    return next((mistake.hint for mistake in mistakes if mistake.explains(actual, case, tolerance)), None)
+
+
+def sums_to_one_along(probabilities: torch.Tensor, dim: int) -> bool:
+    """Whether every slice of ``probabilities`` along ``dim`` sums to 1, or to 0 (a fully masked slice)."""
+    totals = probabilities.double().sum(dim=dim)
+    return bool(((totals - 1).abs().le(1e-3) | totals.abs().le(1e-3)).all())
+
+
+def normalized_along_another_axis(probabilities, dim: int) -> bool:
+    """Whether ``probabilities`` sum to 1 along some axis other than ``dim``, and not along ``dim``: a
+    softmax whose sum (or maximum and sum) was taken along the wrong axis."""
+    if not isinstance(probabilities, torch.Tensor) or probabilities.dim() < 2:
+        return False
+    dim %= probabilities.dim()
+    return not sums_to_one_along(probabilities, dim) and any(
+        sums_to_one_along(probabilities, other) for other in range(probabilities.dim()) if other != dim)
 
 
 def format_inputs(case: Case, parameter_names: Sequence[str]) -> str:
@@ -693,7 +731,7 @@ def run_student(
     check: str,
     forbidden: Iterable = (),
     parameter_names: Sequence[str] = (),
-    mistakes: Sequence[Mistake] = (),
+    mistakes: Sequence[Mistake | Symptom] = (),
     context: str = "",
 ):
     """Call ``student_fn`` on a copy of the case's arguments, under the forbidden-call guard.
@@ -733,7 +771,7 @@ def check_against_reference(
     *,
     check: str,
     tolerance: Tolerance | Mapping = DEFAULT_TOLERANCES,
-    mistakes: Sequence[Mistake] = (),
+    mistakes: Sequence[Mistake | Symptom] = (),
     forbidden: Iterable = (),
     dependencies: Mapping[str, Callable] | None = None,
     output_names: str | Sequence[str] = "output",
@@ -746,7 +784,8 @@ def check_against_reference(
         cases: the inputs, usually drawn from :func:`generator_for` (check's name).
         check: the exercise's name, used in messages.
         tolerance: a :class:`Tolerance`, or a dict from dtype to Tolerance.
-        mistakes: known-wrong implementations and their hints, tried in order on a failure.
+        mistakes: known-wrong implementations (:class:`Mistake`) and signs of them in the output
+            (:class:`Symptom`), with their hints, tried in order on a failure.
         forbidden: functions the student's code may not call (see :func:`forbidden_calls`).
         dependencies: global names of earlier exercises the student's function uses, mapped to
             their reference implementations (see :func:`with_dependencies`).

@@ -121,7 +121,7 @@ def layer_norm_cases() -> list[Case]:
     ]
 
 
-def _layer_norm_variant(*, correction=0, eps_inside=True, use_eps=True, fixed_eps=None, dim=-1,
+def _layer_norm_variant(*, correction=0, eps_inside=True, use_eps=True, fixed_eps=None, dim=-1, variance_dim=None,
                         center=True, affine="gamma_beta", divide_by="std", one_pass=False,
                         compute="promote", cast_back=True):
     """A wrong layer normalization: one of the typical mistakes, chosen by the arguments."""
@@ -136,6 +136,8 @@ def _layer_norm_variant(*, correction=0, eps_inside=True, use_eps=True, fixed_ep
             variance = (h * h).mean(dim=dims, keepdim=True) - mean * mean
         elif correction:
             variance = h.var(dim=dims, keepdim=True, correction=correction)
+        elif variance_dim is not None:
+            variance = (h - mean).pow(2).mean(dim=variance_dim, keepdim=True)
         else:
             variance = (h - mean).pow(2).mean(dim=dims, keepdim=True)
         centered = h - mean if center else h
@@ -185,6 +187,9 @@ LAYER_NORM_MISTAKES = (
     Mistake(_layer_norm_variant(dim=None),
             "compute a mean and a variance for each vector (over the last dimension, keepdim=True), "
             "not one for the whole tensor."),
+    Mistake(_layer_norm_variant(variance_dim=0),
+            "take the variance over the same axis as the mean, the last one (dim=-1, keepdim=True): yours "
+            "is over dim 0, across the vectors of the batch."),
     Mistake(_layer_norm_variant(affine="none"),
             "apply the gain and the shift when they are given: gamma * x_hat + beta, with "
             "gamma = weight and beta = bias."),

@@ -127,6 +127,9 @@ SINUSOIDAL_MISTAKES = (
             "use the `base` argument in theta_i = base^(-2i / d_model); 10000 is only its default."),
     Mistake(lambda p, d, base=10000.0: _sinusoids(p, d, base, dtype=torch.float64),
             "return a float32 tensor, like torch.zeros(num_positions, d_model)."),
+    Mistake(lambda p, d, base=10000.0: _sinusoids(p, d, base).T,
+            "the positions are the rows and the features the columns: return shape (num_positions, "
+            "d_model), PE[p, i]; yours is transposed."),
     Mistake(_sinusoids_odd_width_error,
             "with an odd d_model there are (d_model + 1) // 2 sines but only d_model // 2 cosines: the "
             "last feature is a sine, so use angles[:, : d_model // 2] for the cosines."),
@@ -576,9 +579,9 @@ def apply_rope_cases() -> list[Case]:
 
 
 def _rope(x, positions=None, base=10000.0, *, layout="interleaved", sign=1.0, first_position=0,
-          exponent_scale=2.0, ignore_positions=False, compute_dtype="promote"):
+          exponent_scale=2.0, ignore_positions=False, compute_dtype="promote", position_axis=-2):
     """Rotary embeddings with one of the typical mistakes, chosen by the keyword arguments."""
-    *_, seq_len, head_dim = x.shape
+    seq_len, head_dim = x.shape[position_axis], x.shape[-1]
     if positions is None or ignore_positions:
         positions = torch.arange(first_position, first_position + seq_len)
     dtype = {"promote": torch.promote_types(x.dtype, torch.float32), "input": x.dtype, "float32": torch.float32}[compute_dtype]
@@ -616,6 +619,9 @@ APPLY_ROPE_MISTAKES = (
     Mistake(_rope_mistake(sign=-1.0),
             "you rotated by -m theta_i: R_m maps (x_2i, x_2i+1) to (x_2i cos - x_2i+1 sin, "
             "x_2i sin + x_2i+1 cos), with the angle m theta_i."),
+    Mistake(_rope_mistake(position_axis=0),
+            "the positions run along the second-to-last axis of x (..., N, D): N = x.shape[-2], not "
+            "x.shape[0], which is the batch when x has batch or head axes."),
     Mistake(_rope_mistake(first_position=1),
             "the default positions are 0 .. N - 1 (torch.arange(N)): the first vector is not rotated."),
     Mistake(_rope_mistake(ignore_positions=True),

@@ -695,10 +695,18 @@ def _mlm_naive_softmax(logits, labels):
     return -torch.log(probabilities.gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1))[chosen].mean()
 
 
-def _mlm_wrong_axis(logits, labels):
-    chosen = labels != IGNORE_INDEX
-    log_probabilities = logits - torch.logsumexp(logits, dim=-2, keepdim=True)
-    return -log_probabilities.gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)[chosen].mean()
+def _mlm_wrong_axis(axis: int, chosen_first: bool = False):
+    """The loss with the log-softmax taken along ``axis`` of the logits instead of the vocabulary: of all
+    the logits (..., V), or of the chosen positions' (|M|, V) when ``chosen_first``."""
+
+    def mlm_loss(logits, labels):
+        chosen = labels != IGNORE_INDEX
+        if chosen_first:
+            logits, labels, chosen = logits[chosen], labels[chosen], chosen[chosen]
+        log_probabilities = logits - torch.logsumexp(logits, dim=axis, keepdim=True)
+        return -log_probabilities.gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)[chosen].mean()
+
+    return mlm_loss
 
 
 MLM_LOSS_MISTAKES = (
@@ -720,8 +728,14 @@ MLM_LOSS_MISTAKES = (
     Mistake(_mlm_naive_softmax,
             "log(softmax(logits)) overflows for large logits: compute log p = logits - logsumexp(logits, dim=-1) "
             "(or torch.log_softmax), which is stable."),
-    Mistake(_mlm_wrong_axis,
+    Mistake(_mlm_wrong_axis(-2),
             "normalize over the vocabulary, the LAST axis of the logits (dim=-1), not over the positions."),
+    Mistake(_mlm_wrong_axis(0, chosen_first=True),
+            "normalize over the vocabulary, the LAST axis of the logits (dim=-1), not over the predicted "
+            "positions (dim 0 of logits[chosen])."),
+    Mistake(_mlm_wrong_axis(0),
+            "normalize over the vocabulary, the LAST axis of the logits (dim=-1), not over the first axis "
+            "(the sequences of the batch)."),
 )
 
 
