@@ -25,7 +25,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertlab.bert import BertModel
-from bertlab.pretraining import get_linear_schedule
+from bertlab.optimization import get_linear_schedule
 from bertlab.tokenization import BasicTokenizer
 from bertlab.utils import autocast, grad_scaler, resolve_device, seed_everything
 
@@ -114,7 +114,7 @@ def param_groups(
 
     Matrices (embeddings and linear weights, ``p.dim() >= 2``) get ``weight_decay``; biases and
     LayerNorm weights (``p.dim() < 2``) get none, as in BERT's optimizer (the rule of
-    :func:`bertlab.pretraining.weight_decay_groups`). Frozen parameters
+    :func:`bertlab.optimization.weight_decay_groups`). Frozen parameters
     (``requires_grad=False``) are left out. Every trainable parameter is in exactly one group; each group
     has ``params``, ``lr``, ``weight_decay`` and a ``name`` such as ``"layer.3"`` or ``"head/no_decay"``.
 

@@ -20,6 +20,7 @@ from torch import nn
 
 import bertlab.bert
 import bertlab.finetuning
+import bertlab.pretraining
 from autograder.checks import finetuning as checks
 from autograder.checks.framework import CheckFailed
 from bertlab.finetuning import freeze_layers as captured_freeze_layers
@@ -361,6 +362,12 @@ def groups_with_captured_reference(model, encoder_lr, head_lr, weight_decay, lay
     return captured_param_groups(model, encoder_lr, head_lr, weight_decay, layer_decay)
 
 
+def groups_with_the_pretraining_rule(model, encoder_lr, head_lr, weight_decay, layer_decay=1.0):
+    """The decay split of bertlab's pretraining (``bertlab.pretraining.weight_decay_groups``, defined in
+    ``bertlab.optimization``), with one rate."""
+    return [{**group, "lr": encoder_lr} for group in bertlab.pretraining.weight_decay_groups(model, weight_decay)]
+
+
 # --------------------------------------------------------------------------------------------------
 # train_epoch
 # --------------------------------------------------------------------------------------------------
@@ -532,6 +539,7 @@ class TestFinetuningChecks(MutationTests):
         ("BertForSequenceClassification", HeadSubclassingTheReference, "bertlab.bert.BertForSequenceClassification.__init__"),
         ("freeze_layers", freeze_with_captured_reference, "bertlab.finetuning.freeze_layers"),
         ("param_groups", groups_with_captured_reference, "bertlab.finetuning.param_groups"),
+        ("param_groups", groups_with_the_pretraining_rule, "bertlab.optimization.weight_decay_groups"),
         ("train_epoch", train_epoch_with_the_reference, "bertlab.finetuning.train_epoch"),
         ("train_epoch", train_epoch_through_finetune, "bertlab.finetuning.finetune"),
     ]

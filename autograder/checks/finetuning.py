@@ -633,7 +633,7 @@ def check_freeze_layers(student_fn, *, forbid: bool = True) -> str:
 # --------------------------------------------------------------------------------------------------
 
 PARAM_GROUPS_FORBIDDEN = (reference.param_groups, reference.make_optimizer,
-                          "bertlab.pretraining.weight_decay_groups")
+                          "bertlab.optimization.weight_decay_groups")
 
 @dataclass(frozen=True)
 class ParamGroupsCase:
