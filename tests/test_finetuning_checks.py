@@ -419,6 +419,12 @@ def train_epoch_with_the_reference(model, batches, loss_fn, optimizer, scheduler
                                           max_grad_norm=max_grad_norm, progress=False)
 
 
+def train_epoch_through_fit(model, batches, loss_fn, optimizer, scheduler, device, *, max_grad_norm=1.0):
+    history = bertlab.finetuning.fit(model, batches, loss_fn, optimizer, scheduler, device, epochs=1,
+                                     max_grad_norm=max_grad_norm, progress=False)
+    return history[0]["train_loss"]
+
+
 def train_epoch_through_finetune(model, batches, loss_fn, optimizer, scheduler, device, *, max_grad_norm=1.0):
     try:
         bertlab.finetuning.finetune(model, None, [("a", 0)], progress=False, device="cpu")
@@ -541,6 +547,7 @@ class TestFinetuningChecks(MutationTests):
         ("param_groups", groups_with_captured_reference, "bertlab.finetuning.param_groups"),
         ("param_groups", groups_with_the_pretraining_rule, "bertlab.optimization.weight_decay_groups"),
         ("train_epoch", train_epoch_with_the_reference, "bertlab.finetuning.train_epoch"),
+        ("train_epoch", train_epoch_through_fit, "bertlab.finetuning.fit"),
         ("train_epoch", train_epoch_through_finetune, "bertlab.finetuning.finetune"),
     ]
 

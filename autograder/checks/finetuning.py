@@ -901,7 +901,7 @@ def check_param_groups(student_fn, *, forbid: bool = True) -> str:
 # train_epoch
 # --------------------------------------------------------------------------------------------------
 
-TRAIN_EPOCH_FORBIDDEN = (reference.train_epoch, reference.finetune, "bertlab.distillation.distill",
+TRAIN_EPOCH_FORBIDDEN = (reference.train_epoch, reference.fit, reference.finetune, "bertlab.distillation.distill",
                          "transformers.trainer.Trainer.training_step", "transformers.trainer.Trainer.train")
 #: The mean loss of an epoch of a few steps, computed in another order or another process.
 TRAIN_EPOCH_TOLERANCE = Tolerance(atol=1e-6, rtol=1e-5)
