@@ -9,7 +9,11 @@ One module per topic of the course, in the order of the book:
 - ``bertlab.efficient``      sliding-window, grouped-query, flash and linear attention (chapter 05)
 - ``bertlab.tokenization``   BERT's WordPiece tokenizer (chapter 06)
 - ``bertlab.bert``           the BERT model and its heads (chapter 06)
-- ``bertlab.pretraining``    masked language modelling and next sentence prediction (chapter 07)
+- ``bertlab.pretraining``    masked language modelling and next sentence prediction (chapter 07), gathered
+                             from ``pretraining_data`` (masking, NSP pairs), ``pretraining_loop``
+                             (``pretrain``), ``pretraining_evaluation`` (held-out scores) and
+                             ``course_model`` (the course's BERT, shipped with the package)
+- ``bertlab.optimization``   AdamW's parameter groups and the linear learning-rate schedule
 - ``bertlab.finetuning``     sequence classification (chapter 08)
 - ``bertlab.distillation``   knowledge distillation into a smaller student (chapter 09)
 - ``bertlab.data``           offline corpora and sentiment datasets

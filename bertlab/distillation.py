@@ -3,7 +3,8 @@
 A student learns from the teacher's whole output distribution, softened by a temperature T, and not
 only from the labels (Hinton et al., 2015). DistilBERT (Sanh et al., 2019) halves BERT's depth, starts
 the student from one teacher layer out of two, and keeps 97% of its GLUE score while running 60% faster.
-This module has the loss, the initialisation, the training loop and the comparison table.
+This module has the loss, the initialisation, the training (on the epoch loop of fine-tuning,
+:func:`bertlab.finetuning.fit`, with the distillation loss) and the comparison table.
 """
 
 import copy
@@ -16,7 +17,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from bertlab.finetuning import (
     Batch,
@@ -26,13 +26,11 @@ from bertlab.finetuning import (
     classification_metrics,
     compute_logits,
     encoder_layers,
-    format_record,
+    fit,
     labelled_batches,
     make_optimizer,
     model_device,
     model_inputs,
-    save_run,
-    train_epoch,
 )
 from bertlab.utils import compute_dtype, resolve_device, seed_everything
 
@@ -205,24 +203,17 @@ def distill(
             student_logits, teacher_logits[batch["index"].to(device)], batch["labels"].to(device), alpha, temperature
         )
 
-    history = []
-    for epoch in range(1, epochs + 1):
-        train_loss = train_epoch(
-            student, batches, loss_fn, optimizer, scheduler, device,
-            max_grad_norm=max_grad_norm, progress=progress, description=f"distill {epoch}/{epochs}",
-        )
-        record = {"epoch": epoch, "train_loss": train_loss}
-        if dev is not None:
-            student_logits = compute_logits(student, dev_batches, device)
-            metrics = classification_metrics(student_logits, dev_batches.labels)
-            metrics["agreement"] = agreement(student_logits, dev_teacher_logits)
-            record.update({f"dev_{name}": value for name, value in metrics.items()})
-        history.append(record)
-        if progress:
-            tqdm.write(format_record(record))
-    if output_dir is not None:
-        save_run(student, history, output_dir)
-    return history
+    def dev_metrics(student: nn.Module) -> dict[str, float]:
+        student_logits = compute_logits(student, dev_batches, device)
+        metrics = classification_metrics(student_logits, dev_batches.labels)
+        metrics["agreement"] = agreement(student_logits, dev_teacher_logits)
+        return metrics
+
+    return fit(
+        student, batches, loss_fn, optimizer, scheduler, device,
+        epochs=epochs, dev_metrics=None if dev is None else dev_metrics, max_grad_norm=max_grad_norm,
+        progress=progress, description="distill", output_dir=output_dir,
+    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertlab.bert import BertModel
-from bertlab.pretraining import get_linear_schedule
+from bertlab.optimization import get_linear_schedule
 from bertlab.tokenization import BasicTokenizer
 from bertlab.utils import autocast, grad_scaler, resolve_device, seed_everything
 
@@ -114,7 +114,7 @@ def param_groups(
 
     Matrices (embeddings and linear weights, ``p.dim() >= 2``) get ``weight_decay``; biases and
     LayerNorm weights (``p.dim() < 2``) get none, as in BERT's optimizer (the rule of
-    :func:`bertlab.pretraining.weight_decay_groups`). Frozen parameters
+    :func:`bertlab.optimization.weight_decay_groups`). Frozen parameters
     (``requires_grad=False``) are left out. Every trainable parameter is in exactly one group; each group
     has ``params``, ``lr``, ``weight_decay`` and a ``name`` such as ``"layer.3"`` or ``"head/no_decay"``.
 
@@ -402,6 +402,46 @@ def train_epoch(
     return float(total_loss) / num_examples
 
 
+def fit(
+    model: nn.Module,
+    batches: SentimentBatches,
+    loss_fn: Callable[[nn.Module, Batch], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    device: torch.device,
+    *,
+    epochs: int,
+    dev_metrics: Callable[[nn.Module], dict[str, float]] | None = None,
+    max_grad_norm: float = 1.0,
+    progress: bool = True,
+    description: str = "epoch",
+    output_dir: str | Path | None = None,
+) -> list[dict[str, float]]:
+    """The epoch loop of :func:`finetune` and :func:`bertlab.distillation.distill`; return the history.
+
+    Epoch e = 1 ... ``epochs`` is one :func:`train_epoch` over ``batches`` with ``loss_fn`` (the
+    cross-entropy to fine-tune, the distillation loss to distil), then ``dev_metrics(model)`` when
+    given. Its record is ``{"epoch": e, "train_loss": ..., "dev_<name>": ...}``, one ``dev_`` entry per
+    metric, printed as one line when ``progress``. With ``output_dir`` the trained model and
+    ``history.json`` are written there at the end (:func:`save_run`).
+    """
+    history = []
+    for epoch in range(1, epochs + 1):
+        train_loss = train_epoch(
+            model, batches, loss_fn, optimizer, scheduler, device,
+            max_grad_norm=max_grad_norm, progress=progress, description=f"{description} {epoch}/{epochs}",
+        )
+        record = {"epoch": epoch, "train_loss": train_loss}
+        if dev_metrics is not None:
+            record.update({f"dev_{name}": value for name, value in dev_metrics(model).items()})
+        history.append(record)
+        if progress:
+            tqdm.write(format_record(record))
+    if output_dir is not None:
+        save_run(model, history, output_dir)
+    return history
+
+
 def make_optimizer(
     model: nn.Module,
     *,
@@ -478,22 +518,14 @@ def finetune(
         warmup_ratio=warmup_ratio,
     )
 
-    history = []
-    for epoch in range(1, epochs + 1):
-        train_loss = train_epoch(
-            model, batches, classification_loss, optimizer, scheduler, device,
-            max_grad_norm=max_grad_norm, progress=progress, description=f"epoch {epoch}/{epochs}",
-        )
-        record = {"epoch": epoch, "train_loss": train_loss}
-        if dev is not None:
-            metrics = classification_metrics(compute_logits(model, dev_batches, device), dev_batches.labels)
-            record.update({f"dev_{name}": value for name, value in metrics.items()})
-        history.append(record)
-        if progress:
-            tqdm.write(format_record(record))
-    if output_dir is not None:
-        save_run(model, history, output_dir)
-    return history
+    def dev_metrics(model: nn.Module) -> dict[str, float]:
+        return classification_metrics(compute_logits(model, dev_batches, device), dev_batches.labels)
+
+    return fit(
+        model, batches, classification_loss, optimizer, scheduler, device,
+        epochs=epochs, dev_metrics=None if dev is None else dev_metrics, max_grad_norm=max_grad_norm,
+        progress=progress, description="epoch", output_dir=output_dir,
+    )
 
 
 @dataclasses.dataclass

@@ -12,12 +12,16 @@ from bertlab.data import synthetic_sentiment
 from bertlab.finetuning import (
     BagOfWordsClassifier,
     SentimentBatches,
+    classification_loss,
     classification_metrics,
     confusion_matrix,
     evaluate,
     finetune,
+    fit,
     freeze_layers,
+    labelled_batches,
     macro_f1,
+    make_optimizer,
     param_groups,
     predict,
     texts_and_labels,
@@ -268,6 +272,26 @@ def test_finetune_learns_the_synthetic_task(tokenizer, examples, device, tmp_pat
     assert json.loads((tmp_path / "history.json").read_text()) == history
     reloaded = BertForSequenceClassification.from_pretrained(tmp_path).to(device)
     assert evaluate(reloaded, tokenizer, dev) == pytest.approx(evaluate(model, tokenizer, dev))
+
+
+def test_fit_runs_one_train_epoch_per_epoch_and_records_the_dev_metrics(model, tokenizer, examples, tmp_path):
+    """The epoch loop that finetune and distill share: a step per batch, the dev metrics after each epoch."""
+    batches = labelled_batches(examples[:24], tokenizer, batch_size=8, shuffle=True)
+    optimizer, scheduler = make_optimizer(model, num_steps=2 * len(batches), encoder_lr=1e-3, head_lr=1e-3,
+                                          weight_decay=0.0, layer_decay=1.0, warmup_ratio=0.0)
+    evaluated = []
+
+    def dev_metrics(trained):
+        evaluated.append(trained)
+        return {"score": float(len(evaluated))}
+
+    history = fit(model, batches, classification_loss, optimizer, scheduler, torch.device("cpu"), epochs=2,
+                  dev_metrics=dev_metrics, progress=False, output_dir=tmp_path)
+    assert [record["epoch"] for record in history] == [1, 2] and evaluated == [model, model]
+    assert [set(record) for record in history] == [{"epoch", "train_loss", "dev_score"}] * 2
+    assert [record["dev_score"] for record in history] == [1.0, 2.0]
+    assert scheduler.last_epoch == 2 * len(batches)  # one scheduler step per batch
+    assert json.loads((tmp_path / "history.json").read_text()) == history
 
 
 def test_finetune_is_seeded(tokenizer, examples):

@@ -20,6 +20,7 @@ from torch import nn
 
 import bertlab.bert
 import bertlab.finetuning
+import bertlab.pretraining
 from autograder.checks import finetuning as checks
 from autograder.checks.framework import CheckFailed
 from bertlab.finetuning import freeze_layers as captured_freeze_layers
@@ -361,6 +362,12 @@ def groups_with_captured_reference(model, encoder_lr, head_lr, weight_decay, lay
     return captured_param_groups(model, encoder_lr, head_lr, weight_decay, layer_decay)
 
 
+def groups_with_the_pretraining_rule(model, encoder_lr, head_lr, weight_decay, layer_decay=1.0):
+    """The decay split of bertlab's pretraining (``bertlab.pretraining.weight_decay_groups``, defined in
+    ``bertlab.optimization``), with one rate."""
+    return [{**group, "lr": encoder_lr} for group in bertlab.pretraining.weight_decay_groups(model, weight_decay)]
+
+
 # --------------------------------------------------------------------------------------------------
 # train_epoch
 # --------------------------------------------------------------------------------------------------
@@ -410,6 +417,12 @@ LOOP_DEFAULTS = {name: parameter.default for name, parameter in inspect.signatur
 def train_epoch_with_the_reference(model, batches, loss_fn, optimizer, scheduler, device, *, max_grad_norm=1.0):
     return bertlab.finetuning.train_epoch(model, batches, loss_fn, optimizer, scheduler, device,
                                           max_grad_norm=max_grad_norm, progress=False)
+
+
+def train_epoch_through_fit(model, batches, loss_fn, optimizer, scheduler, device, *, max_grad_norm=1.0):
+    history = bertlab.finetuning.fit(model, batches, loss_fn, optimizer, scheduler, device, epochs=1,
+                                     max_grad_norm=max_grad_norm, progress=False)
+    return history[0]["train_loss"]
 
 
 def train_epoch_through_finetune(model, batches, loss_fn, optimizer, scheduler, device, *, max_grad_norm=1.0):
@@ -532,7 +545,9 @@ class TestFinetuningChecks(MutationTests):
         ("BertForSequenceClassification", HeadSubclassingTheReference, "bertlab.bert.BertForSequenceClassification.__init__"),
         ("freeze_layers", freeze_with_captured_reference, "bertlab.finetuning.freeze_layers"),
         ("param_groups", groups_with_captured_reference, "bertlab.finetuning.param_groups"),
+        ("param_groups", groups_with_the_pretraining_rule, "bertlab.optimization.weight_decay_groups"),
         ("train_epoch", train_epoch_with_the_reference, "bertlab.finetuning.train_epoch"),
+        ("train_epoch", train_epoch_through_fit, "bertlab.finetuning.fit"),
         ("train_epoch", train_epoch_through_finetune, "bertlab.finetuning.finetune"),
     ]
 

@@ -1,4 +1,8 @@
-"""Tests for bertlab.pretraining: masking, NSP pairs, datasets, optimisation, the training loop, resuming, DDP."""
+"""Tests for bertlab.pretraining: masking, NSP pairs, datasets, optimisation, the training loop, resuming, DDP.
+
+``bertlab.pretraining`` gathers the names of the modules that hold the code (``pretraining_data``,
+``optimization``, ``pretraining_loop``, ``pretraining_evaluation``, ``course_model``).
+"""
 
 import dataclasses
 import hashlib
@@ -18,7 +22,7 @@ from transformers import BertTokenizer as HFBertTokenizer
 from transformers import BertTokenizerFast as HFBertTokenizerFast
 from transformers import DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
 
-from bertlab import pretraining
+from bertlab import pretraining, pretraining_loop
 from bertlab.bert import BertConfig, BertForPreTraining
 from bertlab.data import pretraining_corpus
 from bertlab.pretraining import (
@@ -47,6 +51,31 @@ from bertlab.utils import RecordedResultsUnavailable, grad_scaler
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB_SIZE = 1000
+
+
+# ---------------------------------------------------------------------------------------------- the names
+
+#: Every public name of ``bertlab.pretraining`` when it was one file, before it was split by job.
+PUBLIC_NAMES = [
+    "CHECKPOINT_FILE", "COURSE_BERT_FOLDER", "IGNORE_INDEX", "IS_NEXT", "MASKING_KINDS", "METRICS_FILE",
+    "MaskedLMScores", "NOT_NEXT", "PLOT_FILE", "PretrainingDataset", "SETTINGS_FILE", "TOKEN_COUNTS_FILE",
+    "course_bert", "course_bert_folder", "course_bert_sha256", "course_bert_token_counts", "evaluate_masked_lm",
+    "get_linear_schedule", "load_metrics", "make_nsp_examples", "mask_tokens", "pack_full_sentences",
+    "plot_metrics", "pretrain", "read_course_bert_results", "token_frequencies", "unigram_masked_lm",
+    "weight_decay_groups",
+]
+
+
+@pytest.mark.parametrize("name", PUBLIC_NAMES)
+def test_every_public_name_is_still_importable_from_bertlab_pretraining(name):
+    namespace = {}
+    exec(f"from bertlab.pretraining import {name}", namespace)
+    assert namespace[name] is getattr(pretraining, name)
+    assert name in pretraining.__all__
+
+
+def test_bertlab_pretraining_exports_exactly_its_public_names():
+    assert sorted(pretraining.__all__) == sorted(PUBLIC_NAMES)
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
@@ -500,9 +529,9 @@ def test_a_checkpoint_loads_for_a_process_on_another_device(tokenizer, corpus, t
     optimizer = torch.optim.AdamW(weight_decay_groups(model, 0.01), lr=1e-3)
     scheduler = get_linear_schedule(optimizer, 0, 2)
     torch.manual_seed(99)
-    process = pretraining._Process(rank=0, world_size=1, device=torch.device("meta"), started_group=False)
-    step = pretraining._load_checkpoint(tmp_path / "checkpoint.pt", model, optimizer, scheduler,
-                                        grad_scaler(process.device), saved["settings"], process)
+    process = pretraining_loop._Process(rank=0, world_size=1, device=torch.device("meta"), started_group=False)
+    step = pretraining_loop._load_checkpoint(tmp_path / "checkpoint.pt", model, optimizer, scheduler,
+                                             grad_scaler(process.device), saved["settings"], process)
     assert step == 2
     assert torch.equal(torch.get_rng_state(), saved["rng_states"][0]["torch"])
     states = list(optimizer.state.values())

@@ -543,10 +543,10 @@ class TestPretrainingChecks(MutationTests):
     reference_calls = {"mlm_loss": "torch.nn.functional.cross_entropy"}
     failure_context = r"(the determinism )?test case"  # the determinism case is told apart from the numbered ones
     cheats = [
-        ("mask_tokens", mask_with_captured_reference, "bertlab.pretraining.mask_tokens"),
-        ("mask_tokens", mask_with_the_dataset_method, "bertlab.pretraining.PretrainingDataset.mask"),
+        ("mask_tokens", mask_with_captured_reference, "bertlab.pretraining_data.mask_tokens"),
+        ("mask_tokens", mask_with_the_dataset_method, "bertlab.pretraining_data.PretrainingDataset.mask"),
         ("mask_tokens", mask_with_hugging_face, "DataCollatorForLanguageModeling.torch_mask_tokens"),
-        ("make_nsp_examples", nsp_with_the_reference_hidden, "bertlab.pretraining.make_nsp_examples"),
+        ("make_nsp_examples", nsp_with_the_reference_hidden, "bertlab.pretraining_data.make_nsp_examples"),
         ("mlm_loss", loss_with_captured_cross_entropy, "torch.nn.functional.cross_entropy"),
         ("mlm_loss", loss_with_the_module, "torch.nn.functional.cross_entropy"),
         ("mlm_loss", loss_with_nll, "torch.nn.functional.nll_loss"),

@@ -633,7 +633,7 @@ def check_freeze_layers(student_fn, *, forbid: bool = True) -> str:
 # --------------------------------------------------------------------------------------------------
 
 PARAM_GROUPS_FORBIDDEN = (reference.param_groups, reference.make_optimizer,
-                          "bertlab.pretraining.weight_decay_groups")
+                          "bertlab.optimization.weight_decay_groups")
 
 @dataclass(frozen=True)
 class ParamGroupsCase:
@@ -901,7 +901,7 @@ def check_param_groups(student_fn, *, forbid: bool = True) -> str:
 # train_epoch
 # --------------------------------------------------------------------------------------------------
 
-TRAIN_EPOCH_FORBIDDEN = (reference.train_epoch, reference.finetune, "bertlab.distillation.distill",
+TRAIN_EPOCH_FORBIDDEN = (reference.train_epoch, reference.fit, reference.finetune, "bertlab.distillation.distill",
                          "transformers.trainer.Trainer.training_step", "transformers.trainer.Trainer.train")
 #: The mean loss of an epoch of a few steps, computed in another order or another process.
 TRAIN_EPOCH_TOLERANCE = Tolerance(atol=1e-6, rtol=1e-5)

@@ -1,0 +1,71 @@
+"""The course's BERT, pretrained once and shipped with the package: its folder, weights and records.
+
+BERT-mini (4 layers of width 256) pretrained with masked language modelling on IMDB reviews by
+``tools/course_bert.py``; chapters 06 to 09 load it offline with ``course_bert``.
+"""
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from bertlab.bert import BertForPreTraining
+from bertlab.tokenization import BertTokenizer
+from bertlab.utils import RecordedResultsUnavailable, read_recorded_results, resolve_device
+
+COURSE_BERT_FOLDER = Path(__file__).resolve().parent / "course_bert"
+TOKEN_COUNTS_FILE = "token_counts.txt"
+
+
+def course_bert_folder() -> Path:
+    """The folder of the course's BERT, shipped with the package (no download).
+
+    BERT-mini (4 layers of width 256) pretrained with masked language modelling on the 75,000
+    unlabelled and training reviews of the IMDB dataset (Maas et al., 2011), with a WordPiece
+    vocabulary of 8,192 pieces learned from them; ``README.md`` in the folder is its model card (data,
+    settings, hardware, time, held-out scores) and ``tools/course_bert.py`` the script that made it.
+    The folder holds ``config.json``, ``model.safetensors`` (float16), ``vocab.txt`` and
+    ``tokenizer_config.json``: ``BertForPreTraining.from_pretrained(folder)`` (or
+    ``BertForSequenceClassification`` to fine-tune) and ``BertTokenizer(folder / "vocab.txt")`` load it,
+    and so do Hugging Face's ``transformers.BertForPreTraining.from_pretrained(folder)`` and
+    ``BertTokenizerFast.from_pretrained(folder)``.
+    """
+    if not (COURSE_BERT_FOLDER / "config.json").is_file():
+        raise FileNotFoundError(f"the course's BERT is missing from {COURSE_BERT_FOLDER}: reinstall bertlab, or "
+                                "make it with tools/course_bert.py")
+    return COURSE_BERT_FOLDER
+
+
+def course_bert_token_counts() -> torch.Tensor:
+    """How often each token of the course BERT's vocabulary occurs in its training text: a (V,)
+    float64 tensor of counts (``token_frequencies``, stored with the model as ``token_counts.txt``),
+    for the unigram baseline ``unigram_masked_lm`` without reading the 20M tokens again."""
+    path = course_bert_folder() / TOKEN_COUNTS_FILE
+    return torch.tensor([float(line) for line in path.read_text().split()], dtype=torch.float64)
+
+
+def course_bert_sha256() -> str:
+    """The SHA-256 (hex) of the course BERT's weights file: which release of the model a run used."""
+    return hashlib.sha256((course_bert_folder() / "model.safetensors").read_bytes()).hexdigest()
+
+
+def read_course_bert_results(name: str, required: Mapping[str, Sequence[str]], start: str | Path | None = None) -> dict:
+    """``bertlab.utils.read_recorded_results`` for a recorded run of the course's BERT, which must have
+    used the weights installed here: the run's ``course_bert_sha256`` is compared with
+    :func:`course_bert_sha256`, and :class:`~bertlab.utils.RecordedResultsUnavailable` says so when
+    they differ, so that a chapter never shows another release's numbers as this model's."""
+    recorded = read_recorded_results(name, {**required, "course_bert_sha256": []}, start)
+    if recorded["course_bert_sha256"] != course_bert_sha256():
+        raise RecordedResultsUnavailable(
+            f"benchmarks/results/{name} was recorded with other weights of the course's BERT than the ones "
+            f"installed here: run benchmarks/bert_results.py again")
+    return recorded
+
+
+def course_bert(device: str | torch.device | None = None) -> tuple[BertForPreTraining, BertTokenizer]:
+    """The course's BERT (``course_bert_folder``) in eval mode on ``device`` (None: CUDA when
+    available), in float32, and its tokenizer."""
+    folder = course_bert_folder()
+    model = BertForPreTraining.from_pretrained(folder).to(resolve_device(device)).eval()
+    return model, BertTokenizer(folder / "vocab.txt")
