@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from autograder import course, release
+from autograder.bounds import Limits
 from autograder.results import COPY_POLICIES, WITHHOLD
-from autograder.sandbox import Limits
 
 
 def _run_release(args: argparse.Namespace) -> int:

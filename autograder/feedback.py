@@ -85,14 +85,14 @@ def lock(page: bytes) -> bytes:
     return page[:at] + _POLICY_TAG + page[at:]
 
 
-def render(course, view, result: NotebookResult, chapter: Chapter, references: dict[str, Reference]) -> bytes:
+def render(nbgrader_course, view, result: NotebookResult, chapter: Chapter, references: dict[str, Reference]) -> bytes:
     """The feedback page of a student's view, rendered by nbgrader's feedback exporter and locked;
     ``references`` are the course's, for the citations of its Markdown cells."""
     from autograder.nbgrader_adapter import render_feedback
 
     filters = {"book_markdown": functools.partial(book_markdown.render, references=references),
                "sanitized_html": sanitized_html}
-    return lock(render_feedback(course, view, result, chapter.notebook, filters))
+    return lock(render_feedback(nbgrader_course, view, result, chapter.notebook, filters))
 
 
 def plain_page(result: NotebookResult, why: str) -> bytes:

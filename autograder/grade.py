@@ -44,19 +44,18 @@ from datetime import datetime
 from pathlib import Path
 
 from autograder import course
-from autograder.client import STARTUP_SECONDS
+from autograder.bounds import FEEDBACK_SECONDS, JOB_MARGIN_SECONDS, MAX_RESTARTS, STARTUP_SECONDS, Limits
 from autograder.chapters import Chapter, load_chapters
 from autograder.citations import read_references
 from autograder.course import GradingError
 from autograder.feedback import plain_page
-from autograder.job import FEEDBACK_SECONDS, Job, JobOutput, work
+from autograder.job import Job, JobOutput, work
 from autograder.nbgrader_adapter import (
     create_gradebook, export_csv, prepare_gradebook, quiet_nbgrader, register_chapters, store_grades)
 from autograder.results import (
     COPY_POLICIES, GRADER_ERROR, GRADER_VERSION, NO_SUBMISSION, UNSANDBOXED, WITHHOLD, ClassResults, NotebookResult,
     ResultStore, Skipped, TestResult)
-from autograder.runner import MAX_RESTARTS
-from autograder.sandbox import Limits, isolation_available, resource_bounds
+from autograder.sandbox import isolation_available, resource_bounds
 from autograder.submissions import Submission, collect_submissions, error_line, look_alike_names
 from autograder.wire import printable
 
@@ -125,7 +124,7 @@ def fingerprint(submission: Submission, chapter: Chapter, limits: Limits, isolat
 
 def job_seconds(limits: Limits) -> float:
     """The time limit of one job: the notebook's, the student processes' starts, the feedback, a margin."""
-    return limits.notebook_timeout + (MAX_RESTARTS + 1) * STARTUP_SECONDS + FEEDBACK_SECONDS + 300
+    return limits.notebook_timeout + (MAX_RESTARTS + 1) * STARTUP_SECONDS + FEEDBACK_SECONDS + JOB_MARGIN_SECONDS
 
 
 def _shared_folder(folder: Path, top: Path) -> None:

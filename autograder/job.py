@@ -4,11 +4,11 @@
 student's cells in a sandbox, the tests in the grader), grades each test cell (``tampered`` where
 the submission's copy of a test cell differs from the released one: the instructor's version is what
 ran), flags exercises that may be the reference's code (:mod:`autograder.reference_copies`) and
-applies the copy policy (:func:`withhold_copies`), and
-writes two files into the job's folder: the graded notebook for the instructor (made inert, as
-nbgrader's formgrader renders it unsanitized: :func:`autograder.sanitize.inert_notebook`) and the
-feedback page for the student, rendered within :data:`FEEDBACK_SECONDS`. It returns a :class:`JobOutput`; the class
-run (:mod:`autograder.grade`) puts the files in place and records the grades.
+applies the copy policy (:func:`withhold_copies`), and writes two files into the job's folder: the
+graded notebook for the instructor (made inert, as nbgrader's formgrader renders it unsanitized:
+:func:`autograder.sanitize.inert_notebook`) and the feedback page for the student, rendered within
+``FEEDBACK_SECONDS`` (:mod:`autograder.bounds`). It returns a :class:`JobOutput`; the class run
+(:mod:`autograder.grade`) puts the files in place and records the grades.
 
 A worker runs one job and ends (:func:`work`): nothing of one student's run reaches the next.
 """
@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import feedback, graded_notebook
+from autograder.bounds import FEEDBACK_SECONDS, Limits
 from autograder.chapters import Chapter
 from autograder.citations import Reference
 from autograder.course import grade_id
@@ -33,10 +34,8 @@ from autograder.results import (
     CERTAIN, REFERENCE_COPY, UNREADABLE, UNSANDBOXED, WITHHOLD, NotebookResult, ReferenceCopy, TestResult)
 from autograder.runner import NotebookRun, Outcome, run_notebook
 from autograder.sanitize import inert_notebook
-from autograder.sandbox import Limits, Sandbox
+from autograder.sandbox import Sandbox
 from autograder.submissions import read_notebook
-
-FEEDBACK_SECONDS = 120.0  # to render one feedback page
 
 
 @dataclass(frozen=True)
@@ -198,14 +197,14 @@ def grade_job(job: Job) -> JobOutput:
 
 def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookResult) -> tuple[bytes, str | None]:
     """The feedback page, or a plain one and why, when nbconvert fails or runs out of time."""
-    course = Path(job.folder) / "course"
-    shutil.copytree(job.chapter_source, course / "source" / job.chapter.name)
-    shutil.copyfile(job.template, course / "gradebook.db")
+    nbgrader_course = Path(job.folder) / "course"
+    shutil.copytree(job.chapter_source, nbgrader_course / "source" / job.chapter.name)
+    shutil.copyfile(job.template, nbgrader_course / "gradebook.db")
     view = feedback.student_view(graded, job.chapter, result, {name: outcome.output for name, outcome in
                                                               (run.outcomes.items() if run else ())})
     try:
         with time_limit(FEEDBACK_SECONDS, "rendering the feedback"):
-            return feedback.render(course, view, result, job.chapter, job.references), None
+            return feedback.render(nbgrader_course, view, result, job.chapter, job.references), None
     except (StageTimeout, RuntimeError) as error:
         problem = f"the feedback page is a plain one: {error}"[:500]
         return feedback.plain_page(result, problem), problem

@@ -33,6 +33,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from autograder.bounds import SUMMARY_MESSAGE_CHARS
 from autograder.wire import printable
 
 GRADER_VERSION = "3"  # with the grader's and the reference's sources, part of every fingerprint
@@ -55,7 +56,6 @@ WITHHOLD, FLAG = "withhold", "flag"  # withhold: certain copies get 0 points; fl
 COPY_POLICIES = (WITHHOLD, FLAG)
 UNSANDBOXED = ("WARNING: graded WITHOUT the sandbox (--unsandboxed): the students' code ran with the grading "
                "user's rights (files, network); only time and memory limits applied")
-SUMMARY_MESSAGE_CHARS = 120  # of a test's message, in the summary's line of its student
 
 
 @dataclass(frozen=True)

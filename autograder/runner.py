@@ -1,11 +1,11 @@
 """The grader's run of one notebook: the student's cells once, in the sandbox; every test cell in the grader.
 
-The student process (:class:`autograder.client.StudentProcess`) executes the student's code cells,
+The student process (:class:`autograder.grader_side.StudentProcess`) executes the student's code cells,
 in the notebook's order, and reports what they showed; it never receives a test cell. Where a test
 cell stands, the grader runs the instructor's version of it (hidden tests included) in a namespace of
-its own: the instructor code the tests need (:mod:`autograder.test_context`), run in the grader,
+its own: the instructor code the tests need (:mod:`autograder.instructor_context`), run in the grader,
 and the exercises the cell uses, looked up in the student process as handles
-(:class:`autograder.client.Remote`). Nothing else of the student's enters that namespace.
+(:class:`autograder.grader_side.Remote`). Nothing else of the student's enters that namespace.
 
 Before the tests run, the checks' inputs are seeded with the run's seed
 (:func:`autograder.checks.framework.use_run_seed`), which lives in the grader only: the student's
@@ -24,17 +24,14 @@ import traceback
 from dataclasses import dataclass, field
 
 from autograder import cell_outputs
-from autograder.client import StudentProcess, StudentProcessEnded, StudentTimeout
+from autograder.bounds import MAX_OUTCOME_MESSAGE_CHARS, MAX_RESTARTS, MAX_TEST_OUTPUT_CHARS, Limits
 from autograder.chapters import Chapter
 from autograder.course import hidden_test_lines, python_source
+from autograder.grader_side import StudentProcess, StudentProcessEnded, StudentTimeout
+from autograder.instructor_context import free_names
 from autograder.results import BLANK, CRASH, NOT_DEFINED
-from autograder.sandbox import Limits, Sandbox
-from autograder.test_context import free_names
+from autograder.sandbox import Sandbox
 from autograder.wire import printable
-
-MAX_TEST_OUTPUT_CHARS = 20_000  # of what a test cell prints, kept for the feedback
-MAX_MESSAGE_CHARS = 10_000  # of an outcome's message
-MAX_RESTARTS = 2  # student processes restarted per notebook after one ended
 
 
 @dataclass(frozen=True)
@@ -88,7 +85,7 @@ class _Students:
             return [_error_output("Timeout", f"this cell ran past its time limit: {error}")]
         except StudentProcessEnded as error:
             return [_error_output("ProcessEnded", f"the Python process running your code ended: {error}")]
-        except Exception as error:  # the server failed to run it (the student replaced parts of it)
+        except Exception as error:  # the student process failed to run it (the student replaced parts of it)
             return [_error_output(type(error).__name__, str(error))]
         self.executed.append(source)
         return outputs
@@ -241,7 +238,7 @@ def _classify(error: BaseException, source: str, filename: str, exercise: str | 
 
 
 def _cap(message: str) -> str:
-    return printable(message, MAX_MESSAGE_CHARS)
+    return printable(message, MAX_OUTCOME_MESSAGE_CHARS)
 
 
 def _exception_chain(error: BaseException) -> list[BaseException]:

@@ -5,9 +5,10 @@ A sandboxed process is started with ``Sandbox.start(argv)``. The command that re
     setpriv --pdeathsig KILL -- unshare [--user --map-root-user] --mount --net --pid --ipc --uts
         --fork --kill-child --mount-proc -- python -I -S autograder/sandbox.py CONFIG -- argv
 
-and this file, run as a script with the standard library only, builds the sandbox inside the new
-namespaces before it executes ``argv`` (:func:`enter`). What is enforced where namespaces work
-(Linux; :func:`isolation_available` tries it once):
+and this file, run as a script with the standard library and :mod:`autograder.bounds` only, builds
+the sandbox inside the new namespaces before it executes ``argv`` (:func:`enter`). What is enforced
+where namespaces work (Linux; :func:`isolation_available` tries it once), within the
+:class:`~autograder.bounds.Limits` of the notebook:
 
 - Files: the process sees a new root (``pivot_root``) holding read-only binds of the system
   (``/usr``, a few files of ``/etc``), the Python installation, the course packages (``bertlab``,
@@ -72,6 +73,10 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+if __name__ == "__main__":  # the sandbox's script (python -I -S): the course's packages are not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from autograder.bounds import CPU_BURST, CPU_PERIOD, Limits  # noqa: E402 (after the line above)
+
 # Files of /etc that programs need (dynamic linker, user names, fonts, time zone); not shadow files.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "hosts",
              "localtime", "fonts", "alternatives", "mime.types", "ssl")
@@ -81,22 +86,6 @@ SANDBOX_UID = 1000  # the student's uid inside a nested user namespace
 STUDENT_UID_BASE = 2_000_000  # host uids of the students' code when the grader runs as root
 COURSE_PACKAGES = ("bertlab", "autograder")  # importable in the sandbox, read-only, from the grader's copy
 WORK, HOME = "/sandbox/work", "/sandbox/home"  # in an isolated sandbox, both in its scratch space
-CPU_PERIOD, CPU_BURST = 0.2, 1.0  # seconds between two looks at a sandbox's CPU time; seconds of credit it may bank
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits of one sandboxed notebook."""
-
-    cell_timeout: float = 60.0  # seconds per cell, and per call of a student's function
-    notebook_timeout: float = 600.0  # seconds for one execution of a whole notebook
-    memory_mb: int = 4096  # of the whole process tree with cgroup v2, else per process (RLIMIT_AS)
-    processes: int = 64  # processes and threads (pids.max, else RLIMIT_NPROC)
-    scratch_mb: int = 512  # its writable space: working folder, $HOME, /tmp and /dev/shm together
-    scratch_files: int = 10_000  # files and folders in that space
-    file_size_mb: int = 64  # largest file it may write (RLIMIT_FSIZE)
-    open_files: int = 512  # RLIMIT_NOFILE
-    threads: int = 1  # torch / OpenMP threads, and the cores all its processes may use together
 
 
 # --------------------------------------------------------------------------------------------------
