@@ -11,6 +11,7 @@ from pathlib import Path
 from autograder.course import (
     SOLUTIONS, GradingError, chapter_names, grade_id, is_graded_test, is_solution, python_source, strip_hidden_tests)
 from autograder.instructor_context import plan
+from autograder.steps import PlanStep
 
 
 def defined_names(source: str) -> list[str]:
@@ -50,7 +51,7 @@ class Chapter:
     tests: tuple[TestCell, ...]
     grade_ids: frozenset[str]  # of every nbgrader cell: recognizes the chapter's notebooks
     exercises: tuple[str, ...]  # the names the solution cells define (functions, classes)
-    context: tuple[tuple[str, str], ...]  # the instructor code the tests need (see instructor_context.plan)
+    context: tuple[PlanStep, ...]  # the instructor code the tests need (see instructor_context.plan)
     fingerprint: str  # of the solution notebook
 
     def test(self, grade_id: str) -> TestCell | None:

@@ -53,8 +53,8 @@ from autograder.job import Job, JobOutput, work
 from autograder.nbgrader_adapter import (
     create_gradebook, export_csv, prepare_gradebook, quiet_nbgrader, register_chapters, store_grades)
 from autograder.results import (
-    COPY_POLICIES, GRADER_ERROR, GRADER_VERSION, NO_SUBMISSION, UNSANDBOXED, WITHHOLD, ClassResults, NotebookResult,
-    ResultStore, Skipped, TestResult)
+    COPY_POLICIES, GRADER_VERSION, UNSANDBOXED, WITHHOLD, Cause, ClassResults, NotebookResult, ResultStore, Skipped,
+    Status, TestResult)
 from autograder.sandbox import isolation_available, resource_bounds
 from autograder.submissions import Submission, collect_submissions, error_line, look_alike_names
 from autograder.wire import printable
@@ -181,8 +181,8 @@ def _missing(results: dict[tuple[str, str], NotebookResult], chapters: dict[str,
     """A result of 0 for every (student, chapter) without a submission, in the chapters others handed in."""
     students = sorted({student for student, _ in results})
     graded = sorted({name for _, name in results if name in chapters})
-    return [NotebookResult(student, name, tests=tuple(TestResult(test.grade_id, 0.0, test.points, "missing",
-                                                                 f"no submission for {name}", NO_SUBMISSION)
+    return [NotebookResult(student, name, tests=tuple(TestResult(test.grade_id, 0.0, test.points, Status.MISSING,
+                                                                 f"no submission for {name}", Cause.NO_SUBMISSION)
                                                       for test in chapters[name].tests))
             for student in students for name in graded if (student, name) not in results]
 
@@ -403,8 +403,9 @@ def grader_error_result(job: Job, why: str) -> NotebookResult:
     with why in one line. It is not stored, so the next run grades the submission again."""
     message = f"the grader could not grade this notebook ({why}); it is graded again by the next run"
     return NotebookResult(job.student, job.chapter.name, origin=job.origin, timestamp=job.timestamp, seed=job.seed,
-                          notes=job.notes, tests=tuple(TestResult(test.grade_id, 0.0, test.points, "error", message,
-                                                                  GRADER_ERROR) for test in job.chapter.tests))
+                          notes=job.notes, tests=tuple(TestResult(test.grade_id, 0.0, test.points, Status.ERROR,
+                                                                  message, Cause.GRADER_ERROR)
+                                                       for test in job.chapter.tests))
 
 
 def _workers():

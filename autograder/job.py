@@ -31,10 +31,11 @@ from autograder.course import grade_id
 from autograder.nbgrader_adapter import quiet_nbgrader
 from autograder.reference_copies import find_copies
 from autograder.results import (
-    CERTAIN, REFERENCE_COPY, UNREADABLE, UNSANDBOXED, WITHHOLD, NotebookResult, ReferenceCopy, TestResult)
+    CERTAIN, UNSANDBOXED, WITHHOLD, Cause, NotebookResult, ReferenceCopy, Status, TestResult)
 from autograder.runner import NotebookRun, Outcome, run_notebook
 from autograder.sanitize import inert_notebook
 from autograder.sandbox import Sandbox
+from autograder.steps import CodeStep, SubmissionStep, TestStep
 from autograder.submissions import read_notebook
 
 
@@ -117,24 +118,26 @@ def test_cell_problems(notebook, chapter: Chapter) -> dict[str, str]:
     return problems
 
 
-def steps_of(notebook, chapter: Chapter) -> list[tuple]:
+def steps_of(notebook, chapter: Chapter) -> list[SubmissionStep]:
     """The submission as the runner sees it: the student's code cells, and where tests stand."""
     test_ids = {test.grade_id for test in chapter.tests}
     steps = []
     for index, cell in enumerate(notebook.cells):
         if cell.cell_type == "code":
             name = grade_id(cell)
-            steps.append(("test", name) if name in test_ids else ("code", index, cell.source))
+            steps.append(TestStep(name) if name in test_ids else CodeStep(index, cell.source))
     return steps
 
 
 def grade_of(test, outcome: Outcome, problem: str | None, notes: tuple[str, ...]) -> TestResult:
     """A test cell's grade: the grader's outcome sets the points; an edited test cell is ``tampered``."""
-    points = test.points if outcome.status == "passed" else 0.0
+    passed = outcome.status == Status.PASSED
+    points = test.points if passed else 0.0
     status, message, cause = outcome.status, outcome.message, outcome.cause
     if problem:
-        verdict = "your code passed this test" if outcome.status == "passed" else f"{outcome.status}: {outcome.message}"
-        status, message, cause = "tampered", f"{problem}; graded with the instructor's version ({verdict})", ""
+        verdict = "your code passed this test" if passed else f"{outcome.status}: {outcome.message}"
+        message = f"{problem}; graded with the instructor's version ({verdict})"
+        status, cause = Status.TAMPERED, Cause.NONE
     return TestResult(test.grade_id, points, test.points, status, "\n".join([message, *notes]).strip(), cause)
 
 
@@ -150,7 +153,7 @@ def withhold_copies(tests: tuple[TestResult, ...], copies: tuple[ReferenceCopy, 
         if copy is not None and test.points > 0:
             message = (f"0 points: your {copy.exercise} is the reference's code ({copy.reason}). Write it yourself; "
                        "if you did, ask your instructor to review it.")
-            test = replace(test, points=0.0, status="failed", message=message, cause=REFERENCE_COPY)
+            test = replace(test, points=0.0, status=Status.FAILED, message=message, cause=Cause.REFERENCE_COPY)
             withheld.add(copy.exercise)
         graded.append(test)
     return tuple(graded), tuple(replace(copy, withheld=copy.exercise in withheld) for copy in copies)
@@ -172,8 +175,8 @@ def grade_job(job: Job) -> JobOutput:
                 {test.grade_id for test in chapter.tests}]
         copies = tuple(find_copies(code, chapter.exercises))
     seconds = {"run": time.perf_counter() - start}
-    outcomes = run.outcomes if run else {test.grade_id: Outcome("error", f"this submission cannot be graded: {problem}",
-                                                                cause=UNREADABLE) for test in chapter.tests}
+    unreadable = Outcome(Status.ERROR, f"this submission cannot be graded: {problem}", cause=Cause.UNREADABLE)
+    outcomes = run.outcomes if run else {test.grade_id: unreadable for test in chapter.tests}
     notes = job.notes + (("the outputs of the notebook were cut at their limit",) if run and run.truncated else ())
     unsandboxed = () if job.sandbox["isolate"] else (UNSANDBOXED,)
     tests = tuple(grade_of(test, outcomes[test.grade_id], problems.get(test.grade_id), notes) for test in chapter.tests)
