@@ -7,7 +7,7 @@ ran), flags exercises that may be the reference's code (:mod:`autograder.referen
 applies the copy policy (:func:`withhold_copies`), and writes two files into the job's folder: the
 graded notebook for the instructor (made inert, as nbgrader's formgrader renders it unsanitized:
 :func:`autograder.sanitize.inert_notebook`) and the feedback page for the student, rendered within
-``FEEDBACK_SECONDS`` (:mod:`autograder.bounds`). It returns a :class:`JobOutput`; the class run
+``FEEDBACK_SECONDS`` (:mod:`autograder.bounds`). It returns the result; the class run
 (:mod:`autograder.grade`) puts the files in place and records the grades.
 
 A worker runs one job and ends (:func:`work`): nothing of one student's run reaches the next.
@@ -29,17 +29,18 @@ from autograder.chapters import Chapter
 from autograder.citations import Reference
 from autograder.course import grade_id
 from autograder.nbgrader_adapter import quiet_nbgrader
+from autograder.output_layout import JobFolder
 from autograder.reference_copies import find_copies
 from autograder.results import (
     CERTAIN, UNSANDBOXED, WITHHOLD, Cause, NotebookResult, ReferenceCopy, Status, TestResult)
 from autograder.runner import NotebookRun, Outcome, run_notebook
 from autograder.sanitize import inert_notebook
-from autograder.sandbox import Sandbox
+from autograder.sandbox import SandboxOptions
 from autograder.steps import CodeStep, SubmissionStep, TestStep
 from autograder.submissions import read_notebook
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Job:
     """Everything a worker needs to grade one (student, chapter)."""
 
@@ -52,20 +53,13 @@ class Job:
     submitted: str  # the submission's bytes, stored in the private course
     problem: str | None  # why it cannot be read, found when it was collected
     notes: tuple[str, ...]
-    folder: str  # the job's private folder (its files, its nbgrader course)
+    folder: JobFolder  # the job's private folder (its files, its nbgrader course)
     chapter_source: str  # the private course's copy of the chapter's folder in solutions/
     template: str  # a gradebook that knows the chapters
     limits: Limits
-    sandbox: dict  # Sandbox's options: whether it is isolated, what it must hide and may read, its variables
+    sandbox: SandboxOptions  # whether it is isolated, what it must hide and may read, its variables
     references: dict[str, Reference]  # the course's references.bib, for the feedback's citations
     copy_policy: str = WITHHOLD  # what a certain copy of the reference costs (autograder.results.COPY_POLICIES)
-
-
-@dataclass(frozen=True)
-class JobOutput:
-    result: NotebookResult
-    graded: str  # the graded notebook, in the job's folder
-    feedback: str  # the feedback page, in the job's folder
 
 
 class StageTimeout(Exception):
@@ -159,16 +153,17 @@ def withhold_copies(tests: tuple[TestResult, ...], copies: tuple[ReferenceCopy, 
     return tuple(graded), tuple(replace(copy, withheld=copy.exercise in withheld) for copy in copies)
 
 
-def grade_job(job: Job) -> JobOutput:
-    """Grade one (student, chapter); write the graded notebook and the feedback into the job's folder."""
+def grade_job(job: Job) -> NotebookResult:
+    """Grade one (student, chapter); write the graded notebook and the feedback into the job's folder
+    (:class:`autograder.output_layout.JobFolder`); return the result."""
     start = time.perf_counter()
-    folder, chapter = Path(job.folder), job.chapter
+    folder, chapter = job.folder, job.chapter
     notebook, problem = (None, job.problem) if job.problem else read_notebook(Path(job.submitted).read_bytes())
     instructor = nbformat.read(Path(job.chapter_source) / f"{chapter.notebook}.ipynb", as_version=4)
     run, problems, copies = None, {}, ()
     if notebook is not None:
         problems = test_cell_problems(notebook, chapter)
-        with Sandbox(job.limits, **job.sandbox) as sandbox:
+        with job.sandbox.new_sandbox(job.limits) as sandbox:
             _copy_chapter_files(Path(job.chapter_source), sandbox.work)
             run = run_notebook(steps_of(notebook, chapter), chapter, sandbox, job.limits, job.seed)
         code = [cell.source for cell in notebook.cells if cell.cell_type == "code" and grade_id(cell) not in
@@ -178,7 +173,7 @@ def grade_job(job: Job) -> JobOutput:
     unreadable = Outcome(Status.ERROR, f"this submission cannot be graded: {problem}", cause=Cause.UNREADABLE)
     outcomes = run.outcomes if run else {test.grade_id: unreadable for test in chapter.tests}
     notes = job.notes + (("the outputs of the notebook were cut at their limit",) if run and run.truncated else ())
-    unsandboxed = () if job.sandbox["isolate"] else (UNSANDBOXED,)
+    unsandboxed = () if job.sandbox.isolate else (UNSANDBOXED,)
     tests = tuple(grade_of(test, outcomes[test.grade_id], problems.get(test.grade_id), notes) for test in chapter.tests)
     if job.copy_policy == WITHHOLD:
         tests, copies = withhold_copies(tests, copies, chapter)
@@ -187,20 +182,20 @@ def grade_job(job: Job) -> JobOutput:
         fingerprint=job.fingerprint, seed=job.seed, problem=problem, notes=unsandboxed + notes, copies=copies,
         tests=tests)
     graded = graded_notebook.build(notebook, instructor, chapter, run, result)
-    nbformat.write(inert_notebook(graded, job.references), folder / "graded.ipynb")  # for the formgrader
+    nbformat.write(inert_notebook(graded, job.references), folder.graded)  # for the formgrader
     before_feedback = time.perf_counter()
     page, page_problem = _feedback_page(job, graded, run, result)
-    (folder / "feedback.html").write_bytes(page)
+    folder.feedback.write_bytes(page)
     seconds["feedback"] = time.perf_counter() - before_feedback
     seconds["total"] = time.perf_counter() - start
     result = replace(result, notes=result.notes + ((page_problem,) if page_problem else ()),
                      seconds={name: round(value, 2) for name, value in seconds.items()})
-    return JobOutput(result, str(folder / "graded.ipynb"), str(folder / "feedback.html"))
+    return result
 
 
 def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookResult) -> tuple[bytes, str | None]:
     """The feedback page, or a plain one and why, when nbconvert fails or runs out of time."""
-    nbgrader_course = Path(job.folder) / "course"
+    nbgrader_course = job.folder.nbgrader_course
     shutil.copytree(job.chapter_source, nbgrader_course / "source" / job.chapter.name)
     shutil.copyfile(job.template, nbgrader_course / "gradebook.db")
     view = feedback.student_view(graded, job.chapter, result, {name: outcome.output for name, outcome in
@@ -221,7 +216,7 @@ def _copy_chapter_files(source: Path, work: Path) -> None:
 
 
 def work(job: Job, connection) -> None:
-    """A worker process's whole life: grade ``job``, send the JobOutput (or the error) back, end.
+    """A worker process's whole life: grade ``job``, send its result (or the error) back, end.
 
     The instructor code of the tests runs here as in the notebook's graded run (``NBGRADER_EXECUTION``
     set, the course's data, the chapter's files in the working folder)."""
@@ -230,9 +225,9 @@ def work(job: Job, connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the class run's to handle
     quiet_nbgrader()
     os.environ["NBGRADER_EXECUTION"] = "autograde"
-    os.environ.update(job.sandbox.get("variables", {}))
+    os.environ.update(job.sandbox.variables)
     torch.set_num_threads(job.limits.threads)
-    files = Path(job.folder) / "files"
+    files = job.folder.files
     _copy_chapter_files(Path(job.chapter_source), files)
     os.chdir(files)
     try:

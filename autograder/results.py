@@ -35,6 +35,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from autograder.bounds import SUMMARY_MESSAGE_CHARS
+from autograder.output_layout import OutputLayout
 from autograder.wire import printable
 
 GRADER_VERSION = "3"  # with the grader's and the reference's sources, part of every fingerprint
@@ -262,11 +263,12 @@ def _cell(value: str) -> str:
 
 
 class ResultStore:
-    """The graded notebooks' results under ``work/results``, signed with the key ``work/key``."""
+    """The graded notebooks' results under ``.work/results``, signed with the key ``.work/key`` of the
+    output folder (:class:`autograder.output_layout.OutputLayout`)."""
 
-    def __init__(self, work: Path):
-        self.folder = work / "results"
-        key = work / "key"
+    def __init__(self, layout: OutputLayout):
+        self.layout = layout
+        key = layout.result_key
         if not key.exists():
             descriptor = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(descriptor, "w") as file:
@@ -274,7 +276,7 @@ class ResultStore:
         self.key = bytes.fromhex(key.read_text().strip())
 
     def path(self, student: str, chapter: str) -> Path:
-        return self.folder / student / f"{chapter}.json"
+        return self.layout.result(student, chapter)
 
     def _signature(self, body: str) -> str:
         return hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest()
@@ -286,7 +288,7 @@ class ResultStore:
     def load(self) -> dict[tuple[str, str], NotebookResult]:
         """Every result this grader wrote (a file whose signature fails is ignored: graded again)."""
         results = {}
-        for path in sorted(self.folder.glob("*/*.json")):
+        for path in sorted(self.layout.results.glob("*/*.json")):
             try:
                 stored = json.loads(path.read_text())
                 if not hmac.compare_digest(self._signature(stored["result"]), stored["signature"]):

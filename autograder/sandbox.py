@@ -70,7 +70,8 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 if __name__ == "__main__":  # the sandbox's script (python -I -S): the course's packages are not on sys.path
@@ -91,6 +92,20 @@ WORK, HOME = "/sandbox/work", "/sandbox/home"  # in an isolated sandbox, both in
 # --------------------------------------------------------------------------------------------------
 # The grader's side
 # --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    """What every sandbox of a grading run gets besides its limits (see :class:`Sandbox`)."""
+
+    isolate: bool  # whether it gets namespaces (else the scratch folder and the limits only)
+    hide: tuple[Path, ...] = ()  # paths that stay invisible even inside a folder it binds
+    share: tuple[Path, ...] = ()  # folders it may read (a dataset), bound read-only
+    variables: Mapping[str, str] = field(default_factory=dict)  # added to its environment
+
+    def new_sandbox(self, limits: Limits) -> "Sandbox":
+        """A sandbox with these options and ``limits``."""
+        return Sandbox(limits, hide=self.hide, share=self.share, variables=self.variables, isolate=self.isolate)
 
 
 class Sandbox:

@@ -38,11 +38,12 @@ from grading_helpers import (
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from autograder import cli
+from autograder.bounds import MAX_DECODED_ITEMS, MAX_ZIP_MEMBERS, Limits
 from autograder.course import GradingError
 from autograder.grade import grade, job_seconds
 from autograder.job import StageTimeout, time_limit
+from autograder.output_layout import OutputLayout
 from autograder.results import ResultStore
-from autograder.bounds import MAX_DECODED_ITEMS, MAX_ZIP_MEMBERS, Limits
 from autograder.submissions import collect_submissions
 from autograder.wire import UnreadableReply, decode
 
@@ -275,7 +276,7 @@ def test_objects_posing_as_the_grader_s_own_stay_handles_on_the_student_s():
 
 def test_a_result_file_the_grader_did_not_write_is_graded_again(attacked):
     root, submissions, out, _ = attacked
-    store = ResultStore(out / ".work")
+    store = ResultStore(OutputLayout(out))
     path = store.path("blank", "01_tiny")
     forged = json.loads(json.loads(path.read_text())["result"])
     for test in forged["tests"]:
