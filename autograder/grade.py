@@ -14,9 +14,9 @@ The run, step by step (:func:`grade`):
    inputs come from the run's seed, chosen here and recorded with each result.
 5. **Write**, each atomically (a temporary file, then ``os.replace``), as each job ends: the graded
    notebook (``DIR/.work/course/autograded``, for nbgrader's formgrader), the feedback page
-   (``DIR/feedback/<student>/<chapter>/<notebook>.html``), the signed result and the gradebook's
-   scores (``DIR/gradebook.db`` or ``--db``); at the end ``DIR/results.json`` and ``DIR/grades.csv``
-   (:mod:`autograder.output_layout` names every path).
+   (``DIR/feedback/<student>/<chapter>/<notebook>.html``) and the signed result; at the end, from every
+   result, the gradebook's scores (``DIR/gradebook.db`` or ``--db``), ``DIR/results.json`` and
+   ``DIR/grades.csv`` (:mod:`autograder.output_layout` names every path).
 
 An interrupted run keeps what it finished; the next run resumes where it stopped. ``regrade`` grades
 every submission again, whatever was stored.
@@ -299,7 +299,7 @@ def grade(
             print(f"grading {len(todo)} notebook(s), {max(1, jobs)} at a time ({report.reused} unchanged)",
                   file=sys.stderr, flush=True)
         try:
-            _run_jobs(todo, jobs, _Finisher(layout, db_url, store, report), progress)
+            _run_jobs(todo, jobs, _Finisher(layout, store, report), progress)
         finally:
             _write_class_results(layout, db_url, chapters, {**store.load(), **report.grader_errors}, report)
             shutil.rmtree(layout.jobs, ignore_errors=True)
@@ -308,9 +308,10 @@ def grade(
 
 def _write_class_results(layout: OutputLayout, db_url: str, chapters: dict[str, Chapter],
                          results: dict[tuple[str, str], NotebookResult], report: Report) -> None:
-    """The gradebook (which also heals a run cut short between a result and the gradebook),
-    results.json and grades.csv, from every result; a record or a step that fails is reported in
-    ``report.failures`` and the others are still written."""
+    """The gradebook, results.json and grades.csv, from every result (this run's and the stored ones,
+    so that the next run heals one cut short before this step); a record or a step that fails is
+    reported in ``report.failures`` and the others are still written. The one place where grades
+    reach the class's gradebook."""
     from nbgrader.api import Gradebook
 
     notebooks = [result for result in results.values() if result.chapter in chapters]
@@ -352,15 +353,13 @@ def _job(submission: Submission, chapter: Chapter, layout: OutputLayout, print_i
 
 
 class _Finisher:
-    """Puts a finished job's files in place and records its grades, as each job ends."""
+    """Puts a finished job's files in place and stores its signed result, as each job ends."""
 
-    def __init__(self, layout: OutputLayout, db_url: str, store: ResultStore, report: Report):
-        self.layout, self.db_url, self.store, self.report = layout, db_url, store, report
+    def __init__(self, layout: OutputLayout, store: ResultStore, report: Report):
+        self.layout, self.store, self.report = layout, store, report
 
     def __call__(self, job: Job, output: NotebookResult | None, failure: str | None) -> str:
         """Put the job's files in place; return a line saying how it went."""
-        from nbgrader.api import Gradebook
-
         name = f"{job.student}/{job.chapter.name}"
         page = self.layout.feedback_page(job.student, job.chapter.name, job.chapter.notebook)
         try:
@@ -372,8 +371,6 @@ class _Finisher:
             write_atomically(graded, job.folder.graded.read_bytes())
             result = replace(output, feedback=str(page.relative_to(self.layout.root)))
             write_atomically(self.store.path(job.student, job.chapter.name), self.store.encode(result))
-            with Gradebook(self.db_url) as gradebook:
-                store_grades(gradebook, result, job.chapter.notebook)
             self.report.graded += 1
             return f"{result.line()} ({result.seconds.get('total', 0):.0f} s)"
         except Exception as error:
