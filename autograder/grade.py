@@ -139,11 +139,14 @@ def _shared_folder(folder: Path, top: Path) -> None:
 
 
 def _prepare_course(layout: OutputLayout, course_root: Path, chapter_names: list[str], db_url: str) -> None:
-    """The private nbgrader course (source/ from solutions/) and the gradebooks that know its chapters."""
+    """The private nbgrader course (source/ from solutions/), each chapter's files but its notebook
+    (which every job starts from) and the gradebooks that know the chapters."""
     shutil.rmtree(layout.sources, ignore_errors=True)
     for name in chapter_names:
         shutil.copytree(course_root / course.SOLUTIONS / name, layout.source(name),
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        shutil.rmtree(layout.chapter_files(name), ignore_errors=True)
+        shutil.copytree(layout.source(name), layout.chapter_files(name), ignore=shutil.ignore_patterns("*.ipynb"))
     layout.template.unlink(missing_ok=True)
     create_gradebook(layout.template)
     register_chapters(layout.nbgrader_course, f"sqlite:///{layout.template}", chapter_names)
@@ -348,8 +351,9 @@ def _job(submission: Submission, chapter: Chapter, layout: OutputLayout, print_i
     return Job(student=submission.student, chapter=chapter, origin=submission.origin,
                timestamp=submission.timestamp.isoformat(), fingerprint=print_id, seed=seed, submitted=str(stored),
                problem=problem, notes=tuple(submission.notes), folder=folder,
-               chapter_source=str(layout.source(chapter.name)), template=str(layout.template), limits=limits, sandbox=options, references=references,
-               copy_policy=copy_policy)
+               chapter_source=str(layout.source(chapter.name)),
+               chapter_files=str(layout.chapter_files(chapter.name)), template=str(layout.template), limits=limits,
+               sandbox=options, references=references, copy_policy=copy_policy)
 
 
 class _Finisher:

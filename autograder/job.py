@@ -55,6 +55,7 @@ class Job:
     notes: tuple[str, ...]
     folder: JobFolder  # the job's private folder (its files, its nbgrader course)
     chapter_source: str  # the private course's copy of the chapter's folder in solutions/
+    chapter_files: str  # the chapter's files but its notebook, which the worker and the sandbox start with
     template: str  # a gradebook that knows the chapters
     limits: Limits
     sandbox: SandboxOptions  # whether it is isolated, what it must hide and may read, its variables
@@ -163,8 +164,7 @@ def grade_job(job: Job) -> NotebookResult:
     run, problems, copies = None, {}, ()
     if notebook is not None:
         problems = test_cell_problems(notebook, chapter)
-        with job.sandbox.new_sandbox(job.limits) as sandbox:
-            _copy_chapter_files(Path(job.chapter_source), sandbox.work)
+        with job.sandbox.new_sandbox(job.limits, files=Path(job.chapter_files)) as sandbox:
             run = run_notebook(steps_of(notebook, chapter), chapter, sandbox, job.limits, job.seed)
         code = [cell.source for cell in notebook.cells if cell.cell_type == "code" and grade_id(cell) not in
                 {test.grade_id for test in chapter.tests}]
@@ -196,7 +196,7 @@ def grade_job(job: Job) -> NotebookResult:
 def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookResult) -> tuple[bytes, str | None]:
     """The feedback page, or a plain one and why, when nbconvert fails or runs out of time."""
     nbgrader_course = job.folder.nbgrader_course
-    shutil.copytree(job.chapter_source, nbgrader_course / "source" / job.chapter.name)
+    nbgrader_course.mkdir()
     shutil.copyfile(job.template, nbgrader_course / "gradebook.db")
     view = feedback.student_view(graded, job.chapter, result, {name: outcome.output for name, outcome in
                                                               (run.outcomes.items() if run else ())})
@@ -206,13 +206,6 @@ def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookRe
     except (StageTimeout, RuntimeError) as error:
         problem = f"the feedback page is a plain one: {error}"[:500]
         return feedback.plain_page(result, problem), problem
-
-
-def _copy_chapter_files(source: Path, work: Path) -> None:
-    """The chapter's other files (data the notebook reads) into the sandbox's working folder, as
-    nbgrader puts them beside the notebook it grades."""
-    shutil.copytree(source, work, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints", "__pycache__"))
 
 
 def work(job: Job, connection) -> None:
@@ -227,9 +220,8 @@ def work(job: Job, connection) -> None:
     os.environ["NBGRADER_EXECUTION"] = "autograde"
     os.environ.update(job.sandbox.variables)
     torch.set_num_threads(job.limits.threads)
-    files = job.folder.files
-    _copy_chapter_files(Path(job.chapter_source), files)
-    os.chdir(files)
+    shutil.copytree(job.chapter_files, job.folder.files)  # the job's one copy of the chapter's files
+    os.chdir(job.folder.files)
     try:
         connection.send(("ok", grade_job(job)))
     except BaseException as error:  # noqa: B036 -- whatever happens, the class run hears of it

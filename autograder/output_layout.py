@@ -8,6 +8,7 @@
         lock                                        one grading run at a time
         key, results/<student>/<chapter>.json       the signed results (autograder.results.ResultStore)
         template.db                                 a gradebook that knows the chapters, copied by each job
+        files/<chapter>/                            the chapter's files but its notebook (data it reads)
         course/                                     the private nbgrader course
             source/<chapter>/                       a copy of solutions/<chapter>
             submitted/<student>/<chapter>/submission.bin    the submission's bytes, as collected
@@ -95,6 +96,10 @@ class OutputLayout:
     @property
     def template(self) -> Path:
         return self.work / "template.db"
+
+    def chapter_files(self, chapter: str) -> Path:
+        """The chapter's files other than its notebook, which each job's worker and sandbox start with."""
+        return self.work / "files" / chapter
 
     @property
     def nbgrader_course(self) -> Path:

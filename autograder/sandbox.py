@@ -103,24 +103,26 @@ class SandboxOptions:
     share: tuple[Path, ...] = ()  # folders it may read (a dataset), bound read-only
     variables: Mapping[str, str] = field(default_factory=dict)  # added to its environment
 
-    def new_sandbox(self, limits: Limits) -> "Sandbox":
-        """A sandbox with these options and ``limits``."""
-        return Sandbox(limits, hide=self.hide, share=self.share, variables=self.variables, isolate=self.isolate)
+    def new_sandbox(self, limits: Limits, files: Path | None = None) -> "Sandbox":
+        """A sandbox with these options, ``limits`` and the ``files`` its working folder starts with."""
+        return Sandbox(limits, files=files, hide=self.hide, share=self.share, variables=self.variables,
+                       isolate=self.isolate)
 
 
 class Sandbox:
     """A scratch space and the recipe to start processes confined to it.
 
-    Files put in ``work`` before the first process starts are copied into its working folder.
-    ``hide`` lists paths that must stay invisible even if they lie inside something the sandbox
-    binds (the course's ``solutions/``, the output folder): they are covered by empty file systems.
-    ``share`` lists folders the code may read (a dataset), bound read-only; ``variables`` adds to
-    its environment. Use as a context manager: leaving it kills every process it started and
-    deletes its folders and cgroup.
+    Its working folder starts with the files of the folder ``files`` (an isolated sandbox copies them
+    into its scratch space as each process starts, so they must not change meanwhile), or else with
+    the files put in ``work`` before the first process starts. ``hide`` lists paths that must stay
+    invisible even if they lie inside something the sandbox binds (the course's ``solutions/``, the
+    output folder): they are covered by empty file systems. ``share`` lists folders the code may read
+    (a dataset), bound read-only; ``variables`` adds to its environment. Use as a context manager:
+    leaving it kills every process it started and deletes its folders and cgroup.
     """
 
-    def __init__(self, limits: Limits = Limits(), *, hide: tuple[Path, ...] = (), share: tuple[Path, ...] = (),
-                 variables: dict[str, str] | None = None, isolate: bool | None = None):
+    def __init__(self, limits: Limits = Limits(), *, files: Path | None = None, hide: tuple[Path, ...] = (),
+                 share: tuple[Path, ...] = (), variables: dict[str, str] | None = None, isolate: bool | None = None):
         self.limits = limits
         self.share = tuple(str(Path(path).resolve()) for path in share)
         self.variables = dict(variables or {})
@@ -129,6 +131,11 @@ class Sandbox:
         self.work, self.home, self.runtime = self.root / "work", self.root / "home", self.root / "run"
         for folder in (self.work, self.home, self.runtime, self.root / ".root"):
             folder.mkdir()
+        self.stage = self.work  # what the working folder starts with
+        if files is not None and self.isolated:
+            self.stage = Path(files)
+        elif files is not None:  # the working folder itself, on disk
+            shutil.copytree(files, self.work, dirs_exist_ok=True)
         self.hide = tuple(str(Path(path).resolve()) for path in hide)
         self.uid = student_uid() if self.isolated and os.geteuid() == 0 else None
         bounds = resource_bounds()
@@ -147,7 +154,7 @@ class Sandbox:
         return {
             "isolated": self.isolated,
             "root": str(self.root),
-            "stage": str(self.work),
+            "stage": str(self.stage),
             "workdir": WORK if self.isolated else str(self.work),
             "home": HOME,
             "uid": self.uid,
