@@ -15,8 +15,8 @@ the collector skipped (:class:`Skipped`), and the class's :class:`ClassResults`,
 
 ``seed`` is the run seed the notebook's hidden tests drew their inputs from (a regrade with it meets
 the same inputs). A (student, chapter) without a submission appears with ``origin`` null and every
-test ``missing`` (cause ``no submission``). A test's ``cause`` tells apart what its status covers
-(:data:`CAUSES`).
+test ``missing`` (cause ``no submission``). A test's ``status`` is a :class:`Status`, and its ``cause``
+(a :class:`Cause`) tells apart what its status covers (:data:`CAUSES`).
 
 :class:`ResultStore` keeps each graded notebook's result under ``DIR/.work/results``, signed with a
 key of the output folder (which no sandbox sees): a later run reuses a result only when its
