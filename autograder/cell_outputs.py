@@ -2,19 +2,16 @@
 
 The student process reports what each cell showed; the report is the student's to forge, so the
 grader keeps only well-formed nbformat outputs of known kinds (streams, displays and results of the
-mimetypes of :data:`KEPT_MIMETYPES`, errors), each text cut to :data:`MAX_OUTPUT_CHARS` and the whole
-notebook to :data:`MAX_NOTEBOOK_OUTPUT_CHARS` (after which only the start of each error is kept); what is
-cut is replaced by a note saying so.
+mimetypes of :data:`KEPT_MIMETYPES`, errors), each text cut to ``MAX_OUTPUT_CHARS`` and the whole
+notebook to ``MAX_NOTEBOOK_OUTPUT_CHARS`` (:mod:`autograder.bounds`; after which only the start of each
+error is kept); what is cut is replaced by a note saying so.
 """
 
 from nbformat.v4 import new_output
 
+from autograder.bounds import MAX_ERROR_NAME_CHARS, MAX_IMAGE_CHARS, MAX_NOTEBOOK_OUTPUT_CHARS, MAX_OUTPUT_CHARS
 from autograder.wire import printable
 
-MAX_OUTPUT_CHARS = 100_000  # of one output's text (a stream, a display's text, an error's traceback)
-MAX_IMAGE_CHARS = 2_000_000  # of one image (base64)
-MAX_NOTEBOOK_OUTPUT_CHARS = 5_000_000  # of all outputs of a notebook
-MAX_ERROR_NAME_CHARS = 200
 KEPT_MIMETYPES = ("text/plain", "text/html", "text/markdown", "text/latex", "image/png", "image/jpeg")
 
 

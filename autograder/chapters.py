@@ -1,6 +1,6 @@
 """What a chapter tests, read from its solution notebook: its test cells (with and without their hidden
 tests), the exercises (the names its solution cells define), the instructor code its tests need
-(:mod:`autograder.test_context`) and a fingerprint of the notebook (:func:`load_chapters`).
+(:mod:`autograder.instructor_context`) and a fingerprint of the notebook (:func:`load_chapters`).
 """
 
 import ast
@@ -10,7 +10,8 @@ from pathlib import Path
 
 from autograder.course import (
     SOLUTIONS, GradingError, chapter_names, grade_id, is_graded_test, is_solution, python_source, strip_hidden_tests)
-from autograder.test_context import plan
+from autograder.instructor_context import plan
+from autograder.steps import PlanStep
 
 
 def defined_names(source: str) -> list[str]:
@@ -50,7 +51,7 @@ class Chapter:
     tests: tuple[TestCell, ...]
     grade_ids: frozenset[str]  # of every nbgrader cell: recognizes the chapter's notebooks
     exercises: tuple[str, ...]  # the names the solution cells define (functions, classes)
-    context: tuple[tuple[str, str], ...]  # the instructor code the tests need (see test_context.plan)
+    context: tuple[PlanStep, ...]  # the instructor code the tests need (see instructor_context.plan)
     fingerprint: str  # of the solution notebook
 
     def test(self, grade_id: str) -> TestCell | None:

@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 from autograder import course, release
+from autograder.bounds import Limits
+from autograder.output_layout import OutputLayout
 from autograder.results import COPY_POLICIES, WITHHOLD
-from autograder.sandbox import Limits
 
 
 def _run_release(args: argparse.Namespace) -> int:
@@ -84,11 +85,11 @@ def _run_grade(args: argparse.Namespace) -> int:
     for note in report.notes:
         print(printable(note, 2000), file=sys.stderr)
     print(report.results.summary())
-    out = args.out.resolve()
+    out = OutputLayout(args.out.resolve())
     print(f"\ngraded {report.graded}, unchanged {report.reused}")
-    print(f"results:  {out / 'results.json'} (every test's points, status, cause and message)")
-    print(f"grades:   {out / 'grades.csv'} and the gradebook {hidden_password(args.db) if args.db else out / 'gradebook.db'}")
-    print(f"feedback: {out / 'feedback'}/ (<student>/<chapter>/<notebook>.html, to hand to each student)")
+    print(f"results:  {out.results_json} (every test's points, status, cause and message)")
+    print(f"grades:   {out.grades_csv} and the gradebook {hidden_password(args.db) if args.db else out.gradebook}")
+    print(f"feedback: {out.feedback}/ (<student>/<chapter>/<notebook>.html, to hand to each student)")
     for failure in report.failures:
         print(printable(failure, 2000), file=sys.stderr)
     return report.exit_status

@@ -28,7 +28,7 @@ from autograder.chapters import Chapter
 from autograder.citations import Reference
 from autograder.course import grade_id
 from autograder.graded_notebook import MARKS, outcome_text
-from autograder.results import NotebookResult
+from autograder.results import NotebookResult, Status
 from autograder.sanitize import sanitized_html
 
 CONTENT_SECURITY_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
@@ -72,10 +72,10 @@ def student_view(graded, chapter: Chapter, result: NotebookResult, printed: dict
     return notebook
 
 
-def _stream(text: str, status: str):
+def _stream(text: str, status: Status):
     from nbformat.v4 import new_output
 
-    return new_output("stream", name="stdout" if status == "passed" else "stderr", text=text)
+    return new_output("stream", name="stdout" if status == Status.PASSED else "stderr", text=text)
 
 
 def lock(page: bytes) -> bytes:
@@ -85,14 +85,14 @@ def lock(page: bytes) -> bytes:
     return page[:at] + _POLICY_TAG + page[at:]
 
 
-def render(course, view, result: NotebookResult, chapter: Chapter, references: dict[str, Reference]) -> bytes:
+def render(nbgrader_course, view, result: NotebookResult, chapter: Chapter, references: dict[str, Reference]) -> bytes:
     """The feedback page of a student's view, rendered by nbgrader's feedback exporter and locked;
     ``references`` are the course's, for the citations of its Markdown cells."""
     from autograder.nbgrader_adapter import render_feedback
 
     filters = {"book_markdown": functools.partial(book_markdown.render, references=references),
                "sanitized_html": sanitized_html}
-    return lock(render_feedback(course, view, result, chapter.notebook, filters))
+    return lock(render_feedback(nbgrader_course, view, result, chapter.notebook, filters))
 
 
 def plain_page(result: NotebookResult, why: str) -> bytes:

@@ -14,8 +14,9 @@ The run, step by step (:func:`grade`):
    inputs come from the run's seed, chosen here and recorded with each result.
 5. **Write**, each atomically (a temporary file, then ``os.replace``), as each job ends: the graded
    notebook (``DIR/.work/course/autograded``, for nbgrader's formgrader), the feedback page
-   (``DIR/feedback/<student>/<chapter>/<notebook>.html``), the signed result and the gradebook's
-   scores (``DIR/gradebook.db`` or ``--db``); at the end ``DIR/results.json`` and ``DIR/grades.csv``.
+   (``DIR/feedback/<student>/<chapter>/<notebook>.html``) and the signed result; at the end, from every
+   result, the gradebook's scores (``DIR/gradebook.db`` or ``--db``), ``DIR/results.json`` and
+   ``DIR/grades.csv`` (:mod:`autograder.output_layout` names every path).
 
 An interrupted run keeps what it finished; the next run resumes where it stopped. ``regrade`` grades
 every submission again, whatever was stored.
@@ -44,19 +45,19 @@ from datetime import datetime
 from pathlib import Path
 
 from autograder import course
-from autograder.client import STARTUP_SECONDS
+from autograder.bounds import FEEDBACK_SECONDS, JOB_MARGIN_SECONDS, MAX_RESTARTS, STARTUP_SECONDS, Limits
 from autograder.chapters import Chapter, load_chapters
 from autograder.citations import read_references
 from autograder.course import GradingError
 from autograder.feedback import plain_page
-from autograder.job import FEEDBACK_SECONDS, Job, JobOutput, work
+from autograder.job import Job, work
 from autograder.nbgrader_adapter import (
     create_gradebook, export_csv, prepare_gradebook, quiet_nbgrader, register_chapters, store_grades)
+from autograder.output_layout import OutputLayout
 from autograder.results import (
-    COPY_POLICIES, GRADER_ERROR, GRADER_VERSION, NO_SUBMISSION, UNSANDBOXED, WITHHOLD, ClassResults, NotebookResult,
-    ResultStore, Skipped, TestResult)
-from autograder.runner import MAX_RESTARTS
-from autograder.sandbox import Limits, isolation_available, resource_bounds
+    COPY_POLICIES, GRADER_VERSION, UNSANDBOXED, WITHHOLD, Cause, ClassResults, NotebookResult, ResultStore, Skipped,
+    Status, TestResult)
+from autograder.sandbox import SandboxOptions, isolation_available, resource_bounds
 from autograder.submissions import Submission, collect_submissions, error_line, look_alike_names
 from autograder.wire import printable
 
@@ -125,7 +126,7 @@ def fingerprint(submission: Submission, chapter: Chapter, limits: Limits, isolat
 
 def job_seconds(limits: Limits) -> float:
     """The time limit of one job: the notebook's, the student processes' starts, the feedback, a margin."""
-    return limits.notebook_timeout + (MAX_RESTARTS + 1) * STARTUP_SECONDS + FEEDBACK_SECONDS + 300
+    return limits.notebook_timeout + (MAX_RESTARTS + 1) * STARTUP_SECONDS + FEEDBACK_SECONDS + JOB_MARGIN_SECONDS
 
 
 def _shared_folder(folder: Path, top: Path) -> None:
@@ -137,21 +138,22 @@ def _shared_folder(folder: Path, top: Path) -> None:
             break
 
 
-def _prepare_course(work_folder: Path, course_root: Path, chapter_names: list[str], db_url: str) -> None:
-    """The private nbgrader course (source/ from solutions/) and the gradebooks that know its chapters."""
-    source = work_folder / "course" / "source"
-    shutil.rmtree(source, ignore_errors=True)
+def _prepare_course(layout: OutputLayout, course_root: Path, chapter_names: list[str], db_url: str) -> None:
+    """The private nbgrader course (source/ from solutions/), each chapter's files but its notebook
+    (which every job starts from) and the gradebooks that know the chapters."""
+    shutil.rmtree(layout.sources, ignore_errors=True)
     for name in chapter_names:
-        shutil.copytree(course_root / course.SOLUTIONS / name, source / name,
+        shutil.copytree(course_root / course.SOLUTIONS / name, layout.source(name),
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    template = work_folder / "template.db"
-    template.unlink(missing_ok=True)
-    create_gradebook(template)
-    register_chapters(work_folder / "course", f"sqlite:///{template}", chapter_names)
-    register_chapters(work_folder / "course", db_url, chapter_names)
+        shutil.rmtree(layout.chapter_files(name), ignore_errors=True)
+        shutil.copytree(layout.source(name), layout.chapter_files(name), ignore=shutil.ignore_patterns("*.ipynb"))
+    layout.template.unlink(missing_ok=True)
+    create_gradebook(layout.template)
+    register_chapters(layout.nbgrader_course, f"sqlite:///{layout.template}", chapter_names)
+    register_chapters(layout.nbgrader_course, db_url, chapter_names)
 
 
-def _sandbox_options(course_root: Path, out: Path, submissions: Path, isolated: bool) -> dict:
+def _sandbox_options(course_root: Path, out: Path, submissions: Path, isolated: bool) -> SandboxOptions:
     """Whether the sandboxes get namespaces, what every sandbox hides (should it bind a folder that
     holds them) and may read: the course's data folder (``bertlab.data.data_root``), read-only, when
     there is one."""
@@ -160,8 +162,8 @@ def _sandbox_options(course_root: Path, out: Path, submissions: Path, isolated: 
     hide = (course_root / course.SOLUTIONS, course_root / ".git", out, submissions.resolve())
     data = data_root()
     share = (data,) if data.is_dir() else ()
-    return {"hide": hide, "share": share, "variables": {"BERTLAB_DATA": str(data)} if share else {},
-            "isolate": isolated}
+    return SandboxOptions(isolate=isolated, hide=hide, share=share,
+                          variables={"BERTLAB_DATA": str(data)} if share else {})
 
 
 def _sandbox_in_force(unsandboxed: bool) -> tuple[bool, str]:
@@ -182,8 +184,8 @@ def _missing(results: dict[tuple[str, str], NotebookResult], chapters: dict[str,
     """A result of 0 for every (student, chapter) without a submission, in the chapters others handed in."""
     students = sorted({student for student, _ in results})
     graded = sorted({name for _, name in results if name in chapters})
-    return [NotebookResult(student, name, tests=tuple(TestResult(test.grade_id, 0.0, test.points, "missing",
-                                                                 f"no submission for {name}", NO_SUBMISSION)
+    return [NotebookResult(student, name, tests=tuple(TestResult(test.grade_id, 0.0, test.points, Status.MISSING,
+                                                                 f"no submission for {name}", Cause.NO_SUBMISSION)
                                                       for test in chapters[name].tests))
             for student in students for name in graded if (student, name) not in results]
 
@@ -204,7 +206,8 @@ def _committable(out: Path, course_root: Path) -> bool:
     if out != course_root and course_root not in out.parents:
         return False
     try:
-        check = subprocess.run(["git", "-C", str(course_root), "check-ignore", "-q", str(out / "results.json")],
+        check = subprocess.run(["git", "-C", str(course_root), "check-ignore", "-q",
+                                str(OutputLayout(out).results_json)],
                                capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -246,17 +249,17 @@ def grade(
     out, course_root = Path(out).resolve(), Path(course_root).resolve()
     _check_folders(Path(submissions), out, course_root)
     isolated, sandbox = _sandbox_in_force(unsandboxed)
-    work_folder = out / ".work"
-    work_folder.mkdir(parents=True, exist_ok=True)
+    layout = OutputLayout(out)
+    layout.work.mkdir(parents=True, exist_ok=True)
     limits = limits or Limits()
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
     limits = replace(limits, threads=threads)
-    db_url = db or f"sqlite:///{out / 'gradebook.db'}"
+    db_url = db or f"sqlite:///{layout.gradebook}"
     seed = secrets.randbits(62) if seed is None else seed
-    with _exclusive(work_folder):
+    with _exclusive(layout):
         prepare_gradebook(db_url)
         if not db:
-            (out / "gradebook.db").chmod(PRIVATE)
+            layout.gradebook.chmod(PRIVATE)
         chapters = load_chapters(course_root)
         if not chapters:
             raise GradingError(f"no chapter to grade: {course_root / course.SOLUTIONS} has no notebooks")
@@ -269,7 +272,7 @@ def grade(
         if not found:
             report.notes.append(f"no notebook to grade was found in {submissions} (what was there is under "
                                 "\"Not graded\", with why)")
-        store = ResultStore(work_folder)
+        store = ResultStore(layout)
         previous = store.load()
         involved = sorted({s.chapter for s in found if s.chapter in chapters} | {c for _, c in previous if c in chapters})
         options = _sandbox_options(course_root, out, Path(submissions), isolated)
@@ -290,27 +293,28 @@ def grade(
                 report.notes.append(f"{submission.origin}: older than the submission already graded for "
                                     f"{submission.student}/{submission.chapter}, ignored")
                 continue
-            todo.append(_job(submission, chapter, work_folder, print_id, seed, limits, options, references, copies))
+            todo.append(_job(submission, chapter, layout, print_id, seed, limits, options, references, copies))
         if todo:  # the workers' server imports the grader while the course is prepared
             _workers()
             multiprocessing.forkserver.ensure_running()
-        _prepare_course(work_folder, course_root, involved, db_url)
+        _prepare_course(layout, course_root, involved, db_url)
         if progress == "lines":
             print(f"grading {len(todo)} notebook(s), {max(1, jobs)} at a time ({report.reused} unchanged)",
                   file=sys.stderr, flush=True)
         try:
-            _run_jobs(todo, jobs, _Finisher(out, work_folder, db_url, store, report), progress)
+            _run_jobs(todo, jobs, _Finisher(layout, store, report), progress)
         finally:
-            _write_class_results(out, db_url, chapters, {**store.load(), **report.grader_errors}, report)
-            shutil.rmtree(work_folder / "jobs", ignore_errors=True)
+            _write_class_results(layout, db_url, chapters, {**store.load(), **report.grader_errors}, report)
+            shutil.rmtree(layout.jobs, ignore_errors=True)
     return report
 
 
-def _write_class_results(out: Path, db_url: str, chapters: dict[str, Chapter],
+def _write_class_results(layout: OutputLayout, db_url: str, chapters: dict[str, Chapter],
                          results: dict[tuple[str, str], NotebookResult], report: Report) -> None:
-    """The gradebook (which also heals a run cut short between a result and the gradebook),
-    results.json and grades.csv, from every result; a record or a step that fails is reported in
-    ``report.failures`` and the others are still written."""
+    """The gradebook, results.json and grades.csv, from every result (this run's and the stored ones,
+    so that the next run heals one cut short before this step); a record or a step that fails is
+    reported in ``report.failures`` and the others are still written. The one place where grades
+    reach the class's gradebook."""
     from nbgrader.api import Gradebook
 
     notebooks = [result for result in results.values() if result.chapter in chapters]
@@ -324,56 +328,53 @@ def _write_class_results(out: Path, db_url: str, chapters: dict[str, Chapter],
                                        f"{error_line(error)}")
     report.results.notebooks = sorted(notebooks + _missing(results, chapters),
                                       key=lambda result: (result.student, result.chapter))
-    write_atomically(out / "results.json", report.results.to_json())
+    write_atomically(layout.results_json, report.results.to_json())
     try:
-        export_csv(db_url, out / "grades.csv", notebooks)
+        export_csv(db_url, layout.grades_csv, notebooks)
     except Exception as error:
         report.failures.append(f"grades.csv could not be written: {error_line(error)}")
 
 
-def _job(submission: Submission, chapter: Chapter, work_folder: Path, print_id: str, seed: int, limits: Limits,
-         options: dict, references: dict, copy_policy: str) -> Job:
+def _job(submission: Submission, chapter: Chapter, layout: OutputLayout, print_id: str, seed: int, limits: Limits,
+         options: SandboxOptions, references: dict, copy_policy: str) -> Job:
     """The job of one submission, whose bytes are copied into the private course first."""
-    stored = work_folder / "course" / "submitted" / submission.student / submission.chapter / "submission.bin"
+    stored = layout.submitted(submission.student, submission.chapter)
     problem = submission.problem
     try:
         write_atomically(stored, submission.read())
     except (OSError, GradingError) as error:
         write_atomically(stored, b"")
         problem = problem or f"the file could not be read ({error})"
-    folder = work_folder / "jobs" / submission.student / submission.chapter
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    return Job(submission.student, chapter, submission.origin, submission.timestamp.isoformat(), print_id, seed,
-               str(stored), problem, tuple(submission.notes), str(folder),
-               str(work_folder / "course" / "source" / chapter.name), str(work_folder / "template.db"), limits,
-               options, references, copy_policy)
+    folder = layout.job_folder(submission.student, submission.chapter)
+    shutil.rmtree(folder.root, ignore_errors=True)
+    folder.root.mkdir(parents=True)
+    return Job(student=submission.student, chapter=chapter, origin=submission.origin,
+               timestamp=submission.timestamp.isoformat(), fingerprint=print_id, seed=seed, submitted=str(stored),
+               problem=problem, notes=tuple(submission.notes), folder=folder,
+               chapter_source=str(layout.source(chapter.name)),
+               chapter_files=str(layout.chapter_files(chapter.name)), template=str(layout.template), limits=limits,
+               sandbox=options, references=references, copy_policy=copy_policy)
 
 
 class _Finisher:
-    """Puts a finished job's files in place and records its grades, as each job ends."""
+    """Puts a finished job's files in place and stores its signed result, as each job ends."""
 
-    def __init__(self, out: Path, work_folder: Path, db_url: str, store: ResultStore, report: Report):
-        self.out, self.work_folder, self.db_url, self.store, self.report = out, work_folder, db_url, store, report
+    def __init__(self, layout: OutputLayout, store: ResultStore, report: Report):
+        self.layout, self.store, self.report = layout, store, report
 
-    def __call__(self, job: Job, output: JobOutput | None, failure: str | None) -> str:
+    def __call__(self, job: Job, output: NotebookResult | None, failure: str | None) -> str:
         """Put the job's files in place; return a line saying how it went."""
-        from nbgrader.api import Gradebook
-
         name = f"{job.student}/{job.chapter.name}"
-        page = self.out / "feedback" / job.student / job.chapter.name / f"{job.chapter.notebook}.html"
+        page = self.layout.feedback_page(job.student, job.chapter.name, job.chapter.notebook)
         try:
             if output is None:
                 raise RuntimeError(failure)
-            _shared_folder(page.parent, self.out / "feedback")
-            write_atomically(page, Path(output.feedback).read_bytes(), SHARED)
-            graded = (self.work_folder / "course" / "autograded" / job.student / job.chapter.name
-                      / f"{job.chapter.notebook}.ipynb")
-            write_atomically(graded, Path(output.graded).read_bytes())
-            result = replace(output.result, feedback=str(page.relative_to(self.out)))
+            _shared_folder(page.parent, self.layout.feedback)
+            write_atomically(page, job.folder.feedback.read_bytes(), SHARED)
+            graded = self.layout.autograded(job.student, job.chapter.name, job.chapter.notebook)
+            write_atomically(graded, job.folder.graded.read_bytes())
+            result = replace(output, feedback=str(page.relative_to(self.layout.root)))
             write_atomically(self.store.path(job.student, job.chapter.name), self.store.encode(result))
-            with Gradebook(self.db_url) as gradebook:
-                store_grades(gradebook, result, job.chapter.notebook)
             self.report.graded += 1
             return f"{result.line()} ({result.seconds.get('total', 0):.0f} s)"
         except Exception as error:
@@ -384,19 +385,19 @@ class _Finisher:
             self.report.grader_errors[job.student, job.chapter.name] = replace(result, feedback=self._plain(page, result))
             return f"{name}: the grader failed (see the end of the run)"
         finally:
-            shutil.rmtree(job.folder, ignore_errors=True)
+            shutil.rmtree(job.folder.root, ignore_errors=True)
 
 
     def _plain(self, page: Path, result: NotebookResult) -> str | None:
         """A plain feedback page for a job the grader could not finish; its path, or None when even
         that cannot be written."""
         try:
-            _shared_folder(page.parent, self.out / "feedback")
+            _shared_folder(page.parent, self.layout.feedback)
             write_atomically(page, plain_page(result, "The grader could not grade this notebook; it is graded again "
                                                       "by the next run."), SHARED)
         except OSError:
             return None
-        return str(page.relative_to(self.out))
+        return str(page.relative_to(self.layout.root))
 
 
 def grader_error_result(job: Job, why: str) -> NotebookResult:
@@ -404,8 +405,9 @@ def grader_error_result(job: Job, why: str) -> NotebookResult:
     with why in one line. It is not stored, so the next run grades the submission again."""
     message = f"the grader could not grade this notebook ({why}); it is graded again by the next run"
     return NotebookResult(job.student, job.chapter.name, origin=job.origin, timestamp=job.timestamp, seed=job.seed,
-                          notes=job.notes, tests=tuple(TestResult(test.grade_id, 0.0, test.points, "error", message,
-                                                                  GRADER_ERROR) for test in job.chapter.tests))
+                          notes=job.notes, tests=tuple(TestResult(test.grade_id, 0.0, test.points, Status.ERROR,
+                                                                  message, Cause.GRADER_ERROR)
+                                                       for test in job.chapter.tests))
 
 
 def _workers():
@@ -456,7 +458,7 @@ def _run_jobs(todo: list[Job], jobs: int, finish: _Finisher, progress: str) -> N
         bar.close()
 
 
-def _outcome(receiver, process, deadline: float) -> tuple[JobOutput | None, str | None] | None:
+def _outcome(receiver, process, deadline: float) -> tuple[NotebookResult | None, str | None] | None:
     """A worker's (output, failure), or None while it still works within its time limit."""
     if receiver.poll():
         try:
@@ -475,8 +477,8 @@ def _outcome(receiver, process, deadline: float) -> tuple[JobOutput | None, str 
 class _exclusive:
     """One grading run at a time per output folder (a lock file, released when the process ends)."""
 
-    def __init__(self, work_folder: Path):
-        self.path = work_folder / "lock"
+    def __init__(self, layout: OutputLayout):
+        self.path, self.out = layout.lock, layout.root
 
     def __enter__(self):
         import fcntl
@@ -486,7 +488,7 @@ class _exclusive:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self.file.close()
-            raise GradingError(f"another grading run is using {self.path.parent.parent}") from None
+            raise GradingError(f"another grading run is using {self.out}") from None
         return self
 
     def __exit__(self, *exc_info):

@@ -15,10 +15,11 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from autograder.chapters import Chapter
 from autograder.course import grade_id
-from autograder.results import NotebookResult, TestResult
+from autograder.results import NotebookResult, Status, TestResult
 from autograder.runner import NotebookRun
 
-MARKS = {"passed": "✔", "failed": "✘", "error": "✘", "timeout": "⧗", "tampered": "⚠", "missing": "∅"}
+MARKS = {Status.PASSED: "✔", Status.FAILED: "✘", Status.ERROR: "✘", Status.TIMEOUT: "⧗", Status.TAMPERED: "⚠",
+         Status.MISSING: "∅"}
 MAKERS = {"code": new_code_cell, "markdown": new_markdown_cell, "raw": new_raw_cell}
 
 
@@ -33,9 +34,9 @@ def outcome_text(test: TestResult, printed: str) -> str:
 
 
 def outcome_outputs(test: TestResult, printed: str) -> list:
-    outputs = [new_output("stream", name="stdout" if test.status == "passed" else "stderr",
+    outputs = [new_output("stream", name="stdout" if test.status == Status.PASSED else "stderr",
                           text=outcome_text(test, printed))]
-    if test.status != "passed":
+    if test.status != Status.PASSED:
         outputs.append(new_output("error", ename=test.status, evalue=test.headline, traceback=[]))
     return outputs
 

@@ -4,11 +4,11 @@
 student's cells in a sandbox, the tests in the grader), grades each test cell (``tampered`` where
 the submission's copy of a test cell differs from the released one: the instructor's version is what
 ran), flags exercises that may be the reference's code (:mod:`autograder.reference_copies`) and
-applies the copy policy (:func:`withhold_copies`), and
-writes two files into the job's folder: the graded notebook for the instructor (made inert, as
-nbgrader's formgrader renders it unsanitized: :func:`autograder.sanitize.inert_notebook`) and the
-feedback page for the student, rendered within :data:`FEEDBACK_SECONDS`. It returns a :class:`JobOutput`; the class
-run (:mod:`autograder.grade`) puts the files in place and records the grades.
+applies the copy policy (:func:`withhold_copies`), and writes two files into the job's folder: the
+graded notebook for the instructor (made inert, as nbgrader's formgrader renders it unsanitized:
+:func:`autograder.sanitize.inert_notebook`) and the feedback page for the student, rendered within
+``FEEDBACK_SECONDS`` (:mod:`autograder.bounds`). It returns the result; the class run
+(:mod:`autograder.grade`) puts the files in place and records the grades.
 
 A worker runs one job and ends (:func:`work`): nothing of one student's run reaches the next.
 """
@@ -24,22 +24,23 @@ from pathlib import Path
 import nbformat
 
 from autograder import feedback, graded_notebook
+from autograder.bounds import FEEDBACK_SECONDS, Limits
 from autograder.chapters import Chapter
 from autograder.citations import Reference
 from autograder.course import grade_id
 from autograder.nbgrader_adapter import quiet_nbgrader
+from autograder.output_layout import JobFolder
 from autograder.reference_copies import find_copies
 from autograder.results import (
-    CERTAIN, REFERENCE_COPY, UNREADABLE, UNSANDBOXED, WITHHOLD, NotebookResult, ReferenceCopy, TestResult)
+    CERTAIN, UNSANDBOXED, WITHHOLD, Cause, NotebookResult, ReferenceCopy, Status, TestResult)
 from autograder.runner import NotebookRun, Outcome, run_notebook
 from autograder.sanitize import inert_notebook
-from autograder.sandbox import Limits, Sandbox
+from autograder.sandbox import SandboxOptions
+from autograder.steps import CodeStep, SubmissionStep, TestStep
 from autograder.submissions import read_notebook
 
-FEEDBACK_SECONDS = 120.0  # to render one feedback page
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Job:
     """Everything a worker needs to grade one (student, chapter)."""
 
@@ -52,20 +53,14 @@ class Job:
     submitted: str  # the submission's bytes, stored in the private course
     problem: str | None  # why it cannot be read, found when it was collected
     notes: tuple[str, ...]
-    folder: str  # the job's private folder (its files, its nbgrader course)
+    folder: JobFolder  # the job's private folder (its files, its nbgrader course)
     chapter_source: str  # the private course's copy of the chapter's folder in solutions/
+    chapter_files: str  # the chapter's files but its notebook, which the worker and the sandbox start with
     template: str  # a gradebook that knows the chapters
     limits: Limits
-    sandbox: dict  # Sandbox's options: whether it is isolated, what it must hide and may read, its variables
+    sandbox: SandboxOptions  # whether it is isolated, what it must hide and may read, its variables
     references: dict[str, Reference]  # the course's references.bib, for the feedback's citations
     copy_policy: str = WITHHOLD  # what a certain copy of the reference costs (autograder.results.COPY_POLICIES)
-
-
-@dataclass(frozen=True)
-class JobOutput:
-    result: NotebookResult
-    graded: str  # the graded notebook, in the job's folder
-    feedback: str  # the feedback page, in the job's folder
 
 
 class StageTimeout(Exception):
@@ -118,24 +113,26 @@ def test_cell_problems(notebook, chapter: Chapter) -> dict[str, str]:
     return problems
 
 
-def steps_of(notebook, chapter: Chapter) -> list[tuple]:
+def steps_of(notebook, chapter: Chapter) -> list[SubmissionStep]:
     """The submission as the runner sees it: the student's code cells, and where tests stand."""
     test_ids = {test.grade_id for test in chapter.tests}
     steps = []
     for index, cell in enumerate(notebook.cells):
         if cell.cell_type == "code":
             name = grade_id(cell)
-            steps.append(("test", name) if name in test_ids else ("code", index, cell.source))
+            steps.append(TestStep(name) if name in test_ids else CodeStep(index, cell.source))
     return steps
 
 
 def grade_of(test, outcome: Outcome, problem: str | None, notes: tuple[str, ...]) -> TestResult:
     """A test cell's grade: the grader's outcome sets the points; an edited test cell is ``tampered``."""
-    points = test.points if outcome.status == "passed" else 0.0
+    passed = outcome.status == Status.PASSED
+    points = test.points if passed else 0.0
     status, message, cause = outcome.status, outcome.message, outcome.cause
     if problem:
-        verdict = "your code passed this test" if outcome.status == "passed" else f"{outcome.status}: {outcome.message}"
-        status, message, cause = "tampered", f"{problem}; graded with the instructor's version ({verdict})", ""
+        verdict = "your code passed this test" if passed else f"{outcome.status}: {outcome.message}"
+        message = f"{problem}; graded with the instructor's version ({verdict})"
+        status, cause = Status.TAMPERED, Cause.NONE
     return TestResult(test.grade_id, points, test.points, status, "\n".join([message, *notes]).strip(), cause)
 
 
@@ -151,32 +148,32 @@ def withhold_copies(tests: tuple[TestResult, ...], copies: tuple[ReferenceCopy, 
         if copy is not None and test.points > 0:
             message = (f"0 points: your {copy.exercise} is the reference's code ({copy.reason}). Write it yourself; "
                        "if you did, ask your instructor to review it.")
-            test = replace(test, points=0.0, status="failed", message=message, cause=REFERENCE_COPY)
+            test = replace(test, points=0.0, status=Status.FAILED, message=message, cause=Cause.REFERENCE_COPY)
             withheld.add(copy.exercise)
         graded.append(test)
     return tuple(graded), tuple(replace(copy, withheld=copy.exercise in withheld) for copy in copies)
 
 
-def grade_job(job: Job) -> JobOutput:
-    """Grade one (student, chapter); write the graded notebook and the feedback into the job's folder."""
+def grade_job(job: Job) -> NotebookResult:
+    """Grade one (student, chapter); write the graded notebook and the feedback into the job's folder
+    (:class:`autograder.output_layout.JobFolder`); return the result."""
     start = time.perf_counter()
-    folder, chapter = Path(job.folder), job.chapter
+    folder, chapter = job.folder, job.chapter
     notebook, problem = (None, job.problem) if job.problem else read_notebook(Path(job.submitted).read_bytes())
     instructor = nbformat.read(Path(job.chapter_source) / f"{chapter.notebook}.ipynb", as_version=4)
     run, problems, copies = None, {}, ()
     if notebook is not None:
         problems = test_cell_problems(notebook, chapter)
-        with Sandbox(job.limits, **job.sandbox) as sandbox:
-            _copy_chapter_files(Path(job.chapter_source), sandbox.work)
+        with job.sandbox.new_sandbox(job.limits, files=Path(job.chapter_files)) as sandbox:
             run = run_notebook(steps_of(notebook, chapter), chapter, sandbox, job.limits, job.seed)
         code = [cell.source for cell in notebook.cells if cell.cell_type == "code" and grade_id(cell) not in
                 {test.grade_id for test in chapter.tests}]
         copies = tuple(find_copies(code, chapter.exercises))
     seconds = {"run": time.perf_counter() - start}
-    outcomes = run.outcomes if run else {test.grade_id: Outcome("error", f"this submission cannot be graded: {problem}",
-                                                                cause=UNREADABLE) for test in chapter.tests}
+    unreadable = Outcome(Status.ERROR, f"this submission cannot be graded: {problem}", cause=Cause.UNREADABLE)
+    outcomes = run.outcomes if run else {test.grade_id: unreadable for test in chapter.tests}
     notes = job.notes + (("the outputs of the notebook were cut at their limit",) if run and run.truncated else ())
-    unsandboxed = () if job.sandbox["isolate"] else (UNSANDBOXED,)
+    unsandboxed = () if job.sandbox.isolate else (UNSANDBOXED,)
     tests = tuple(grade_of(test, outcomes[test.grade_id], problems.get(test.grade_id), notes) for test in chapter.tests)
     if job.copy_policy == WITHHOLD:
         tests, copies = withhold_copies(tests, copies, chapter)
@@ -185,41 +182,34 @@ def grade_job(job: Job) -> JobOutput:
         fingerprint=job.fingerprint, seed=job.seed, problem=problem, notes=unsandboxed + notes, copies=copies,
         tests=tests)
     graded = graded_notebook.build(notebook, instructor, chapter, run, result)
-    nbformat.write(inert_notebook(graded, job.references), folder / "graded.ipynb")  # for the formgrader
+    nbformat.write(inert_notebook(graded, job.references), folder.graded)  # for the formgrader
     before_feedback = time.perf_counter()
     page, page_problem = _feedback_page(job, graded, run, result)
-    (folder / "feedback.html").write_bytes(page)
+    folder.feedback.write_bytes(page)
     seconds["feedback"] = time.perf_counter() - before_feedback
     seconds["total"] = time.perf_counter() - start
     result = replace(result, notes=result.notes + ((page_problem,) if page_problem else ()),
                      seconds={name: round(value, 2) for name, value in seconds.items()})
-    return JobOutput(result, str(folder / "graded.ipynb"), str(folder / "feedback.html"))
+    return result
 
 
 def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookResult) -> tuple[bytes, str | None]:
     """The feedback page, or a plain one and why, when nbconvert fails or runs out of time."""
-    course = Path(job.folder) / "course"
-    shutil.copytree(job.chapter_source, course / "source" / job.chapter.name)
-    shutil.copyfile(job.template, course / "gradebook.db")
+    nbgrader_course = job.folder.nbgrader_course
+    nbgrader_course.mkdir()
+    shutil.copyfile(job.template, nbgrader_course / "gradebook.db")
     view = feedback.student_view(graded, job.chapter, result, {name: outcome.output for name, outcome in
                                                               (run.outcomes.items() if run else ())})
     try:
         with time_limit(FEEDBACK_SECONDS, "rendering the feedback"):
-            return feedback.render(course, view, result, job.chapter, job.references), None
+            return feedback.render(nbgrader_course, view, result, job.chapter, job.references), None
     except (StageTimeout, RuntimeError) as error:
         problem = f"the feedback page is a plain one: {error}"[:500]
         return feedback.plain_page(result, problem), problem
 
 
-def _copy_chapter_files(source: Path, work: Path) -> None:
-    """The chapter's other files (data the notebook reads) into the sandbox's working folder, as
-    nbgrader puts them beside the notebook it grades."""
-    shutil.copytree(source, work, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints", "__pycache__"))
-
-
 def work(job: Job, connection) -> None:
-    """A worker process's whole life: grade ``job``, send the JobOutput (or the error) back, end.
+    """A worker process's whole life: grade ``job``, send its result (or the error) back, end.
 
     The instructor code of the tests runs here as in the notebook's graded run (``NBGRADER_EXECUTION``
     set, the course's data, the chapter's files in the working folder)."""
@@ -228,11 +218,10 @@ def work(job: Job, connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the class run's to handle
     quiet_nbgrader()
     os.environ["NBGRADER_EXECUTION"] = "autograde"
-    os.environ.update(job.sandbox.get("variables", {}))
+    os.environ.update(job.sandbox.variables)
     torch.set_num_threads(job.limits.threads)
-    files = Path(job.folder) / "files"
-    _copy_chapter_files(Path(job.chapter_source), files)
-    os.chdir(files)
+    shutil.copytree(job.chapter_files, job.folder.files)  # the job's one copy of the chapter's files
+    os.chdir(job.folder.files)
     try:
         connection.send(("ok", grade_job(job)))
     except BaseException as error:  # noqa: B036 -- whatever happens, the class run hears of it

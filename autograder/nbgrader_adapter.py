@@ -24,10 +24,9 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from autograder.bounds import CONNECT_SECONDS
 from autograder.course import GradingError
 from autograder.results import NotebookResult
-
-CONNECT_SECONDS = 15  # to reach a PostgreSQL server before giving up
 
 
 def quiet_nbgrader() -> None:
@@ -42,14 +41,14 @@ def quiet_nbgrader() -> None:
             logger.addHandler(logging.NullHandler())
 
 
-def nbgrader_api(course: Path, db_url: str, config=None):
-    """nbgrader's Python API on ``course`` (its own layout: source/, autograded/, feedback/, ...)."""
+def nbgrader_api(nbgrader_course: Path, db_url: str, config=None):
+    """nbgrader's Python API on ``nbgrader_course`` (its own layout: source/, autograded/, feedback/, ...)."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
 
     config = config or Config()
-    config.CourseDirectory.root = str(course)
+    config.CourseDirectory.root = str(nbgrader_course)
     config.CourseDirectory.source_directory = "source"
     config.CourseDirectory.release_directory = "release"
     config.CourseDirectory.db_url = db_url
@@ -132,9 +131,9 @@ def connection_problem(url, error: Exception) -> str:
     return f"cannot use the gradebook ({', '.join(where)}): {without_password(reason, url)[:500]}"
 
 
-def register_chapters(course: Path, db_url: str, chapters: list[str]) -> None:
-    """Record the chapters' cells in a gradebook (nbgrader's generate_assignment on ``course``)."""
-    api = nbgrader_api(course, db_url)
+def register_chapters(nbgrader_course: Path, db_url: str, chapters: list[str]) -> None:
+    """Record the chapters' cells in a gradebook (nbgrader's generate_assignment on ``nbgrader_course``)."""
+    api = nbgrader_api(nbgrader_course, db_url)
     for name in chapters:
         result = api.generate_assignment(name, force=True, create=True)
         if not result["success"]:
@@ -168,9 +167,10 @@ def store_grades(gradebook, result: NotebookResult, notebook: str) -> None:
     gradebook.db.commit()
 
 
-def render_feedback(course: Path, notebook, result: NotebookResult, notebook_name: str, filters: dict) -> bytes:
+def render_feedback(nbgrader_course: Path, notebook, result: NotebookResult, notebook_name: str,
+                    filters: dict) -> bytes:
     """nbgrader's feedback page of ``notebook`` (the graded notebook as the student may see it), made in
-    ``course``, a private nbgrader course holding the chapter's source and a gradebook that knows it.
+    ``nbgrader_course``, a private nbgrader course holding the chapter's source and a gradebook that knows it.
 
     nbgrader's feedback converter renders it with nbconvert's HTML sanitizer on
     (``HTMLExporter.sanitize_html``) and with the template ``autograder/templates/sanitized_feedback``,
@@ -184,9 +184,9 @@ def render_feedback(course: Path, notebook, result: NotebookResult, notebook_nam
     from nbgrader.utils import capture_log
     from traitlets.config import Config
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+    with Gradebook(f"sqlite:///{nbgrader_course / 'gradebook.db'}") as gradebook:
         store_grades(gradebook, result, notebook_name)
-    path = course / "autograded" / result.student / result.chapter / f"{notebook_name}.ipynb"
+    path = nbgrader_course / "autograded" / result.student / result.chapter / f"{notebook_name}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, path)
     config = Config()
@@ -197,12 +197,12 @@ def render_feedback(course: Path, notebook, result: NotebookResult, notebook_nam
         str(Path(__file__).parent / "templates"),
         str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")]
     config.HTMLExporter.filters = filters
-    api = nbgrader_api(course, f"sqlite:///{course / 'gradebook.db'}", config)
+    api = nbgrader_api(nbgrader_course, f"sqlite:///{nbgrader_course / 'gradebook.db'}", config)
     api.coursedir.assignment_id, api.coursedir.student_id = result.chapter, result.student
     converter = GenerateFeedback(coursedir=api.coursedir, parent=api)
     converter.force = True
     outcome = capture_log(converter)
-    html = course / "feedback" / result.student / result.chapter / f"{notebook_name}.html"
+    html = nbgrader_course / "feedback" / result.student / result.chapter / f"{notebook_name}.html"
     if not outcome["success"] or not html.exists():
         detail = (outcome.get("log") or "") + (outcome.get("error") or "")
         raise RuntimeError(f"nbgrader could not render the feedback:\n{detail[-3000:]}")

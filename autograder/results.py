@@ -15,8 +15,8 @@ the collector skipped (:class:`Skipped`), and the class's :class:`ClassResults`,
 
 ``seed`` is the run seed the notebook's hidden tests drew their inputs from (a regrade with it meets
 the same inputs). A (student, chapter) without a submission appears with ``origin`` null and every
-test ``missing`` (cause ``no submission``). A test's ``cause`` tells apart what its status covers
-(:data:`CAUSES`).
+test ``missing`` (cause ``no submission``). A test's ``status`` is a :class:`Status`, and its ``cause``
+(a :class:`Cause`) tells apart what its status covers (:data:`CAUSES`).
 
 :class:`ResultStore` keeps each graded notebook's result under ``DIR/.work/results``, signed with a
 key of the output folder (which no sandbox sees): a later run reuses a result only when its
@@ -31,31 +31,49 @@ import re
 import secrets
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 
+from autograder.bounds import SUMMARY_MESSAGE_CHARS
+from autograder.output_layout import OutputLayout
 from autograder.wire import printable
 
 GRADER_VERSION = "3"  # with the grader's and the reference's sources, part of every fingerprint
-STATUSES = ("passed", "failed", "error", "timeout", "tampered", "missing")
-# The causes of a test's status, where an instructor tells them apart: an error is an exercise left
-# blank (it still raises NotImplementedError), a crash (any other exception, the memory limit, the
-# student's process ending), a notebook that cannot be read as the chapter's, or a job the grader
-# itself could not finish (graded again by the next run); a missing test is an exercise not defined
-# in the notebook (renamed or deleted) or a chapter with no submission at all.
-# A failed test is a wrong answer, or a passed one whose points the copy policy withheld (its code is
-# certainly the reference's: see autograder.reference_copies).
-BLANK, CRASH, UNREADABLE, GRADER_ERROR = "blank", "crash", "unreadable", "grader error"
-NOT_DEFINED, NO_SUBMISSION = "not defined", "no submission"
-REFERENCE_COPY = "reference copy"
-CAUSES = {"error": (BLANK, CRASH, UNREADABLE, GRADER_ERROR), "missing": (NOT_DEFINED, NO_SUBMISSION),
-          "failed": (REFERENCE_COPY,)}
+
+
+class Status(StrEnum):
+    """A test cell's status, as results.json, the summary and the feedback write it."""
+
+    PASSED = "passed"
+    FAILED = "failed"  # a wrong answer (an assertion), or points the copy policy withheld
+    ERROR = "error"  # any other exception
+    TIMEOUT = "timeout"
+    TAMPERED = "tampered"  # the submission's copy of the test cell was edited: the instructor's ran
+    MISSING = "missing"  # the exercise it grades is not defined, or the chapter was not handed in
+
+
+class Cause(StrEnum):
+    """What a status covers, where an instructor tells them apart (:data:`CAUSES`); NONE elsewhere."""
+
+    NONE = ""
+    BLANK = "blank"  # an exercise left blank: it still raises NotImplementedError
+    CRASH = "crash"  # any other exception, the memory limit, the student's process ending
+    UNREADABLE = "unreadable"  # a notebook that cannot be read as the chapter's
+    GRADER_ERROR = "grader error"  # a job the grader itself could not finish (graded again by the next run)
+    NOT_DEFINED = "not defined"  # the exercise is not defined in the notebook (renamed or deleted)
+    NO_SUBMISSION = "no submission"  # a chapter the student did not hand in
+    REFERENCE_COPY = "reference copy"  # passed, but its code is certainly the reference's (withheld)
+
+
+CAUSES = {Status.ERROR: (Cause.BLANK, Cause.CRASH, Cause.UNREADABLE, Cause.GRADER_ERROR),
+          Status.MISSING: (Cause.NOT_DEFINED, Cause.NO_SUBMISSION), Status.FAILED: (Cause.REFERENCE_COPY,)}
+
 # How sure the grader is that an exercise is the reference's code, and what the copy policy does.
 CERTAIN, SUSPECTED = "certain", "suspected"
 WITHHOLD, FLAG = "withhold", "flag"  # withhold: certain copies get 0 points; flag: the points stand
 COPY_POLICIES = (WITHHOLD, FLAG)
 UNSANDBOXED = ("WARNING: graded WITHOUT the sandbox (--unsandboxed): the students' code ran with the grading "
                "user's rights (files, network); only time and memory limits applied")
-SUMMARY_MESSAGE_CHARS = 120  # of a test's message, in the summary's line of its student
 
 
 @dataclass(frozen=True)
@@ -65,12 +83,12 @@ class TestResult:
     grade_id: str
     points: float
     max_points: float
-    status: str  # one of STATUSES
+    status: Status
     message: str = ""
-    cause: str = ""  # for an error or a missing test, one of CAUSES[status]
+    cause: Cause = Cause.NONE  # for an error, a missing test or a withheld one, one of CAUSES[status]
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> Status | Cause:
         """The status, or for an error or a missing test its cause: what the summary groups by."""
         return self.cause or self.status
 
@@ -138,14 +156,14 @@ class NotebookResult:
         message; "no submission" or why the notebook could not be read, once, for the whole chapter."""
         head = f"{_text(self.student)}, {_text(self.chapter)}: {self.score:g} / {self.max_score:g}"
         if self.origin is None:
-            return f"{head}; {NO_SUBMISSION}"
+            return f"{head}; {Cause.NO_SUBMISSION}"
         if self.problem:
-            return f"{head}; {UNREADABLE}: {_short(self.problem)}"
+            return f"{head}; {Cause.UNREADABLE}: {_short(self.problem)}"
         groups = defaultdict(list)
         for test in self.tests:
-            if test.status != "passed":
+            if test.status != Status.PASSED:
                 groups[test.kind].append(test)
-        parts = [f"{kind}: " + ", ".join(test.grade_id if kind == BLANK or not test.message else
+        parts = [f"{kind}: " + ", ".join(test.grade_id if kind == Cause.BLANK or not test.message else
                                          f"{test.grade_id} ({_short(test.message)})" for test in tests)
                  for kind, tests in groups.items()]
         return "; ".join([head, *map(_text, parts)])
@@ -157,7 +175,8 @@ class NotebookResult:
     def from_json(cls, data: dict) -> "NotebookResult":
         known = {item.name for item in fields(cls)}
         values = {key: value for key, value in data.items() if key in known}
-        values["tests"] = tuple(TestResult(**test) for test in data["tests"])
+        values["tests"] = tuple(TestResult(**{**test, "status": Status(test["status"]), "cause": Cause(test.get("cause", ""))})
+                                for test in data["tests"])
         values["copies"] = tuple(ReferenceCopy(**copy) for copy in data.get("copies", ()))
         values["notes"] = tuple(data.get("notes", ()))
         return cls(**values)
@@ -244,11 +263,12 @@ def _cell(value: str) -> str:
 
 
 class ResultStore:
-    """The graded notebooks' results under ``work/results``, signed with the key ``work/key``."""
+    """The graded notebooks' results under ``.work/results``, signed with the key ``.work/key`` of the
+    output folder (:class:`autograder.output_layout.OutputLayout`)."""
 
-    def __init__(self, work: Path):
-        self.folder = work / "results"
-        key = work / "key"
+    def __init__(self, layout: OutputLayout):
+        self.layout = layout
+        key = layout.result_key
         if not key.exists():
             descriptor = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(descriptor, "w") as file:
@@ -256,7 +276,7 @@ class ResultStore:
         self.key = bytes.fromhex(key.read_text().strip())
 
     def path(self, student: str, chapter: str) -> Path:
-        return self.folder / student / f"{chapter}.json"
+        return self.layout.result(student, chapter)
 
     def _signature(self, body: str) -> str:
         return hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest()
@@ -268,7 +288,7 @@ class ResultStore:
     def load(self) -> dict[tuple[str, str], NotebookResult]:
         """Every result this grader wrote (a file whose signature fails is ignored: graded again)."""
         results = {}
-        for path in sorted(self.folder.glob("*/*.json")):
+        for path in sorted(self.layout.results.glob("*/*.json")):
             try:
                 stored = json.loads(path.read_text())
                 if not hmac.compare_digest(self._signature(stored["result"]), stored["signature"]):

@@ -1,11 +1,11 @@
 """The grader's run of one notebook: the student's cells once, in the sandbox; every test cell in the grader.
 
-The student process (:class:`autograder.client.StudentProcess`) executes the student's code cells,
+The student process (:class:`autograder.grader_side.StudentProcess`) executes the student's code cells,
 in the notebook's order, and reports what they showed; it never receives a test cell. Where a test
 cell stands, the grader runs the instructor's version of it (hidden tests included) in a namespace of
-its own: the instructor code the tests need (:mod:`autograder.test_context`), run in the grader,
+its own: the instructor code the tests need (:mod:`autograder.instructor_context`), run in the grader,
 and the exercises the cell uses, looked up in the student process as handles
-(:class:`autograder.client.Remote`). Nothing else of the student's enters that namespace.
+(:class:`autograder.grader_side.Remote`). Nothing else of the student's enters that namespace.
 
 Before the tests run, the checks' inputs are seeded with the run's seed
 (:func:`autograder.checks.framework.use_run_seed`), which lives in the grader only: the student's
@@ -14,7 +14,8 @@ code cannot compute the hidden cases ahead of time.
 Each test cell's outcome is ``passed`` (no exception), ``failed`` (an assertion, e.g. a
 ``CheckFailed``), ``error`` (any other exception: ``NotImplementedError``, the memory limit, the
 student process ending), ``timeout`` or ``missing`` (the exercise it grades is not defined); an error's
-cause is ``blank`` (NotImplementedError) or ``crash`` (:data:`autograder.results.CAUSES`).
+cause is ``blank`` (NotImplementedError) or ``crash`` (:class:`autograder.results.Status`,
+:data:`autograder.results.CAUSES`).
 """
 
 import contextlib
@@ -24,27 +25,25 @@ import traceback
 from dataclasses import dataclass, field
 
 from autograder import cell_outputs
-from autograder.client import StudentProcess, StudentProcessEnded, StudentTimeout
+from autograder.bounds import MAX_OUTCOME_MESSAGE_CHARS, MAX_RESTARTS, MAX_TEST_OUTPUT_CHARS, Limits
 from autograder.chapters import Chapter
 from autograder.course import hidden_test_lines, python_source
-from autograder.results import BLANK, CRASH, NOT_DEFINED
-from autograder.sandbox import Limits, Sandbox
-from autograder.test_context import free_names
+from autograder.grader_side import StudentProcess, StudentProcessEnded, StudentTimeout
+from autograder.instructor_context import free_names
+from autograder.results import Cause, Status
+from autograder.sandbox import Sandbox
+from autograder.steps import CodeStep, ContextStep, SubmissionStep, TestStep
 from autograder.wire import printable
-
-MAX_TEST_OUTPUT_CHARS = 20_000  # of what a test cell prints, kept for the feedback
-MAX_MESSAGE_CHARS = 10_000  # of an outcome's message
-MAX_RESTARTS = 2  # student processes restarted per notebook after one ended
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What the grader's own run of one test cell gave."""
 
-    status: str  # passed, failed, error, timeout or missing
+    status: Status  # passed, failed, error, timeout or missing
     message: str = ""
     output: str = ""  # what the cell printed (the checks print a summary)
-    cause: str = ""  # of an error or a missing exercise (autograder.results.CAUSES)
+    cause: Cause = Cause.NONE  # of an error or a missing exercise (autograder.results.CAUSES)
 
 
 @dataclass
@@ -88,7 +87,7 @@ class _Students:
             return [_error_output("Timeout", f"this cell ran past its time limit: {error}")]
         except StudentProcessEnded as error:
             return [_error_output("ProcessEnded", f"the Python process running your code ended: {error}")]
-        except Exception as error:  # the server failed to run it (the student replaced parts of it)
+        except Exception as error:  # the student process failed to run it (the student replaced parts of it)
             return [_error_output(type(error).__name__, str(error))]
         self.executed.append(source)
         return outputs
@@ -125,15 +124,15 @@ class _TestCells:
     def prepare(self, grade_id: str) -> None:
         """Run the instructor code that comes before this test in the instructor's notebook."""
         plan = self.chapter.context
-        end = next((index for index, step in enumerate(plan) if step == ("test", grade_id)), len(plan))
+        end = next((index for index, step in enumerate(plan) if step == TestStep(grade_id)), len(plan))
         for index in range(end):
-            kind, source = plan[index]
-            if kind != "context" or index in self.context_done:
+            step = plan[index]
+            if not isinstance(step, ContextStep) or index in self.context_done:
                 continue
             self.context_done.add(index)
             try:
-                self.bind_exercises(source)
-                exec(compile(source, f"<instructor code before {grade_id}>", "exec"), self.namespace)
+                self.bind_exercises(step.source)
+                exec(compile(step.source, f"<instructor code before {grade_id}>", "exec"), self.namespace)
             except Exception as error:
                 self.context_error = f"{type(error).__name__}: {printable(str(error), 500)}"
 
@@ -144,14 +143,15 @@ class _TestCells:
         try:
             self.prepare(grade_id)
             if self.context_error:
-                return Outcome("error", f"the grader could not prepare this test ({self.context_error})", cause=CRASH)
+                return Outcome(Status.ERROR, f"the grader could not prepare this test ({self.context_error})",
+                               cause=Cause.CRASH)
             code = compile(python_source(test.source), filename, "exec")
             self.bind_exercises(test.source)
             with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
                 exec(code, self.namespace)
         except BaseException as error:  # noqa: B036 -- every exception is a verdict
             return _classify(error, test.source, filename, test.exercise, output.getvalue())
-        return Outcome("passed", "", output.getvalue())
+        return Outcome(Status.PASSED, "", output.getvalue())
 
 
 _FREE_NAMES: dict[str, frozenset[str]] = {}
@@ -181,17 +181,18 @@ class _CappedText(io.StringIO):
         return len(text)
 
 
-def run_notebook(steps: list[tuple], chapter: Chapter, sandbox: Sandbox, limits: Limits, seed: int) -> NotebookRun:
-    """Run a submission: ``steps`` is the notebook in order, ("code", index, source) for a code cell of
-    the student's and ("test", grade_id) where a test cell stands. A test of the chapter that the steps
+def run_notebook(steps: list[SubmissionStep], chapter: Chapter, sandbox: Sandbox, limits: Limits,
+                 seed: int) -> NotebookRun:
+    """Run a submission: ``steps`` is the notebook in order, a :class:`CodeStep` for a code cell of the
+    student's and a :class:`TestStep` where a test cell stands. A test of the chapter that the steps
     do not place runs at the end."""
     from autograder.checks.framework import use_run_seed
     from bertlab.utils import seed_everything
 
     seed_everything(seed % 2**32)
     deadline = time.monotonic() + limits.notebook_timeout
-    placed = {step[1] for step in steps if step[0] == "test"}
-    steps = [*steps, *(("test", test.grade_id) for test in chapter.tests if test.grade_id not in placed)]
+    placed = {step.grade_id for step in steps if isinstance(step, TestStep)}
+    steps = [*steps, *(TestStep(test.grade_id) for test in chapter.tests if test.grade_id not in placed)]
     students = _Students(sandbox, limits, deadline)
     tests = _TestCells(chapter, students)
     budget = cell_outputs.OutputBudget()
@@ -199,14 +200,13 @@ def run_notebook(steps: list[tuple], chapter: Chapter, sandbox: Sandbox, limits:
     try:
         with use_run_seed(seed):
             for step in steps:
-                if step[0] == "code":
-                    _, index, source = step
-                    raw = students.run_cell(source) if time.monotonic() < deadline else [
+                if isinstance(step, CodeStep):
+                    raw = students.run_cell(step.source) if time.monotonic() < deadline else [
                         _error_output("Timeout", "not run: the notebook's time limit was reached")]
-                    run.outputs[index] = cell_outputs.clean(raw, budget)
-                elif chapter.test(step[1]) is not None and step[1] not in run.outcomes:
-                    run.outcomes[step[1]] = tests.run(step[1]) if time.monotonic() < deadline else Outcome(
-                        "timeout", f"the time limit of the notebook ({limits.notebook_timeout:g} s) was reached")
+                    run.outputs[step.index] = cell_outputs.clean(raw, budget)
+                elif chapter.test(step.grade_id) is not None and step.grade_id not in run.outcomes:
+                    run.outcomes[step.grade_id] = tests.run(step.grade_id) if time.monotonic() < deadline else Outcome(
+                        Status.TIMEOUT, f"the time limit of the notebook ({limits.notebook_timeout:g} s) was reached")
     finally:
         students.close()
     run.truncated = budget.exhausted
@@ -218,30 +218,33 @@ def _classify(error: BaseException, source: str, filename: str, exercise: str | 
     if isinstance(error, KeyboardInterrupt):
         raise error
     if isinstance(error, StudentTimeout):
-        return Outcome("timeout", f"your code ran too long: {error}", output)
+        return Outcome(Status.TIMEOUT, f"your code ran too long: {error}", output)
     if isinstance(error, StudentProcessEnded):
-        return Outcome("error", _cap(f"the Python process running your code ended: {error}"), output, CRASH)
+        return Outcome(Status.ERROR, _cap(f"the Python process running your code ended: {error}"), output, Cause.CRASH)
     if any(_is_memory_error(link) for link in _exception_chain(error)):
-        return Outcome("error", "your code ran out of memory (the sandbox's memory limit was reached)", output, CRASH)
+        return Outcome(Status.ERROR, "your code ran out of memory (the sandbox's memory limit was reached)", output,
+                       Cause.CRASH)
     if isinstance(error, NameError) and exercise and f"'{exercise}'" in str(error):
-        return Outcome("missing", f"`{exercise}` is not defined in your notebook", output, NOT_DEFINED)
+        return Outcome(Status.MISSING, f"`{exercise}` is not defined in your notebook", output, Cause.NOT_DEFINED)
     if isinstance(error, NotImplementedError):
-        return Outcome("error", _cap(f"not implemented yet (NotImplementedError{': ' + str(error) if str(error) else ''})"),
-                       output, BLANK)
+        return Outcome(Status.ERROR,
+                       _cap(f"not implemented yet (NotImplementedError{': ' + str(error) if str(error) else ''})"),
+                       output, Cause.BLANK)
     where = _failing_line(error, source, filename)
     if isinstance(error, AssertionError):
         if not str(error):
-            return Outcome("failed", f"this assertion failed, {where}" if where else "an assertion failed", output)
-        return Outcome("failed", _cap(f"{where}\n{error}" if where else str(error)), output)
+            return Outcome(Status.FAILED, f"this assertion failed, {where}" if where else "an assertion failed",
+                           output)
+        return Outcome(Status.FAILED, _cap(f"{where}\n{error}" if where else str(error)), output)
     message = f"{type(error).__name__}: {error}" + (f" (in the test {where})" if where else "")
     student_traceback = getattr(error, "student_traceback", "")
     if student_traceback:
         message += "\nwhere your code raised it:\n" + student_traceback
-    return Outcome("error", _cap(message), output, CRASH)
+    return Outcome(Status.ERROR, _cap(message), output, Cause.CRASH)
 
 
 def _cap(message: str) -> str:
-    return printable(message, MAX_MESSAGE_CHARS)
+    return printable(message, MAX_OUTCOME_MESSAGE_CHARS)
 
 
 def _exception_chain(error: BaseException) -> list[BaseException]:

@@ -5,9 +5,10 @@ A sandboxed process is started with ``Sandbox.start(argv)``. The command that re
     setpriv --pdeathsig KILL -- unshare [--user --map-root-user] --mount --net --pid --ipc --uts
         --fork --kill-child --mount-proc -- python -I -S autograder/sandbox.py CONFIG -- argv
 
-and this file, run as a script with the standard library only, builds the sandbox inside the new
-namespaces before it executes ``argv`` (:func:`enter`). What is enforced where namespaces work
-(Linux; :func:`isolation_available` tries it once):
+and this file, run as a script with the standard library and :mod:`autograder.bounds` only, builds
+the sandbox inside the new namespaces before it executes ``argv`` (:func:`enter`). What is enforced
+where namespaces work (Linux; :func:`isolation_available` tries it once), within the
+:class:`~autograder.bounds.Limits` of the notebook:
 
 - Files: the process sees a new root (``pivot_root``) holding read-only binds of the system
   (``/usr``, a few files of ``/etc``), the Python installation, the course packages (``bertlab``,
@@ -69,8 +70,13 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+if __name__ == "__main__":  # the sandbox's script (python -I -S): the course's packages are not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from autograder.bounds import CPU_BURST, CPU_PERIOD, Limits  # noqa: E402 (after the line above)
 
 # Files of /etc that programs need (dynamic linker, user names, fonts, time zone); not shadow files.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "hosts",
@@ -81,22 +87,6 @@ SANDBOX_UID = 1000  # the student's uid inside a nested user namespace
 STUDENT_UID_BASE = 2_000_000  # host uids of the students' code when the grader runs as root
 COURSE_PACKAGES = ("bertlab", "autograder")  # importable in the sandbox, read-only, from the grader's copy
 WORK, HOME = "/sandbox/work", "/sandbox/home"  # in an isolated sandbox, both in its scratch space
-CPU_PERIOD, CPU_BURST = 0.2, 1.0  # seconds between two looks at a sandbox's CPU time; seconds of credit it may bank
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits of one sandboxed notebook."""
-
-    cell_timeout: float = 60.0  # seconds per cell, and per call of a student's function
-    notebook_timeout: float = 600.0  # seconds for one execution of a whole notebook
-    memory_mb: int = 4096  # of the whole process tree with cgroup v2, else per process (RLIMIT_AS)
-    processes: int = 64  # processes and threads (pids.max, else RLIMIT_NPROC)
-    scratch_mb: int = 512  # its writable space: working folder, $HOME, /tmp and /dev/shm together
-    scratch_files: int = 10_000  # files and folders in that space
-    file_size_mb: int = 64  # largest file it may write (RLIMIT_FSIZE)
-    open_files: int = 512  # RLIMIT_NOFILE
-    threads: int = 1  # torch / OpenMP threads, and the cores all its processes may use together
 
 
 # --------------------------------------------------------------------------------------------------
@@ -104,19 +94,35 @@ class Limits:
 # --------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SandboxOptions:
+    """What every sandbox of a grading run gets besides its limits (see :class:`Sandbox`)."""
+
+    isolate: bool  # whether it gets namespaces (else the scratch folder and the limits only)
+    hide: tuple[Path, ...] = ()  # paths that stay invisible even inside a folder it binds
+    share: tuple[Path, ...] = ()  # folders it may read (a dataset), bound read-only
+    variables: Mapping[str, str] = field(default_factory=dict)  # added to its environment
+
+    def new_sandbox(self, limits: Limits, files: Path | None = None) -> "Sandbox":
+        """A sandbox with these options, ``limits`` and the ``files`` its working folder starts with."""
+        return Sandbox(limits, files=files, hide=self.hide, share=self.share, variables=self.variables,
+                       isolate=self.isolate)
+
+
 class Sandbox:
     """A scratch space and the recipe to start processes confined to it.
 
-    Files put in ``work`` before the first process starts are copied into its working folder.
-    ``hide`` lists paths that must stay invisible even if they lie inside something the sandbox
-    binds (the course's ``solutions/``, the output folder): they are covered by empty file systems.
-    ``share`` lists folders the code may read (a dataset), bound read-only; ``variables`` adds to
-    its environment. Use as a context manager: leaving it kills every process it started and
-    deletes its folders and cgroup.
+    Its working folder starts with the files of the folder ``files`` (an isolated sandbox copies them
+    into its scratch space as each process starts, so they must not change meanwhile), or else with
+    the files put in ``work`` before the first process starts. ``hide`` lists paths that must stay
+    invisible even if they lie inside something the sandbox binds (the course's ``solutions/``, the
+    output folder): they are covered by empty file systems. ``share`` lists folders the code may read
+    (a dataset), bound read-only; ``variables`` adds to its environment. Use as a context manager:
+    leaving it kills every process it started and deletes its folders and cgroup.
     """
 
-    def __init__(self, limits: Limits = Limits(), *, hide: tuple[Path, ...] = (), share: tuple[Path, ...] = (),
-                 variables: dict[str, str] | None = None, isolate: bool | None = None):
+    def __init__(self, limits: Limits = Limits(), *, files: Path | None = None, hide: tuple[Path, ...] = (),
+                 share: tuple[Path, ...] = (), variables: dict[str, str] | None = None, isolate: bool | None = None):
         self.limits = limits
         self.share = tuple(str(Path(path).resolve()) for path in share)
         self.variables = dict(variables or {})
@@ -125,6 +131,11 @@ class Sandbox:
         self.work, self.home, self.runtime = self.root / "work", self.root / "home", self.root / "run"
         for folder in (self.work, self.home, self.runtime, self.root / ".root"):
             folder.mkdir()
+        self.stage = self.work  # what the working folder starts with
+        if files is not None and self.isolated:
+            self.stage = Path(files)
+        elif files is not None:  # the working folder itself, on disk
+            shutil.copytree(files, self.work, dirs_exist_ok=True)
         self.hide = tuple(str(Path(path).resolve()) for path in hide)
         self.uid = student_uid() if self.isolated and os.geteuid() == 0 else None
         bounds = resource_bounds()
@@ -143,7 +154,7 @@ class Sandbox:
         return {
             "isolated": self.isolated,
             "root": str(self.root),
-            "stage": str(self.work),
+            "stage": str(self.stage),
             "workdir": WORK if self.isolated else str(self.work),
             "home": HOME,
             "uid": self.uid,

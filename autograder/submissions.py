@@ -17,11 +17,12 @@ It trusts nothing in the folder, and no one file stops the collection of the oth
 - Each file and each zip member is read on its own: whatever goes wrong with one (a folder that cannot
   be listed, a zip file that cannot be opened, a member whose data is corrupt) is reported for that
   one, skipped or kept with its problem, and the others are read.
-- Files are read one at a time and at most :data:`MAX_NOTEBOOK_BYTES` each, and at most
-  :data:`MAX_STUDENT_BYTES` for one student (all their files and zip members together); a
+- Files are read one at a time and at most ``MAX_NOTEBOOK_BYTES`` each, and at most
+  ``MAX_STUDENT_BYTES`` for one student (all their files and zip members together); a
   :class:`Submission` keeps where its bytes are and their digest, not the bytes. A zip file is read
-  member by member, at most :data:`MAX_ZIP_MEMBERS` members; nested zips are not opened.
-- Folders are walked :data:`MAX_DEPTH` levels deep and :data:`MAX_ENTRIES` entries per student.
+  member by member, at most ``MAX_ZIP_MEMBERS`` members; nested zips are not opened.
+- Folders are walked ``MAX_FOLDER_DEPTH`` levels deep and ``MAX_ENTRIES`` entries per student
+  (these bounds are in :mod:`autograder.bounds`).
 - Every name it gives out (origins, skipped paths, notes) is printable and encodable as UTF-8: a byte
   of a file name that is not UTF-8 is written ``\\xff``, a control character escaped. Two names never
   share an id (:func:`collect_submissions`); :func:`look_alike_names` tells the instructor about
@@ -47,23 +48,17 @@ import zipfile
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
+from autograder.bounds import (
+    MAX_CELLS, MAX_ENTRIES, MAX_FOLDER_DEPTH, MAX_NAME_CHARS, MAX_NOTEBOOK_BYTES, MAX_REASON_CHARS, MAX_STUDENT_BYTES,
+    MAX_ZIP_MEMBERS, TIMESTAMP_SLACK)
 from autograder.chapters import Chapter
 from autograder.course import GradingError, grade_id
 from autograder.results import Skipped
 from autograder.wire import printable
 
-MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
-MAX_STUDENT_BYTES = 200 * 1024 * 1024  # all of a student's files and zip members together
-MAX_CELLS = 5_000
-MAX_ZIP_MEMBERS = 1_000
-MAX_DEPTH = 6
-MAX_ENTRIES = 10_000
-MAX_NAME_CHARS = 300  # of a name given out (an origin, a skipped path, a student's name in a note)
-MAX_REASON_CHARS = 200  # of an exception's message in a reason
-TIMESTAMP_SLACK = timedelta(days=1)  # how far in the future a timestamp.txt may be (clocks differ)
 UNKNOWN_CHAPTER = "(unknown)"
 EXPECTED_LAYOUT = ("a folder holding one folder per student, laid out as nbgrader collects them "
                    "(<student>/<chapter>/<notebook>.ipynb), or <chapter>/<student>.ipynb, or zip files and "
@@ -523,12 +518,12 @@ class _Collector:
         return entries
 
     def walk(self, folder: Path, student: str, depth: int = 0):
-        """The files under a student's folder, without following links, MAX_DEPTH levels deep."""
+        """The files under a student's folder, without following links, MAX_FOLDER_DEPTH levels deep."""
         for entry in self.entries(folder, student):
             if entry.is_symlink():
                 self.skip(self.origin(entry), "a symbolic link: links are never followed", student)
-            elif entry.is_dir() and depth + 1 >= MAX_DEPTH:
-                self.skip(self.origin(entry), f"deeper than {MAX_DEPTH} levels in the student's folder", student)
+            elif entry.is_dir() and depth + 1 >= MAX_FOLDER_DEPTH:
+                self.skip(self.origin(entry), f"deeper than {MAX_FOLDER_DEPTH} levels in the student's folder", student)
             elif entry.is_dir():
                 yield from self.walk(entry, student, depth + 1)
             else:

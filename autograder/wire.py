@@ -11,8 +11,9 @@ grader's own objects travel as tuples that start with a marker and are rebuilt b
 Nothing in a reply names grader code: a handle is a number in the student process and a label for
 messages, never resolved by name; an exception is rebuilt only as one of the types of
 :data:`EXCEPTION_TYPES`, with plain-data arguments. Every reply is bounded: its size
-(:data:`MAX_REPLY_BYTES`, checked before it is read) and the work of decoding it
-(:data:`MAX_DECODED_ITEMS` values, however the pickle shares them, and :data:`MAX_DEPTH` levels).
+(:data:`~autograder.bounds.MAX_REPLY_BYTES`, checked before it is read) and the work of decoding it
+(:data:`~autograder.bounds.MAX_DECODED_ITEMS` values, however the pickle shares them, and
+:data:`~autograder.bounds.MAX_REPLY_DEPTH` levels).
 """
 
 import io
@@ -26,10 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-MAX_REPLY_BYTES = 256 * 1024 * 1024
-MAX_DECODED_ITEMS = 2_000_000  # values a reply decodes into, counting shared ones each time they appear
-MAX_DEPTH = 100  # nesting of lists, tuples and dicts in a reply
-MAX_LABEL_CHARS = 80  # of a handle's label
+from autograder.bounds import MAX_DECODED_ITEMS, MAX_LABEL_CHARS, MAX_REPLY_DEPTH
 
 TENSOR, DTYPE, DEVICE, SIZE, HANDLE = "<tensor>", "<dtype>", "<device>", "<size>", "<handle>"
 GRADER_OBJECT = "<grader-object>"  # an object the grader sent, by its number: the grader's own comes back
@@ -208,7 +206,7 @@ PLAIN = (type(None), bool, int, float, str, bytes)
 
 def decode(frame: bytes, adopt: Callable = lambda value: value):
     """A reply's value: plain data with tensors, dtypes, devices and sizes rebuilt, and each Handle
-    and GraderObject passed through ``adopt`` (the client turns them into Remotes and the grader's
+    and GraderObject passed through ``adopt`` (the grader's side turns them into Remotes and the grader's
     objects). Raises UnreadableReply for anything else, or past the bounds."""
     try:
         raw = DataUnpickler(io.BytesIO(frame)).load()
@@ -220,8 +218,8 @@ def decode(frame: bytes, adopt: Callable = lambda value: value):
         budget[0] -= 1
         if budget[0] < 0:
             raise UnreadableReply(f"a reply that decodes into more than {MAX_DECODED_ITEMS} values")
-        if depth > MAX_DEPTH:
-            raise UnreadableReply(f"a reply nested more than {MAX_DEPTH} levels deep")
+        if depth > MAX_REPLY_DEPTH:
+            raise UnreadableReply(f"a reply nested more than {MAX_REPLY_DEPTH} levels deep")
         if type(value) in PLAIN:
             return value
         if type(value) is tuple and value and type(value[0]) is str and value[0] in REBUILD:

@@ -45,10 +45,11 @@ import nbformat
 from nbformat.v4 import new_code_cell
 
 from autograder import course, release
+from autograder.bounds import Limits
 from autograder.course import grade_id, is_solution
 from autograder.grade import grade
 from autograder.results import ClassResults
-from autograder.sandbox import Limits, isolation_available, resource_bounds
+from autograder.sandbox import isolation_available, resource_bounds
 
 ROOT = course.ROOT
 

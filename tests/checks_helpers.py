@@ -46,12 +46,14 @@ def run_in_grader(steps: list[tuple[str, str]], tests: dict[str, str], exercises
     from autograder.chapters import Chapter, TestCell
     from autograder.runner import run_notebook
     from autograder.sandbox import Sandbox
+    from autograder.steps import CodeStep, ContextStep, TestStep
 
     graded = graded or {}
     chapter = Chapter("checks", "checks", tuple(TestCell(name, 1.0, source, source, graded.get(name))
                                                 for name, source in tests.items()),
-                      frozenset(tests), tuple(exercises), (("context", context),), "")
-    numbered = [("code", index, step[1]) if step[0] == "code" else step for index, step in enumerate(steps)]
+                      frozenset(tests), tuple(exercises), (ContextStep(context),), "")
+    numbered = [CodeStep(index, source) if kind == "code" else TestStep(source)
+                for index, (kind, source) in enumerate(steps)]
     with Sandbox(limits) as sandbox:
         return run_notebook(numbered, chapter, sandbox, limits, seed).outcomes
 

@@ -193,6 +193,19 @@ def test_a_student_s_bytes_are_bounded_over_all_their_files(folder, course, monk
     assert [s.problem for s in found if s.student == "mallory"] == [None]
 
 
+
+def test_a_student_s_folders_are_walked_to_a_bounded_depth_and_count(folder, course, monkeypatch):
+    monkeypatch.setattr(submissions, "MAX_ENTRIES", 3)
+    deep = "deep/" + "/".join(f"level{n}" for n in range(submissions.MAX_FOLDER_DEPTH)) + "/01_tiny.ipynb"
+    put(folder, deep, course[0]["01_tiny"])
+    for number in range(5):
+        put(folder, f"crowd/01_tiny/copy{number}.ipynb", course[0]["01_tiny"])
+    found, skipped = collected(folder, course)
+    assert any(item.path == deep.rpartition("/")[0] and "deeper than" in item.reason for item in skipped)
+    assert not [s for s in found if s.student == "deep"]
+    assert any(item.path == "crowd" and "only its first 3 files" in item.reason for item in skipped)
+
+
 # --------------------------------------------------------------------------------------------------
 # Files and zip members that raise when read
 # --------------------------------------------------------------------------------------------------

@@ -28,8 +28,8 @@ from grading_helpers import (
     tiny_solutions, with_cells, without)
 
 from autograder import cli, course
+from autograder.bounds import Limits
 from autograder.grade import grade
-from autograder.sandbox import Limits
 from autograder.submissions import read_notebook, student_id
 from autograder.wire import UnreadableReply, decode, dumps_reply
 

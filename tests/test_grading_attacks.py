@@ -38,13 +38,14 @@ from grading_helpers import (
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from autograder import cli
+from autograder.bounds import MAX_DECODED_ITEMS, MAX_ZIP_MEMBERS, Limits
 from autograder.course import GradingError
 from autograder.grade import grade, job_seconds
 from autograder.job import StageTimeout, time_limit
+from autograder.output_layout import OutputLayout
 from autograder.results import ResultStore
-from autograder.sandbox import Limits
-from autograder.submissions import MAX_ZIP_MEMBERS, collect_submissions
-from autograder.wire import MAX_DECODED_ITEMS, UnreadableReply, decode
+from autograder.submissions import collect_submissions
+from autograder.wire import UnreadableReply, decode
 
 ATTACK_LIMITS = Limits(cell_timeout=20, notebook_timeout=240, memory_mb=3072, processes=32, scratch_mb=64,
                        scratch_files=2000)
@@ -122,13 +123,13 @@ XSS_ADD = """def add(x, *rest):
     raise ValueError("<script>alert('message')</script><img src=x onerror=alert(5)>")"""
 XSS_NAME = "<img src=x onerror=alert(6)>"
 BOMB = """import pickle
-import autograder.server as server
+import autograder.student_side as student_side
 import autograder.wire as wire
 def add(x, *rest):
     node = []
     for _ in range(64):  # a few hundred bytes that decode into 2**64 values
         node = [node, node]
-    wire.write_frame(server._SERVER.replies_fd, pickle.dumps((server._SERVER.serving[-1], ("ok", node))))
+    wire.write_frame(student_side._SERVER.replies_fd, pickle.dumps((student_side._SERVER.serving[-1], ("ok", node))))
     import time
     time.sleep(3600)"""
 LOUD_ADD = 'def add(x, *rest):\n    raise ValueError("x" * 30_000_000)'
@@ -265,7 +266,7 @@ def test_objects_posing_as_the_grader_s_own_stay_handles_on_the_student_s():
                       "class Module(types.ModuleType):\n    pass\n"
                       "def modules():\n    return types.ModuleType('builtins'), types.ModuleType('os'), Module('torch')"),
              ("test", "test_handles")]
-    test = ("import builtins\nfrom autograder.client import Remote\n"
+    test = ("import builtins\nfrom autograder.grader_side import Remote\n"
             "assert isinstance(impostor, Remote) and impostor is not builtins.exec\n"
             "assert isinstance(impostor('print(1)'), Remote)\n"
             "assert all(isinstance(module, Remote) for module in modules())")
@@ -275,7 +276,7 @@ def test_objects_posing_as_the_grader_s_own_stay_handles_on_the_student_s():
 
 def test_a_result_file_the_grader_did_not_write_is_graded_again(attacked):
     root, submissions, out, _ = attacked
-    store = ResultStore(out / ".work")
+    store = ResultStore(OutputLayout(out))
     path = store.path("blank", "01_tiny")
     forged = json.loads(json.loads(path.read_text())["result"])
     for test in forged["tests"]:

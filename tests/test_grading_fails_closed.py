@@ -28,8 +28,9 @@ from nbformat.v4 import new_markdown_cell
 
 from autograder import cli
 from autograder import grade as grade_module
+from autograder.bounds import Limits
 from autograder.grade import grade
-from autograder.sandbox import Limits, isolation_available
+from autograder.sandbox import isolation_available
 
 LIMITS = Limits(cell_timeout=20, notebook_timeout=240, memory_mb=3072)
 ISOLATED, WHY = isolation_available()

@@ -18,7 +18,7 @@ from grading_helpers import ADD, DOUBLE, build_course, feedback_pages, notebooks
 from nbformat.v4 import new_markdown_cell
 
 from autograder import cli
-from autograder.results import BLANK, CRASH, NO_SUBMISSION, NOT_DEFINED
+from autograder.results import Cause
 
 BIB = """@inproceedings{vaswani2017attention,
   author = {Ashish Vaswani and Noam Shazeer and Niki Parmar},
@@ -73,11 +73,11 @@ def test_the_summary_has_a_line_per_student_and_chapter_that_says_what_failed_an
     assert status == 0, printed
     lines = printed.splitlines()
     assert "- honest, 01_tiny: 3 / 3" in lines and "- honest, 02_tiny: 1 / 1" in lines
-    assert f"- blank, 01_tiny: 0 / 3; {BLANK}: test_add, test_double" in lines
-    assert f"- blank, 02_tiny: 0 / 1; {NO_SUBMISSION}" in lines
-    assert f"- renamed, 01_tiny: 2 / 3; {NOT_DEFINED}: test_add (`add` is not defined in your notebook)" in lines
+    assert f"- blank, 01_tiny: 0 / 3; {Cause.BLANK}: test_add, test_double" in lines
+    assert f"- blank, 02_tiny: 0 / 1; {Cause.NO_SUBMISSION}" in lines
+    assert f"- renamed, 01_tiny: 2 / 3; {Cause.NOT_DEFINED}: test_add (`add` is not defined in your notebook)" in lines
     crash = next(line for line in lines if line.startswith("- crasher, 01_tiny:"))
-    assert crash.startswith(f"- crasher, 01_tiny: 2 / 3; {CRASH}: test_add (ZeroDivisionError")
+    assert crash.startswith(f"- crasher, 01_tiny: 2 / 3; {Cause.CRASH}: test_add (ZeroDivisionError")
     assert lines.index("| 01_tiny | 4 | 4 | 1.75 / 3 | 1 | 0 |") < lines.index("- blank, 01_tiny: 0 / 3; blank: test_add, "
                                                                               "test_double")
     for line in (f"results:  {out / 'results.json'}", f"grades:   {out / 'grades.csv'}", f"feedback: {out / 'feedback'}/"):
@@ -88,8 +88,8 @@ def test_results_record_the_cause_of_each_error_and_missing_test(graded):
     out = graded[1]
     causes = {(student, chapter): [test.cause for test in result.tests]
               for (student, chapter), result in notebooks(out).items()}
-    assert causes["blank", "01_tiny"] == [BLANK, BLANK] and causes["crasher", "01_tiny"] == [CRASH, ""]
-    assert causes["renamed", "01_tiny"] == [NOT_DEFINED, ""] and causes["blank", "02_tiny"] == [NO_SUBMISSION]
+    assert causes["blank", "01_tiny"] == [Cause.BLANK, Cause.BLANK] and causes["crasher", "01_tiny"] == [Cause.CRASH, ""]
+    assert causes["renamed", "01_tiny"] == [Cause.NOT_DEFINED, ""] and causes["blank", "02_tiny"] == [Cause.NO_SUBMISSION]
     assert causes["honest", "01_tiny"] == ["", ""]
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.sandbox import Limits, Sandbox, isolation_available, resource_bounds
+from autograder.bounds import Limits
+from autograder.sandbox import Sandbox, isolation_available, resource_bounds
 
 REPO = Path(__file__).resolve().parents[1]
 ISOLATED, WHY = isolation_available()
@@ -462,7 +463,7 @@ def test_a_sandbox_spinning_many_processes_gets_its_share_of_the_cpu_not_more():
     """Twelve busy processes, each in a session of its own, would leave a process outside one
     thirteenth of each core; held to one core on average, they leave it about half of a core of
     two. Measured side by side: the outside loop alone, then beside the sandbox."""
-    from autograder.sandbox import CPU_BURST, resource_bounds
+    from autograder.bounds import CPU_BURST
 
     if resource_bounds().cpu_max:
         pytest.skip("cgroup v2's cpu.max bounds the CPU here")

@@ -562,6 +562,15 @@ def allowed(function: Callable) -> Callable:
     return call_allowed
 
 
+def forbidden_in_force() -> list:
+    """What the forbidden-call guards in force forbid (those of the blocks of :func:`forbidden_calls`
+    under way, unless :func:`allowed` suspends them): functions and ``"module.qualname"`` strings, as
+    :func:`forbidden_calls` takes them. The grader sends them with each call of a student's function,
+    so that the student process applies the same rule."""
+    return [item for guard in _active_guards if not guard.suspended
+            for item in [*guard.names_by_object, *guard.qualified_names]]
+
+
 # --------------------------------------------------------------------------------------------------
 # Dependency isolation
 # --------------------------------------------------------------------------------------------------

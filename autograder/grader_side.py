@@ -1,6 +1,6 @@
 """The grader's side of the student process: start it, send it requests, and stand for its objects.
 
-:class:`StudentProcess` starts :func:`autograder.server.serve` in a sandbox and exchanges frames with
+:class:`StudentProcess` starts :func:`autograder.student_side.serve` in a sandbox and exchanges frames with
 it (:mod:`autograder.wire`). A reply is plain data, decoded with bounds; an object that stays in the
 student process comes back as a :class:`Remote`, whose calls, attribute reads and ``with`` blocks
 are new requests. A Remote has no comparison or truth value of its own (``assert remote == 5``
@@ -29,16 +29,14 @@ import weakref
 
 import torch
 
-from autograder import server
-from autograder.sandbox import Limits, Sandbox, interrupt, kill
+from autograder import student_side
+from autograder.bounds import (
+    INTERRUPT_GRACE_SECONDS, MAX_REPLY_BYTES, MAX_STUDENT_EXCEPTION_CHARS, MAX_STUDENT_TRACEBACK_CHARS, STARTUP_SECONDS,
+    Limits)
+from autograder.sandbox import Sandbox, interrupt, kill
 from autograder.wire import (
-    EXCEPTION_TYPES, MAX_REPLY_BYTES, GraderObject, Handle, UnreadableReply, decode, printable, read_frame, safe_str,
-    version, write_frame)
-
-INTERRUPT_GRACE_SECONDS = 3.0  # after SIGINT, how long the student process has to give up
-STARTUP_SECONDS = 180.0  # for the student process to import torch and IPython (slow on a busy machine)
-MAX_MESSAGE_CHARS = 5_000  # of an exception message of the student's code, as the grader keeps it
-MAX_TRACEBACK_CHARS = 5_000
+    EXCEPTION_TYPES, GraderObject, Handle, UnreadableReply, decode, printable, read_frame, safe_str, version,
+    write_frame)
 
 
 class StudentTimeout(BaseException):
@@ -199,10 +197,10 @@ class _RequestPickler(pickle.Pickler):
         if isinstance(value, torch.Tensor):
             number = self.sent.known_tensor(value)
             if number is not None:
-                return server.received, (number,)
+                return student_side.received, (number,)
         function, arguments, *rest = value.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
         self.parts.update(id(part) for part in arguments if isinstance(part, torch.Tensor))  # Parameter.data
-        return (server.remember, (self.sent.register(value), function, arguments), *rest)
+        return (student_side.remember, (self.sent.register(value), function, arguments), *rest)
 
 
 def _dumps(value, sent: SentObjects | None = None) -> bytes:
@@ -319,7 +317,7 @@ class StudentProcess:
         self.log_path = sandbox.runtime / f"student-process-{time.monotonic_ns()}.log"
         with open(self.log_path, "wb") as log:
             self.process = sandbox.start(
-                [sys.executable, "-c", f"from autograder.server import serve; serve({to_student}, {to_grader})"],
+                [sys.executable, "-c", f"from autograder.student_side import serve; serve({to_student}, {to_grader})"],
                 pass_fds=(to_student, to_grader), stdout=subprocess.DEVNULL, stderr=log,
             )
         os.close(to_student)
@@ -459,7 +457,7 @@ class StudentProcess:
 
         info = info if isinstance(info, dict) else {}
         kind = str(info.get("type"))
-        message = printable(str(info.get("message")), MAX_MESSAGE_CHARS)
+        message = printable(str(info.get("message")), MAX_STUDENT_EXCEPTION_CHARS)
         if kind == "builtins.KeyboardInterrupt":
             return StudentTimeout(f"the time limit of {self.limits.cell_timeout:g} s per call was reached")
         if kind == "autograder.checks.framework.CheckFailed":
@@ -467,7 +465,8 @@ class StudentProcess:
         elif kind in EXCEPTION_TYPES:
             args = info.get("args")
             plain = isinstance(args, tuple) and len(args) <= 4 and all(
-                type(arg) in (str, int, float, bool, type(None)) and len(str(arg)) <= MAX_MESSAGE_CHARS for arg in args)
+                type(arg) in (str, int, float, bool, type(None)) and len(str(arg)) <= MAX_STUDENT_EXCEPTION_CHARS
+                for arg in args)
             try:
                 error = EXCEPTION_TYPES[kind](*args) if plain else EXCEPTION_TYPES[kind](message)
             except Exception:
@@ -476,7 +475,7 @@ class StudentProcess:
             error = StudentError("your code called sys.exit() (or raised SystemExit)")
         else:
             error = StudentError(f"{printable(kind.rpartition('.')[2], 100)}: {message}")
-        error.student_traceback = printable(str(info.get("traceback", "")), MAX_TRACEBACK_CHARS)
+        error.student_traceback = printable(str(info.get("traceback", "")), MAX_STUDENT_TRACEBACK_CHARS)
         return error
 
     # -- what the grader asks ------------------------------------------------------------------------
@@ -489,12 +488,9 @@ class StudentProcess:
         return self.request("lookup", name)
 
     def call(self, target: Remote, args: tuple, kwargs: dict, backward: bool = False):
-        from autograder.checks import framework
+        from autograder.checks.framework import forbidden_in_force
 
-        forbidden = []
-        for guard in framework._active_guards:
-            if not guard.suspended:
-                forbidden += [_portable(item) for item in [*guard.names_by_object, *guard.qualified_names]]
+        forbidden = [_portable(item) for item in forbidden_in_force()]
         result = self.request("call", target._number, args, kwargs, forbidden, torch.is_grad_enabled(), backward)
         if not (isinstance(result, tuple) and len(result) == 2):
             raise self._unreadable(UnreadableReply("a call's reply that is not (result, changes)"))

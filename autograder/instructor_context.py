@@ -14,6 +14,7 @@ import ast
 import builtins
 
 from autograder.course import grade_id, is_graded_test, is_solution, python_source
+from autograder.steps import ContextStep, PlanStep, TestStep
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
@@ -139,9 +140,9 @@ def free_names(statements: list[ast.stmt]) -> set[str]:
     return free - BUILTIN_NAMES
 
 
-def plan(notebook, exercises) -> tuple[tuple[str, str], ...]:
-    """The instructor's notebook as the grader replays it: ("context", statement) for each top-level
-    statement the test cells need, and ("test", grade_id) for each graded test cell, in order.
+def plan(notebook, exercises) -> tuple[PlanStep, ...]:
+    """The instructor's notebook as the grader replays it: a :class:`ContextStep` for each top-level
+    statement the test cells need, and a :class:`TestStep` for each graded test cell, in order.
 
     Solution cells are left out (the exercises are the student's). Raises SyntaxError when a code
     cell does not parse.
@@ -171,6 +172,6 @@ def plan(notebook, exercises) -> tuple[tuple[str, str], ...]:
     steps = []
     for test, source, statements in cells:
         if test is not None:
-            steps.append(("test", test))
-        steps += [("context", ast.get_source_segment(source, node)) for node in statements or [] if id(node) in chosen]
+            steps.append(TestStep(test))
+        steps += [ContextStep(ast.get_source_segment(source, node)) for node in statements or [] if id(node) in chosen]
     return tuple(steps)

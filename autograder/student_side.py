@@ -1,6 +1,6 @@
 """The student process: runs the student's code cells in a sandbox and answers the grader's requests.
 
-Started by :class:`autograder.client.StudentProcess` (``serve(requests_fd, replies_fd)`` in a
+Started by :class:`autograder.grader_side.StudentProcess` (``serve(requests_fd, replies_fd)`` in a
 sandboxed Python), it executes the student's code cells in an IPython shell, one request each, and
 replies with what the cell showed (streams, displays, its result, its error: nbformat outputs). It
 never receives a test cell. Then the grader asks about the exercises: look up this name, call this
@@ -28,11 +28,10 @@ from collections.abc import Iterator
 
 import torch
 
+from autograder.bounds import (
+    MAX_CELL_OUTPUT_CHARS, MAX_ENCODED_DEPTH, MAX_ERROR_LINE_CHARS, MAX_ERROR_LINES, MAX_ERROR_NAME_CHARS,
+    MAX_LABEL_CHARS, MAX_LIST_ITEMS)
 from autograder.wire import GraderObject, Handle, dumps_reply, printable, read_frame, safe_str, version, write_frame
-
-MAX_CELL_OUTPUT_CHARS = 1_000_000  # of the outputs of one cell sent to the grader (which caps them again)
-MAX_LIST_ITEMS = 1_000_000  # of an iterator listed for the grader
-MAX_ERROR_LINES, MAX_ERROR_LINE_CHARS = 200, 10_000  # of a cell's error: its traceback, and its message
 
 
 class _Outputs:
@@ -114,7 +113,7 @@ def _shell():
 
         def _showtraceback(self, etype, evalue, stb) -> None:
             lines = [str(line)[:MAX_ERROR_LINE_CHARS] for line in stb[:MAX_ERROR_LINES]]
-            OUTPUTS.add({"output_type": "error", "ename": str(getattr(etype, "__name__", etype))[:200],
+            OUTPUTS.add({"output_type": "error", "ename": str(getattr(etype, "__name__", etype))[:MAX_ERROR_NAME_CHARS],
                          "evalue": safe_str(evalue)[:MAX_ERROR_LINE_CHARS], "traceback": lines}, sum(map(len, lines)))
 
     config = Config()
@@ -147,7 +146,7 @@ class _Server:
             kind = "class" if isinstance(value, type) else "callable" if callable(value) else "object"
             label = getattr(value, "__qualname__", None) if kind != "object" else None
             label = label if isinstance(label, str) else type(value).__name__
-        return Handle(number, kind, printable(str(label), 80))
+        return Handle(number, kind, printable(str(label), MAX_LABEL_CHARS))
 
     def encode(self, value, depth: int = 0, identity: bool = True):
         """``value`` as plain data where it is data, as a reference where it is one of the grader's
@@ -157,7 +156,7 @@ class _Server:
         number = self.received.number_of(value) if identity else None
         if number is not None:
             return GraderObject(number)
-        if depth > 32:
+        if depth > MAX_ENCODED_DEPTH:
             return self.handle(value)
         if isinstance(value, torch.Tensor):
             try:
@@ -306,7 +305,7 @@ class _Server:
 
 class _ReceivedObjects:
     """The student process's copies of the grader's objects, by the grader's numbers (see
-    :class:`autograder.client.SentObjects`), and what the student's code changed of them."""
+    :class:`autograder.grader_side.SentObjects`), and what the student's code changed of them."""
 
     def __init__(self):
         self.objects: dict[int, object] = {}

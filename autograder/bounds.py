@@ -1,0 +1,99 @@
+"""Every bound of the grader, in one place, grouped by the threat it answers.
+
+A submission is code and files written by someone who may want to flood, stall or exhaust the
+grader (``instructors.md``, "Threat model", names each threat with its bounds and the tests that
+prove them). Each bound below says what it bounds; the modules that enforce it import it from here.
+Where one word would mean two things, the names say which: a reply's nesting
+(:data:`MAX_REPLY_DEPTH`) is not a folder's (:data:`MAX_FOLDER_DEPTH`), and the message of the
+student's exception as the grader rebuilds it (:data:`MAX_STUDENT_EXCEPTION_CHARS`) is not the
+message of a test's outcome (:data:`MAX_OUTCOME_MESSAGE_CHARS`).
+
+The resource limits of a notebook's sandbox, which the command line may change, are a
+:class:`Limits`; the rest are fixed.
+
+This module uses the standard library only: the sandbox's own script (``autograder/sandbox.py``,
+run with ``python -I -S``) and the student process import it too.
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+# --------------------------------------------------------------------------------------------------
+# Submissions too large, too many or too deep (autograder.submissions, which reads SUBMISSIONS)
+# --------------------------------------------------------------------------------------------------
+
+MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # of one notebook file or zip member, read no further
+MAX_STUDENT_BYTES = 200 * 1024 * 1024  # all of a student's files and zip members together
+MAX_CELLS = 5_000  # of one notebook, counted before anything is built from it
+MAX_ZIP_MEMBERS = 1_000  # of one zip file, read member by member
+MAX_FOLDER_DEPTH = 6  # levels of folders walked under a student's folder
+MAX_ENTRIES = 10_000  # files and folders listed per student folder
+MAX_NAME_CHARS = 300  # of a name given out (an origin, a skipped path, a student's name in a note)
+MAX_REASON_CHARS = 200  # of an exception's message in the reason a file was skipped or failed
+TIMESTAMP_SLACK = timedelta(days=1)  # how far in the future a timestamp.txt may be (clocks differ)
+
+# --------------------------------------------------------------------------------------------------
+# Replies of the student process too large or too deep to decode (autograder.wire, student_side)
+# --------------------------------------------------------------------------------------------------
+
+MAX_REPLY_BYTES = 256 * 1024 * 1024  # of one reply, checked before it is read
+MAX_DECODED_ITEMS = 2_000_000  # values a reply decodes into, counting shared ones each time they appear
+MAX_REPLY_DEPTH = 100  # nesting of lists, tuples and dicts in a reply the grader decodes
+MAX_LABEL_CHARS = 80  # of a handle's label (a function's name, an object's type), for messages only
+MAX_ENCODED_DEPTH = 32  # nesting the student process encodes as data; deeper values become handles
+MAX_LIST_ITEMS = 1_000_000  # of an iterator the student process lists for the grader
+
+# --------------------------------------------------------------------------------------------------
+# Output flooding: what the student's cells and the tests print or display
+# --------------------------------------------------------------------------------------------------
+
+MAX_CELL_OUTPUT_CHARS = 1_000_000  # of one cell's outputs, as the student process sends them
+MAX_ERROR_LINES = 200  # of a cell's traceback, as the student process sends it
+MAX_ERROR_LINE_CHARS = 10_000  # of each line of that traceback, and of its message
+MAX_OUTPUT_CHARS = 100_000  # of one output's text the grader keeps (a stream, a display's text, a traceback)
+MAX_IMAGE_CHARS = 2_000_000  # of one image the grader keeps (base64)
+MAX_NOTEBOOK_OUTPUT_CHARS = 5_000_000  # of all the outputs of a notebook the grader keeps
+MAX_ERROR_NAME_CHARS = 200  # of an error output's name
+MAX_TEST_OUTPUT_CHARS = 20_000  # of what a test cell prints, kept for the feedback
+
+# --------------------------------------------------------------------------------------------------
+# Messages: what of the student's exceptions reaches results, feedback and the summary
+# --------------------------------------------------------------------------------------------------
+
+MAX_STUDENT_EXCEPTION_CHARS = 5_000  # of the message (and each argument) of an exception the grader rebuilds
+MAX_STUDENT_TRACEBACK_CHARS = 5_000  # of the traceback of the student's code that comes with it
+MAX_OUTCOME_MESSAGE_CHARS = 10_000  # of a test's message in results.json and the feedback
+SUMMARY_MESSAGE_CHARS = 120  # of a test's message, in the summary's line of its student
+
+# --------------------------------------------------------------------------------------------------
+# Time: code that never ends, or a process that never answers
+# --------------------------------------------------------------------------------------------------
+
+STARTUP_SECONDS = 180.0  # for the student process to import torch and IPython (slow on a busy machine)
+INTERRUPT_GRACE_SECONDS = 3.0  # after SIGINT, how long the student process has to give up before it is killed
+MAX_RESTARTS = 2  # student processes restarted per notebook after one ended
+FEEDBACK_SECONDS = 120.0  # to render one feedback page; then a plain page is written
+JOB_MARGIN_SECONDS = 300.0  # of a job, past its notebook, starts and feedback, before its worker is killed
+CONNECT_SECONDS = 15  # to reach a PostgreSQL gradebook before giving up
+
+# --------------------------------------------------------------------------------------------------
+# Memory, processes, disk and CPU of the student's code (autograder.sandbox)
+# --------------------------------------------------------------------------------------------------
+
+CPU_PERIOD = 0.2  # seconds between two looks at a sandbox's CPU time (without cgroup v2's cpu.max)
+CPU_BURST = 1.0  # seconds of CPU credit per core a sandbox may bank (its share is averaged over it)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandboxed notebook (``autograder grade --timeout/--notebook-timeout/--memory``)."""
+
+    cell_timeout: float = 60.0  # seconds per cell, and per call of a student's function
+    notebook_timeout: float = 600.0  # seconds for one execution of a whole notebook
+    memory_mb: int = 4096  # of the whole process tree with cgroup v2, else per process (RLIMIT_AS)
+    processes: int = 64  # processes and threads (pids.max, else RLIMIT_NPROC)
+    scratch_mb: int = 512  # its writable space: working folder, $HOME, /tmp and /dev/shm together
+    scratch_files: int = 10_000  # files and folders in that space
+    file_size_mb: int = 64  # largest file it may write (RLIMIT_FSIZE)
+    open_files: int = 512  # RLIMIT_NOFILE
+    threads: int = 1  # torch / OpenMP threads, and the cores all its processes may use together
