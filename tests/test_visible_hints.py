@@ -2,83 +2,65 @@
 exercise's check first (``visible_check``), so a typical mistake shows its hint in the student's notebook.
 
 Each mistake is put into the solution in place of the right function: every mistake of the check's
-catalogue (``<NAME>_MISTAKES``) and every typical wrong implementation of the chapter's mutation tests
-(``tests/test_<module>_checks.py``). The visible test cell then runs as in the student's notebook,
-after the chapter's solution cells and the setup code the test cells use, and must fail with the
-mistake's hint. A correct function whose earlier exercise is wrong passes its visible test.
+catalogue (the ``mistakes`` of its record, :class:`~autograder.checks.framework.Exercise`) and every
+typical wrong implementation of the chapter's mutation tests (``tests/test_<module>_checks.py``). The
+visible test cell then runs as in the student's notebook, after the chapter's solution cells and the
+setup code the test cells use, and must fail with the mistake's hint. A correct function whose earlier
+exercise is wrong passes its visible test.
+
+Both registries, :data:`MUTATION_TESTS` and :data:`CATALOGUES`, are derived from the records of the
+modules of checks and from the test classes, and
+:func:`test_every_exercise_of_every_chapter_is_declared_and_tested` fails for an exercise left out.
 """
 
 import ast
 import functools
 import html
+import importlib
 from pathlib import Path
 
 import nbformat
 import pytest
 import torch
 
-import test_attention_checks
-import test_bert_checks
-import test_distillation_checks
-import test_efficient_checks
-import test_finetuning_checks
-import test_norm_checks
-import test_positional_checks
-import test_pretraining_checks
 import test_transformer_checks
 from autograder.chapters import load_chapters
-from autograder.checks import attention, bert, distillation, efficient, finetuning, norm, positional, pretraining
-from autograder.checks.framework import Mistake, allowed
+from autograder.checks import exercises_by_chapter
+from autograder.checks.framework import Exercise, Mistake, allowed
 from autograder.course import grade_id, is_graded_test, is_solution, python_source
-from checks_helpers import solution_cells
+from autograder.steps import ContextStep
+from checks_helpers import MutationTests, solution_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
+def mutation_test_classes() -> dict[str, type[MutationTests]]:
+    """chapter -> the mutation tests of its checks: the :class:`MutationTests` class of each
+    ``tests/test_<module>_checks.py``, under the chapter its module of checks declares (``CHAPTER``)."""
+    found = {}
+    for path in sorted(Path(__file__).parent.glob("test_*_checks.py")):
+        module = importlib.import_module(path.stem)
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, MutationTests) and value.__module__ == module.__name__:
+                found[value.checks.CHAPTER] = value
+    return dict(sorted(found.items()))
+
+
+def catalogues_its_own_implementations(exercise: Exercise) -> bool:
+    """Whether the catalogue of ``exercise`` holds wrong implementations of the exercise itself (a function
+    exercise's), which can take the solution's place in the notebook; a class exercise's mistakes are made
+    per case from the case's reference module."""
+    return not isinstance(exercise.reference, type) and isinstance(exercise.mistakes, (tuple, list))
+
+
 #: chapter -> the mutation tests of its checks (their ``mutants``)
-MUTATION_TESTS = {
-    "01_attention": test_attention_checks.TestAttentionChecks,
-    "02_transformer": test_transformer_checks.TestTransformerChecks,
-    "03_positional": test_positional_checks.TestPositionalChecks,
-    "04_normalization": test_norm_checks.TestNormChecks,
-    "05_efficient_attention": test_efficient_checks.TestEfficientChecks,
-    "06_bert": test_bert_checks.TestBertChecks,
-    "07_pretraining": test_pretraining_checks.TestPretrainingChecks,
-    "08_finetuning": test_finetuning_checks.TestFinetuningChecks,
-    "09_distillation": test_distillation_checks.TestDistillationChecks,
-}
+MUTATION_TESTS = mutation_test_classes()
 
 #: (chapter, exercise) -> the catalogue of its check (``Mistake`` records), for the checks whose catalogue holds
-#: wrong implementations of the exercise itself
-CATALOGUES = {
-    ("01_attention", "softmax"): attention.SOFTMAX_MISTAKES,
-    ("01_attention", "additive_score"): attention.ADDITIVE_SCORE_MISTAKES,
-    ("01_attention", "scaled_dot_product_attention"): attention.ATTENTION_MISTAKES,
-    ("01_attention", "causal_mask"): attention.CAUSAL_MASK_MISTAKES,
-    ("01_attention", "padding_mask"): attention.PADDING_MASK_MISTAKES,
-    ("03_positional", "sinusoidal_positional_encoding"): positional.SINUSOIDAL_MISTAKES,
-    ("03_positional", "relative_position_bucket"): positional.RELATIVE_POSITION_BUCKET_MISTAKES,
-    ("03_positional", "alibi_slopes"): positional.ALIBI_SLOPES_MISTAKES,
-    ("03_positional", "alibi_bias"): positional.ALIBI_BIAS_MISTAKES,
-    ("03_positional", "apply_rope"): positional.APPLY_ROPE_MISTAKES,
-    ("04_normalization", "layer_norm"): norm.LAYER_NORM_MISTAKES,
-    ("04_normalization", "rms_norm"): norm.RMS_NORM_MISTAKES,
-    ("04_normalization", "pre_norm_residual"): norm.PRE_NORM_RESIDUAL_MISTAKES,
-    ("04_normalization", "post_norm_residual"): norm.POST_NORM_RESIDUAL_MISTAKES,
-    ("05_efficient_attention", "sliding_window_mask"): efficient.SLIDING_WINDOW_MASK_MISTAKES,
-    ("05_efficient_attention", "repeat_kv"): efficient.REPEAT_KV_MISTAKES,
-    ("05_efficient_attention", "kv_cache_bytes"): efficient.KV_CACHE_BYTES_MISTAKES,
-    ("05_efficient_attention", "flash_attention"): efficient.FLASH_ATTENTION_MISTAKES,
-    ("05_efficient_attention", "linear_attention"): efficient.LINEAR_ATTENTION_MISTAKES,
-    ("06_bert", "wordpiece_tokenize"): bert.WORDPIECE_MISTAKES,
-    ("06_bert", "encode"): bert.ENCODE_MISTAKES,
-    ("06_bert", "count_parameters"): bert.COUNT_PARAMETERS_MISTAKES,
-    ("07_pretraining", "mlm_loss"): pretraining.MLM_LOSS_MISTAKES,
-    ("08_finetuning", "freeze_layers"): finetuning.FREEZE_MISTAKES,
-    ("08_finetuning", "param_groups"): finetuning.PARAM_GROUPS_MISTAKES,
-    ("08_finetuning", "train_epoch"): finetuning.TRAIN_EPOCH_MISTAKES,
-    ("09_distillation", "softmax_with_temperature"): distillation.SOFTMAX_WITH_TEMPERATURE_MISTAKES,
-    ("09_distillation", "distillation_loss"): distillation.DISTILLATION_LOSS_MISTAKES,
-}
+#: wrong implementations of the exercise itself; from the records of the modules of checks
+CATALOGUES = {(chapter, exercise.name): exercise.mistakes
+              for chapter, (_, exercises) in exercises_by_chapter().items()
+              for exercise in exercises if catalogues_its_own_implementations(exercise) and exercise.mistakes}
 
 #: The mistakes of issue 13 in chapter 01, written as a student writes them: (exercise, code, hint)
 STUDENT_MISTAKES = [
@@ -131,7 +113,7 @@ def student_code(chapter: str, replacements: dict[str, str]) -> list[str]:
     """The code cells of the solution notebook of ``chapter`` but its test cells: the solution cells
     (those of ``replacements``, exercise -> code, replaced), and of the other cells the imports and the
     statements the test cells use (the setup), so that no figure and no training runs."""
-    needed = {source for kind, source in chapters()[chapter].context if kind == "context"}
+    needed = {step.source for step in chapters()[chapter].context if isinstance(step, ContextStep)}
     sources = []
     for cell in nbformat.read(ROOT / "solutions" / chapter / f"{chapter}.ipynb", as_version=4).cells:
         if cell.cell_type != "code" or is_graded_test(cell):
@@ -176,6 +158,27 @@ def all_mistakes():
                 # what the catalogue's implementation calls (the reference, a built-in) is allowed: the hint is tested
                 yield pytest.param(chapter, exercise, allowed(mistake.implementation), mistake.hint,
                                    id=f"{chapter}-{exercise}-catalogue{number}")
+
+
+def test_every_exercise_of_every_chapter_is_declared_and_tested():
+    """Every exercise of every chapter has a record in the module of checks that declares the chapter, a
+    ``check_<name>``, a mutation-test class with at least 3 mutants, and (a function exercise with a
+    catalogue) its catalogue in CATALOGUES: a chapter or an exercise left out fails here."""
+    declared = exercises_by_chapter()
+    graded = {name: chapter for name, chapter in chapters().items() if chapter.exercises}
+    assert set(declared) == set(graded), "each chapter with exercises needs a module of checks with CHAPTER = it"
+    assert set(MUTATION_TESTS) == set(graded), "each chapter needs a MutationTests class in tests/test_*_checks.py"
+    for name, chapter in graded.items():
+        module, records = declared[name]
+        assert [record.name for record in records] == list(chapter.exercises), f"{name}: EXERCISES of {module.__name__}"
+        tests = MUTATION_TESTS[name]
+        assert tests.checks is module, name
+        assert sorted(tests.references) == sorted(chapter.exercises), f"{name}: references of {tests.__name__}"
+        for record in records:
+            assert callable(getattr(module, f"check_{record.name}", None)), f"{module.__name__}.check_{record.name}"
+            assert len(tests.mutants.get(record.name, [])) >= 3, f"{name}: {record.name} has fewer than 3 mutants"
+            if catalogues_its_own_implementations(record) and record.mistakes:
+                assert CATALOGUES[(name, record.name)] is record.mistakes
 
 
 @pytest.mark.parametrize("chapter, exercise, wrong, hint", list(all_mistakes()))

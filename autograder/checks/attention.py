@@ -13,12 +13,12 @@ import torch.nn.functional as F
 
 from autograder.checks.framework import (
     Case,
+    Exercise,
     Mistake,
     Symptom,
-    check_against_reference,
     generator_for,
-    random_integer,
     normalized_along_another_axis,
+    random_integer,
     random_normal,
 )
 from autograder.checks.shared_attention import ATTENTION_FORBIDDEN, ATTENTION_TOLERANCES
@@ -157,6 +157,9 @@ SOFTMAX_MISTAKES = (
 )
 
 
+SOFTMAX = Exercise("softmax", reference.softmax, softmax_cases, mistakes=SOFTMAX_MISTAKES, forbidden=SOFTMAX_FORBIDDEN)
+
+
 def check_softmax(student_fn, *, forbid: bool = True) -> str:
     """Compare ``softmax(x, dim=-1)`` with :func:`bertlab.attention.softmax`.
 
@@ -165,14 +168,7 @@ def check_softmax(student_fn, *, forbid: bool = True) -> str:
     Tolerance: the framework's defaults (float32: atol 1e-5, rtol 1e-4; bfloat16: 2e-2).
     Forbidden: every softmax and log-softmax built into PyTorch, and the reference.
     """
-    return check_against_reference(
-        student_fn,
-        reference.softmax,
-        softmax_cases(),
-        check="softmax",
-        mistakes=SOFTMAX_MISTAKES,
-        forbidden=SOFTMAX_FORBIDDEN if forbid else (),
-    )
+    return SOFTMAX.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -242,20 +238,17 @@ ADDITIVE_SCORE_MISTAKES = (
 )
 
 
+ADDITIVE_SCORE = Exercise("additive_score", reference.additive_score, additive_score_cases,
+                          mistakes=ADDITIVE_SCORE_MISTAKES, forbidden=ADDITIVE_SCORE_FORBIDDEN)
+
+
 def check_additive_score(student_fn, *, forbid: bool = True) -> str:
     """Compare ``additive_score(q, k, w_q, w_k, v)`` with :func:`bertlab.attention.additive_score`.
 
     Cases: with and without batch dimensions, Dq != Dk, square weights, N = M = 1, float64,
     saturated tanh. Tolerance: the framework's defaults. Forbidden: the reference.
     """
-    return check_against_reference(
-        student_fn,
-        reference.additive_score,
-        additive_score_cases(),
-        check="additive_score",
-        mistakes=ADDITIVE_SCORE_MISTAKES,
-        forbidden=ADDITIVE_SCORE_FORBIDDEN if forbid else (),
-    )
+    return ADDITIVE_SCORE.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -359,6 +352,12 @@ ATTENTION_MISTAKES = (
 )
 
 
+SCALED_DOT_PRODUCT_ATTENTION = Exercise("scaled_dot_product_attention", reference.scaled_dot_product_attention,
+                                        scaled_dot_product_attention_cases, mistakes=ATTENTION_MISTAKES,
+                                        forbidden=ATTENTION_FORBIDDEN, dependencies={"softmax": reference.softmax},
+                                        tolerance=ATTENTION_TOLERANCES, output_names=("output", "weights"))
+
+
 def check_scaled_dot_product_attention(student_fn, *, forbid: bool = True) -> str:
     """Compare ``scaled_dot_product_attention(q, k, v, mask=None)`` with the reference.
 
@@ -369,17 +368,7 @@ def check_scaled_dot_product_attention(student_fn, *, forbid: bool = True) -> st
     Forbidden: ``F.scaled_dot_product_attention`` and every other built-in attention, and the
     reference; ``torch.softmax`` is allowed.
     """
-    return check_against_reference(
-        student_fn,
-        reference.scaled_dot_product_attention,
-        scaled_dot_product_attention_cases(),
-        check="scaled_dot_product_attention",
-        tolerance=ATTENTION_TOLERANCES,
-        mistakes=ATTENTION_MISTAKES,
-        forbidden=ATTENTION_FORBIDDEN if forbid else (),
-        dependencies={"softmax": reference.softmax},
-        output_names=("output", "weights"),
-    )
+    return SCALED_DOT_PRODUCT_ATTENTION.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -468,6 +457,10 @@ CAUSAL_MASK_MISTAKES = (
 )
 
 
+CAUSAL_MASK = Exercise("causal_mask", reference.causal_mask, causal_mask_cases, mistakes=CAUSAL_MASK_MISTAKES,
+                       forbidden=CAUSAL_MASK_FORBIDDEN)
+
+
 def check_causal_mask(student_fn, *, forbid: bool = True) -> str:
     """Compare ``causal_mask(n, m=None, device=None)`` with :func:`bertlab.attention.causal_mask`.
 
@@ -475,14 +468,7 @@ def check_causal_mask(student_fn, *, forbid: bool = True) -> str:
     device given; the sizes are drawn. Exact comparison (bool).
     Forbidden: the reference and ``nn.Transformer.generate_square_subsequent_mask``.
     """
-    return check_against_reference(
-        student_fn,
-        reference.causal_mask,
-        causal_mask_cases(),
-        check="causal_mask",
-        mistakes=CAUSAL_MASK_MISTAKES,
-        forbidden=CAUSAL_MASK_FORBIDDEN if forbid else (),
-    )
+    return CAUSAL_MASK.check(student_fn, forbid=forbid)
 
 
 PADDING_MASK_FORBIDDEN = (
@@ -569,6 +555,10 @@ PADDING_MASK_MISTAKES = (
 )
 
 
+PADDING_MASK = Exercise("padding_mask", reference.padding_mask, padding_mask_cases, mistakes=PADDING_MASK_MISTAKES,
+                        forbidden=PADDING_MASK_FORBIDDEN)
+
+
 def check_padding_mask(student_fn, *, forbid: bool = True) -> str:
     """Compare ``padding_mask(attention_mask)`` with :func:`bertlab.attention.padding_mask`.
 
@@ -576,11 +566,9 @@ def check_padding_mask(student_fn, *, forbid: bool = True) -> str:
     one token, a batch of one-position sequences, an empty sequence.
     Exact comparison (bool). Forbidden: the reference and Hugging Face's mask expansion.
     """
-    return check_against_reference(
-        student_fn,
-        reference.padding_mask,
-        padding_mask_cases(),
-        check="padding_mask",
-        mistakes=PADDING_MASK_MISTAKES,
-        forbidden=PADDING_MASK_FORBIDDEN if forbid else (),
-    )
+    return PADDING_MASK.check(student_fn, forbid=forbid)
+
+
+#: The chapter whose exercises this module checks, and their records, in the order of the chapter.
+CHAPTER = "01_attention"
+EXERCISES = (ADDITIVE_SCORE, SOFTMAX, SCALED_DOT_PRODUCT_ATTENTION, CAUSAL_MASK, PADDING_MASK)

@@ -27,16 +27,12 @@ from torch import nn
 from autograder.checks.framework import (
     DEFAULT_TOLERANCES,
     Case,
-    CheckFailed,
+    Exercise,
     Mistake,
-    check_against_reference,
     describe_difference,
     diagnose,
     fail,
-    failure_message,
-    format_inputs,
     generator_for,
-    parameter_names_of,
     random_choice,
     random_integer,
     run_student,
@@ -47,44 +43,6 @@ from bertlab import tokenization as tokenization_reference
 from bertlab.bert import BertConfig
 
 SPECIAL_TOKENS = tokenization_reference.SPECIAL_TOKENS  # [PAD], [UNK], [CLS], [SEP], [MASK]
-
-
-def _check_exact(student_fn, reference_fn, cases, *, check, mistakes, forbidden, validate) -> str:
-    """Run student and reference on every case and require equal outputs (lists, dicts, ints).
-
-    ``validate(output)`` returns a message when the output does not have the expected form (type,
-    keys), so that a wrong form is explained before values are compared.
-    """
-    parameter_names = parameter_names_of(reference_fn)
-    for number, case in enumerate(cases, start=1):
-        context = f"test case {number} of {len(cases)} ({case.description})"
-        actual = run_student(student_fn, case, check=check, forbidden=forbidden,
-                             parameter_names=parameter_names, mistakes=mistakes, context=context)
-        args, kwargs = case.fresh_arguments()
-        expected = reference_fn(*args, **kwargs)
-        problem = validate(actual)
-        if problem is None and actual != expected:
-            problem = _describe_mismatch(actual, expected)
-        if problem is not None:
-            hint = diagnose(actual, case, mistakes) if validate(actual) is None else None
-            raise CheckFailed(failure_message(check, context, problem, hint, format_inputs(case, parameter_names)))
-    return f"{check}: all {len(cases)} cases agree with the reference"
-
-
-def _describe_mismatch(actual, expected) -> str:
-    if isinstance(expected, dict):
-        for name, values in expected.items():
-            if actual[name] != values:
-                return (f"{name}: you returned\n      {actual[name]}\n    expected\n      {values}"
-                        + _first_difference(actual[name], values))
-    return f"output: you returned {actual!r}, expected {expected!r}."
-
-
-def _first_difference(actual: list, expected: list) -> str:
-    for index, (a, e) in enumerate(zip(actual, expected)):
-        if a != e:
-            return f"\n    (first difference at position {index}: {a!r} instead of {e!r})"
-    return f"\n    (you returned {len(actual)} values, expected {len(expected)})"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -312,6 +270,10 @@ def _validate_token_list(output) -> str | None:
     return None
 
 
+WORDPIECE_TOKENIZE = Exercise("wordpiece_tokenize", tokenization_reference.wordpiece_tokenize, wordpiece_tokenize_cases,
+                              mistakes=WORDPIECE_MISTAKES, forbidden=WORDPIECE_FORBIDDEN, validate=_validate_token_list)
+
+
 def check_wordpiece_tokenize(student_fn, *, forbid: bool = True) -> str:
     """Compare ``wordpiece_tokenize(word, vocab, unk_token="[UNK]", max_input_chars_per_word=100)``
     with :func:`bertlab.tokenization.wordpiece_tokenize`.
@@ -324,11 +286,7 @@ def check_wordpiece_tokenize(student_fn, *, forbid: bool = True) -> str:
     Forbidden: the reference, ``WordPieceTokenizer``, ``BertTokenizer.tokenize``, Hugging Face's tokenizers and
     the Rust ``tokenizers`` library behind them.
     """
-    return _check_exact(
-        student_fn, tokenization_reference.wordpiece_tokenize, wordpiece_tokenize_cases(),
-        check="wordpiece_tokenize", mistakes=WORDPIECE_MISTAKES,
-        forbidden=WORDPIECE_FORBIDDEN if forbid else (), validate=_validate_token_list,
-    )
+    return WORDPIECE_TOKENIZE.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -510,6 +468,10 @@ def _validate_encoding(output) -> str | None:
     return None
 
 
+ENCODE = Exercise("encode", tokenization_reference.encode, encode_cases, mistakes=ENCODE_MISTAKES,
+                  forbidden=ENCODE_FORBIDDEN, validate=_validate_encoding)
+
+
 def check_encode(student_fn, *, forbid: bool = True) -> str:
     """Compare ``encode(tokens_a, tokens_b, vocab, max_length=None)`` with
     :func:`bertlab.tokenization.encode` (truncation and padding to ``max_length`` when given).
@@ -520,10 +482,7 @@ def check_encode(student_fn, *, forbid: bool = True) -> str:
     Forbidden: the reference and its helpers (``truncate_longest_first``), ``BertTokenizer.encode``,
     Hugging Face's encoding and truncation, and the Rust ``tokenizers`` library's encoding.
     """
-    return _check_exact(
-        student_fn, tokenization_reference.encode, encode_cases(), check="encode", mistakes=ENCODE_MISTAKES,
-        forbidden=ENCODE_FORBIDDEN if forbid else (), validate=_validate_encoding,
-    )
+    return ENCODE.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -591,22 +550,24 @@ def _embeddings_inputs(config: BertConfig, generator: torch.Generator) -> list[C
 @dataclass(frozen=True)
 class EmbeddingsCase:
     """A configuration, the reference module with its random weights (in eval mode), the batches it embeds
-    in eval mode, and the batch of the training-mode test when the configuration has dropout."""
+    in eval mode, the batch of the training-mode test when the configuration has dropout, and whether the
+    first batch is embedded again with the modules in float64."""
 
     description: str
     config: BertConfig
     reference: nn.Module
     inputs: list[Case]
     training: Case | None
+    in_float64: bool = False
 
 
 def bert_embeddings_cases() -> list[EmbeddingsCase]:
     """The two configurations of EMBEDDINGS_CONFIGS with random weights; for each, random batches (a pair
     of segments, random segments, one token, the longest sequence, padding) and, with dropout, a batch
-    (4, 16) for the training mode."""
+    (4, 16) for the training mode; the first batch of the first configuration again in float64."""
     g = generator_for("BertEmbeddings")
     cases = []
-    for description, config, scale in EMBEDDINGS_CONFIGS:
+    for index, (description, config, scale) in enumerate(EMBEDDINGS_CONFIGS):
         reference = _reference_embeddings(config, scale, g)
         inputs = _embeddings_inputs(config, g)
         training = None
@@ -614,7 +575,7 @@ def bert_embeddings_cases() -> list[EmbeddingsCase]:
             training = Case("input_ids (4, 16), in training mode (model.train())",
                             (torch.randint(0, config.vocab_size, (4, 16), generator=g),
                              torch.randint(0, config.type_vocab_size, (4, 16), generator=g)))
-        cases.append(EmbeddingsCase(description, config, reference, inputs, training))
+        cases.append(EmbeddingsCase(description, config, reference, inputs, training, in_float64=index == 0))
     return cases
 
 
@@ -681,6 +642,13 @@ EMBEDDINGS_MISTAKES = (
             "add the three embeddings."),
 )
 
+def embeddings_mistakes(reference: nn.Module, config: BertConfig) -> list[Mistake]:
+    """The mistakes of EMBEDDINGS_MISTAKES with the weights of ``reference``, as functions of the case's arguments
+    (to diagnose an output, or an exception)."""
+    state = _state(reference)
+    return [Mistake(partial(mistake.implementation, state, config), mistake.hint) for mistake in EMBEDDINGS_MISTAKES]
+
+
 EMBEDDINGS_NAMING_HINT = ("Name the submodules word_embeddings, position_embeddings, token_type_embeddings, norm "
                           "and dropout, as in the exercise (nn.Embedding and nn.LayerNorm give a .weight, and the "
                           "LayerNorm a .bias).")
@@ -709,6 +677,37 @@ def _check_dropout(student_module, reference, config, case, context, forbidden) 
                   hints=EMBEDDINGS_DROPOUT_HINTS)
 
 
+def _compare_configuration(exercise: Exercise, student_cls, case: EmbeddingsCase, context: str, forbidden) -> int:
+    """One configuration: the student's module, built with the reference's weights, against the reference on
+    each batch in eval mode (and in float64), then its dropout in training mode; returns the number of batches."""
+    description, config, reference = case.description, case.config, case.reference
+    context = f"BertEmbeddings(config) with {description}"
+    module = build_with_reference_weights(student_cls, (config,), {}, reference, check=exercise.name, context=context,
+                                          naming_hint=exercise.naming_hint, forbidden=forbidden, own_buffers=True)
+    module.eval()
+    inputs = list(case.inputs)
+    for batch in inputs:
+        _compare_embeddings(exercise, module, reference, config, batch, f"{batch.description}; config {description}",
+                            forbidden)
+    if case.in_float64:  # the first batch again, with the module and the reference in float64
+        batch = Case(inputs[0].description + ", module in float64 (model.double())", inputs[0].args)
+        module.double()
+        _compare_embeddings(exercise, module, _reference_copy(reference, config).double(), config, batch,
+                            f"{batch.description}; config {description}", forbidden)
+        module.float()
+        inputs.append(batch)
+    if case.training is not None:
+        batch = case.training
+        _check_dropout(module, reference, config, batch, f"{batch.description}; config {description}", forbidden)
+        inputs.append(batch)
+    return len(inputs)
+
+
+BERT_EMBEDDINGS = Exercise("BertEmbeddings", bert_reference.BertEmbeddings, bert_embeddings_cases,
+                           mistakes=embeddings_mistakes, forbidden=EMBEDDINGS_FORBIDDEN,
+                           naming_hint=EMBEDDINGS_NAMING_HINT, compare=_compare_configuration)
+
+
 def check_BertEmbeddings(student_cls, *, forbid: bool = True) -> str:  # noqa: N802 (named after the class)
     """Compare the class ``BertEmbeddings(config)`` with :class:`bertlab.bert.BertEmbeddings`.
 
@@ -720,31 +719,7 @@ def check_BertEmbeddings(student_cls, *, forbid: bool = True) -> str:  # noqa: N
     output / (1 - p), with about a fraction p dropped. Tolerance: the framework's defaults.
     Forbidden: the reference's and Hugging Face's BertEmbeddings and BertModel.
     """
-    forbidden = EMBEDDINGS_FORBIDDEN if forbid else ()
-    checked = 0
-    for index, embeddings_case in enumerate(bert_embeddings_cases()):
-        description, config, reference = embeddings_case.description, embeddings_case.config, embeddings_case.reference
-        context = f"BertEmbeddings(config) with {description}"
-        module = build_with_reference_weights(student_cls, (config,), {}, reference, check="BertEmbeddings",
-                                              context=context, naming_hint=EMBEDDINGS_NAMING_HINT,
-                                              forbidden=forbidden, own_buffers=True)
-        module.eval()
-        cases = list(embeddings_case.inputs)
-        for case in cases:
-            _compare_embeddings(module, reference, config, case, f"{case.description}; config {description}", forbidden)
-        if index == 0:  # the first case again, with the module and the reference in float64
-            case = Case(cases[0].description + ", module in float64 (model.double())", cases[0].args)
-            module.double()
-            _compare_embeddings(module, _reference_copy(reference, config).double(), config, case,
-                                f"{case.description}; config {description}", forbidden)
-            module.float()
-            cases.append(case)
-        if embeddings_case.training is not None:
-            case = embeddings_case.training
-            _check_dropout(module, reference, config, case, f"{case.description}; config {description}", forbidden)
-            cases.append(case)
-        checked += len(cases)
-    return f"BertEmbeddings: all {checked} cases agree with the reference"
+    return BERT_EMBEDDINGS.check(student_cls, forbid=forbid)
 
 
 def _reference_copy(reference: nn.Module, config: BertConfig) -> nn.Module:
@@ -753,10 +728,8 @@ def _reference_copy(reference: nn.Module, config: BertConfig) -> nn.Module:
     return copy.eval()
 
 
-def _compare_embeddings(module, reference, config, case, context, forbidden) -> None:
-    # The mistakes, as functions of the case's arguments (to diagnose an output, or an exception).
-    state = _state(reference)
-    mistakes = [Mistake(partial(mistake.implementation, state, config), mistake.hint) for mistake in EMBEDDINGS_MISTAKES]
+def _compare_embeddings(exercise: Exercise, module, reference, config, case, context, forbidden) -> None:
+    mistakes = exercise.mistakes(reference, config)
     output = run_student(module, case, check="BertEmbeddings", forbidden=forbidden, mistakes=mistakes, context=context)
     args, _ = case.fresh_arguments()
     with torch.no_grad():
@@ -893,6 +866,10 @@ COUNT_PARAMETERS_MISTAKES = (
 )
 
 
+COUNT_PARAMETERS = Exercise("count_parameters", bert_reference.count_parameters, count_parameters_cases,
+                            mistakes=COUNT_PARAMETERS_MISTAKES, forbidden=COUNT_PARAMETERS_FORBIDDEN)
+
+
 def check_count_parameters(student_fn, *, forbid: bool = True) -> str:
     """Compare ``count_parameters(config, pooler=True)`` with :func:`bertlab.bert.count_parameters`.
 
@@ -905,7 +882,9 @@ def check_count_parameters(student_fn, *, forbid: bool = True) -> str:
     Forbidden: the reference, and building modules to count them (``nn.Module.__init__``,
     ``parameters``, ``named_parameters``, ``state_dict``, Hugging Face's ``num_parameters``).
     """
-    return check_against_reference(
-        student_fn, bert_reference.count_parameters, count_parameters_cases(), check="count_parameters",
-        mistakes=COUNT_PARAMETERS_MISTAKES, forbidden=COUNT_PARAMETERS_FORBIDDEN if forbid else (),
-    )
+    return COUNT_PARAMETERS.check(student_fn, forbid=forbid)
+
+
+#: The chapter whose exercises this module checks, and their records, in the order of the chapter.
+CHAPTER = "06_bert"
+EXERCISES = (WORDPIECE_TOKENIZE, ENCODE, BERT_EMBEDDINGS, COUNT_PARAMETERS)

@@ -27,11 +27,11 @@ from autograder.checks.framework import (
     DEFAULT_TOLERANCES,
     Case,
     CheckFailed,
+    Exercise,
     Mistake,
     Symptom,
     Tolerance,
     call_and_backward,
-    check_against_reference,
     describe_difference,
     fail,
     failure_message,
@@ -40,7 +40,6 @@ from autograder.checks.framework import (
     normalized_along_another_axis,
     random_normal,
     run_student,
-    with_dependencies,
 )
 from bertlab import attention as attention_reference
 from bertlab import distillation as reference
@@ -130,6 +129,10 @@ SOFTMAX_WITH_TEMPERATURE_MISTAKES = (
 )
 
 
+SOFTMAX_WITH_TEMPERATURE = Exercise("softmax_with_temperature", reference_softmax_with_temperature,
+                                    softmax_with_temperature_cases, mistakes=SOFTMAX_WITH_TEMPERATURE_MISTAKES)
+
+
 def check_softmax_with_temperature(student_fn, *, forbid: bool = True) -> str:
     """Compare ``softmax_with_temperature(logits, temperature=1.0)`` with softmax(logits / T, dim=-1)
     computed by :func:`bertlab.attention.softmax`.
@@ -138,14 +141,7 @@ def check_softmax_with_temperature(student_fn, *, forbid: bool = True) -> str:
     about 200 (a naive exp overflows). Tolerance: the framework's defaults. Forbidden: nothing (PyTorch's
     softmax is allowed: the exercise is the temperature); ``forbid`` is accepted for a uniform interface.
     """
-    return check_against_reference(
-        student_fn,
-        reference_softmax_with_temperature,
-        softmax_with_temperature_cases(),
-        check="softmax_with_temperature",
-        mistakes=SOFTMAX_WITH_TEMPERATURE_MISTAKES,
-        forbidden=(),
-    )
+    return SOFTMAX_WITH_TEMPERATURE.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -302,14 +298,14 @@ def _loss_and_gradients(loss_fn, case: Case, forbidden=()) -> tuple[torch.Tensor
     return loss, student_logits.grad, teacher_logits.grad
 
 
-def _check_loss_gradients(student_fn, forbidden) -> None:
-    """The loss must be differentiable with respect to the student's logits, with the reference's
-    gradient, and not with respect to the teacher's (detached). Where the student's function runs in
-    the grader's sandboxed process, :func:`call_and_backward` runs the backward pass there.
+def _check_loss_gradients(exercise: Exercise, student_fn, forbidden) -> str:
+    """The test after the cases: the loss must be differentiable with respect to the student's logits,
+    with the reference's gradient, and not with respect to the teacher's (detached). Where the student's
+    function runs in the grader's sandboxed process, :func:`call_and_backward` runs the backward pass there.
     """
     case = distillation_loss_gradient_case()
     context = f"the gradient test case ({case.description})"
-    check = "distillation_loss"
+    check = exercise.name
     try:
         _, student_gradient, teacher_gradient = _loss_and_gradients(student_fn, case, forbidden)
     except (NotImplementedError, CheckFailed):
@@ -333,6 +329,13 @@ def _check_loss_gradients(student_fn, forbidden) -> None:
             check, context, difference,
             "the value of your loss is right but not its gradient: compute it from student_logits with tensor "
             "operations only (no detached or copied intermediate values)."))
+    return ", and so does the gradient"
+
+
+DISTILLATION_LOSS = Exercise("distillation_loss", reference.distillation_loss, distillation_loss_cases,
+                             mistakes=DISTILLATION_LOSS_MISTAKES, forbidden=DISTILLATION_LOSS_FORBIDDEN,
+                             dependencies={"softmax_with_temperature": reference_softmax_with_temperature},
+                             tolerance=DISTILLATION_LOSS_TOLERANCES, then=(_check_loss_gradients,))
 
 
 def check_distillation_loss(student_fn, *, forbid: bool = True) -> str:
@@ -348,20 +351,7 @@ def check_distillation_loss(student_fn, *, forbid: bool = True) -> str:
     (``F.kl_div``, ``F.log_softmax`` and ``F.cross_entropy`` are allowed). The student's
     ``softmax_with_temperature``, if it calls it, is replaced by the reference.
     """
-    forbidden = DISTILLATION_LOSS_FORBIDDEN if forbid else ()
-    dependencies = {"softmax_with_temperature": reference_softmax_with_temperature}
-    summary = check_against_reference(
-        student_fn,
-        reference.distillation_loss,
-        distillation_loss_cases(),
-        check="distillation_loss",
-        tolerance=DISTILLATION_LOSS_TOLERANCES,
-        mistakes=DISTILLATION_LOSS_MISTAKES,
-        forbidden=forbidden,
-        dependencies=dependencies,
-    )
-    _check_loss_gradients(with_dependencies(student_fn, **dependencies), forbidden)
-    return summary + ", and so does the gradient"
+    return DISTILLATION_LOSS.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -602,6 +592,28 @@ def _check_not_shared(student_fn, student, context: str, forbidden) -> None:
              "layers of the copy), so that training the student leaves the teacher as it is.")
 
 
+def _compare_student(exercise: Exercise, student_fn, case: StudentCase, context: str, forbidden) -> None:
+    """One case: the student made from the case's teacher, against the reference's (weights, config,
+    output), with the teacher unchanged and no tensor shared."""
+    description, teacher, kwargs, expected_ids = case.description, case.teacher, case.kwargs, case.kept_layers
+    num_layers = teacher.config.num_hidden_layers
+    before = _snapshot(teacher)
+    student = run_student(student_fn, Case(description, (teacher,), kwargs), check=CHECK, forbidden=forbidden,
+                          context=context)
+    _check_teacher_unchanged(teacher, before, num_layers, context, "after your function ran")
+    state = _state_of_student(student, context)
+    expected_model = exercise.reference(teacher, kwargs.get("layer_ids"))
+    _compare_weights(state, expected_model.state_dict(), before, _prefix(teacher), expected_ids, num_layers,
+                     "layer_ids" in kwargs, context)
+    _check_config(student, len(expected_ids), isinstance(teacher, BertForSequenceClassification), context)
+    _check_output(student, expected_model, case.batch, context)
+    _check_not_shared(student_fn, student, context, forbidden)
+
+
+INIT_STUDENT_FROM_TEACHER = Exercise(CHECK, reference.init_student_from_teacher, init_student_from_teacher_cases,
+                                     forbidden=INIT_STUDENT_FORBIDDEN, compare=_compare_student)
+
+
 def check_init_student_from_teacher(student_fn, *, forbid: bool = True) -> str:
     """Compare ``init_student_from_teacher(teacher, layer_ids=None)`` with
     :func:`bertlab.distillation.init_student_from_teacher`.
@@ -615,21 +627,9 @@ def check_init_student_from_teacher(student_fn, *, forbid: bool = True) -> str:
     framework's defaults), leave the teacher unchanged, and share no tensor with its teacher (a
     student made from the student is changed, and the student must not change). Forbidden: the reference.
     """
-    forbidden = INIT_STUDENT_FORBIDDEN if forbid else ()
-    cases = init_student_from_teacher_cases()
-    for number, case in enumerate(cases, start=1):
-        description, teacher, kwargs, expected_ids = case.description, case.teacher, case.kwargs, case.kept_layers
-        context = f"test case {number} of {len(cases)} ({description})"
-        num_layers = teacher.config.num_hidden_layers
-        before = _snapshot(teacher)
-        student = run_student(student_fn, Case(description, (teacher,), kwargs), check=CHECK, forbidden=forbidden,
-                              context=context)
-        _check_teacher_unchanged(teacher, before, num_layers, context, "after your function ran")
-        state = _state_of_student(student, context)
-        expected_model = reference.init_student_from_teacher(teacher, kwargs.get("layer_ids"))
-        _compare_weights(state, expected_model.state_dict(), before, _prefix(teacher), expected_ids, num_layers,
-                         "layer_ids" in kwargs, context)
-        _check_config(student, len(expected_ids), isinstance(teacher, BertForSequenceClassification), context)
-        _check_output(student, expected_model, case.batch, context)
-        _check_not_shared(student_fn, student, context, forbidden)
-    return f"{CHECK}: all {len(cases)} cases agree with the reference"
+    return INIT_STUDENT_FROM_TEACHER.check(student_fn, forbid=forbid)
+
+
+#: The chapter whose exercises this module checks, and their records, in the order of the chapter.
+CHAPTER = "09_distillation"
+EXERCISES = (SOFTMAX_WITH_TEMPERATURE, DISTILLATION_LOSS, INIT_STUDENT_FROM_TEACHER)

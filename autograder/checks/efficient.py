@@ -14,6 +14,7 @@ about ten times slower with two contended threads than with one.
 """
 
 import math
+from collections.abc import Callable
 from functools import wraps
 
 import torch
@@ -23,9 +24,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from autograder.checks.framework import (
     Case,
     CheckFailed,
+    Exercise,
     Mistake,
     Tolerance,
-    check_against_reference,
     failure_message,
     generator_for,
     random_choice,
@@ -107,6 +108,18 @@ def _check_no_large_matrix(student_fn, case: Case, limit: int, *, check: str, fo
                       f"at most {limit:,} are needed here.")
         raise CheckFailed(failure_message(check, context, difference, advice))
 
+
+
+def _no_large_matrix(memory_cases: Callable[[], list[tuple[Case, int]]], advice: str):
+    """The memory test, run after an exercise's cases: on each of ``memory_cases`` (a case and its limit), no
+    tensor the student's code allocates may hold more numbers than the limit; ``advice`` is the hint."""
+
+    def memory_test(exercise: Exercise, student_fn, forbidden) -> str:
+        for case, limit in memory_cases():
+            _check_no_large_matrix(student_fn, case, limit, check=exercise.name, forbidden=forbidden, advice=advice)
+        return ", and no (N, M) matrix was built"
+
+    return memory_test
 
 # --------------------------------------------------------------------------------------------------
 # sliding_window_mask
@@ -228,6 +241,10 @@ SLIDING_WINDOW_MASK_MISTAKES = (
 )
 
 
+SLIDING_WINDOW_MASK = Exercise("sliding_window_mask", reference.sliding_window_mask, sliding_window_mask_cases,
+                               mistakes=SLIDING_WINDOW_MASK_MISTAKES, forbidden=SLIDING_WINDOW_MASK_FORBIDDEN)
+
+
 @_one_thread
 def check_sliding_window_mask(student_fn, *, forbid: bool = True) -> str:
     """Compare ``sliding_window_mask(n, window, causal=False, device=None)`` with the reference.
@@ -236,14 +253,7 @@ def check_sliding_window_mask(student_fn, *, forbid: bool = True) -> str:
     the sequence, n = 1, device given; the sizes are drawn (n up to 1,000). Exact comparison (bool).
     Forbidden: the reference (and ``longformer_mask``), Hugging Face's sliding-window mask functions.
     """
-    return check_against_reference(
-        student_fn,
-        reference.sliding_window_mask,
-        sliding_window_mask_cases(),
-        check="sliding_window_mask",
-        mistakes=SLIDING_WINDOW_MASK_MISTAKES,
-        forbidden=SLIDING_WINDOW_MASK_FORBIDDEN if forbid else (),
-    )
+    return SLIDING_WINDOW_MASK.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -320,6 +330,11 @@ REPEAT_KV_MISTAKES = (
 )
 
 
+REPEAT_KV = Exercise("repeat_kv", attention_reference.repeat_kv, repeat_kv_cases, mistakes=REPEAT_KV_MISTAKES,
+                     forbidden=REPEAT_KV_FORBIDDEN,
+                     tolerance={dtype: _EXACT for dtype in (torch.float32, torch.float64, torch.bfloat16)})
+
+
 @_one_thread
 def check_repeat_kv(student_fn, *, forbid: bool = True) -> str:
     """Compare ``repeat_kv(x, n_rep)`` with :func:`bertlab.attention.repeat_kv`.
@@ -328,15 +343,7 @@ def check_repeat_kv(student_fn, *, forbid: bool = True) -> str:
     Exact comparison (a copy of values). Forbidden: the reference, ``grouped_query_attention`` and
     Hugging Face's ``repeat_kv``.
     """
-    return check_against_reference(
-        student_fn,
-        attention_reference.repeat_kv,
-        repeat_kv_cases(),
-        check="repeat_kv",
-        tolerance={dtype: _EXACT for dtype in (torch.float32, torch.float64, torch.bfloat16)},
-        mistakes=REPEAT_KV_MISTAKES,
-        forbidden=REPEAT_KV_FORBIDDEN if forbid else (),
-    )
+    return REPEAT_KV.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -414,6 +421,10 @@ KV_CACHE_BYTES_MISTAKES = (
 )
 
 
+KV_CACHE_BYTES = Exercise("kv_cache_bytes", reference.kv_cache_bytes, kv_cache_bytes_cases,
+                          mistakes=KV_CACHE_BYTES_MISTAKES, forbidden=KV_CACHE_BYTES_FORBIDDEN)
+
+
 @_one_thread
 def check_kv_cache_bytes(student_fn, *, forbid: bool = True) -> str:
     """Compare ``kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_value=2)``
@@ -423,14 +434,7 @@ def check_kv_cache_bytes(student_fn, *, forbid: bool = True) -> str:
     lengths, float32 and int8 values, the default ``bytes_per_value``, keyword arguments. Exact
     comparison: an int. Forbidden: the reference.
     """
-    return check_against_reference(
-        student_fn,
-        reference.kv_cache_bytes,
-        kv_cache_bytes_cases(),
-        check="kv_cache_bytes",
-        mistakes=KV_CACHE_BYTES_MISTAKES,
-        forbidden=KV_CACHE_BYTES_FORBIDDEN if forbid else (),
-    )
+    return KV_CACHE_BYTES.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -603,6 +607,21 @@ FLASH_ATTENTION_MISTAKES = (
 )
 
 
+FLASH_ATTENTION = Exercise(
+    "flash_attention",
+    attention_by_sdpa,
+    flash_attention_cases,
+    mistakes=FLASH_ATTENTION_MISTAKES,
+    forbidden=FLASH_ATTENTION_FORBIDDEN,
+    tolerance=ATTENTION_TOLERANCES,
+    then=(_no_large_matrix(flash_attention_memory_cases,
+                           "never build the (N, M) scores or an (N, M) mask, nor a whole row of them: visit the "
+                           "keys block by block, with tiles of (block_size, block_size) scores, and carry the "
+                           "running maximum, sum and output from one key block to the next."),),
+    agreement="agree with F.scaled_dot_product_attention",
+)
+
+
 @_one_thread
 def check_flash_attention(student_fn, *, forbid: bool = True) -> str:
     """Compare ``flash_attention(q, k, v, mask=None, causal=False, block_size=128)`` with
@@ -617,26 +636,7 @@ def check_flash_attention(student_fn, *, forbid: bool = True) -> str:
     already too many). Forbidden: every built-in attention (``F.scaled_dot_product_attention`` and its
     ``torch.ops``), ``bertlab.attention.scaled_dot_product_attention`` and the reference.
     """
-    forbidden = FLASH_ATTENTION_FORBIDDEN if forbid else ()
-    summary = check_against_reference(
-        student_fn,
-        attention_by_sdpa,
-        flash_attention_cases(),
-        check="flash_attention",
-        tolerance=ATTENTION_TOLERANCES,
-        mistakes=FLASH_ATTENTION_MISTAKES,
-        forbidden=forbidden,
-    )
-    for case, limit in flash_attention_memory_cases():
-        _check_no_large_matrix(
-            student_fn, case, limit, check="flash_attention", forbidden=forbidden,
-            advice="never build the (N, M) scores or an (N, M) mask, nor a whole row of them: visit the "
-            "keys block by block, with tiles of (block_size, block_size) scores, and carry the "
-            "running maximum, sum and output from one key block to the next.",
-        )
-    return summary.replace("agree with the reference", "agree with F.scaled_dot_product_attention") + (
-        ", and no (N, M) matrix was built"
-    )
+    return FLASH_ATTENTION.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -725,6 +725,18 @@ LINEAR_ATTENTION_MISTAKES = (
 )
 
 
+LINEAR_ATTENTION = Exercise(
+    "linear_attention",
+    reference.linear_attention,
+    linear_attention_cases,
+    mistakes=LINEAR_ATTENTION_MISTAKES,
+    forbidden=LINEAR_ATTENTION_FORBIDDEN,
+    then=(_no_large_matrix(linear_attention_memory_cases,
+                           "never build the (N, M) matrix phi(Q) phi(K)^T: compute phi(K)^T V, a (D, Dv) "
+                           "matrix, first (and its prefix sums, (N, D, Dv), when causal), then multiply by phi(Q)."),),
+)
+
+
 @_one_thread
 def check_linear_attention(student_fn, *, forbid: bool = True) -> str:
     """Compare ``linear_attention(q, k, v, causal=False)`` with :func:`bertlab.efficient.linear_attention`,
@@ -735,19 +747,9 @@ def check_linear_attention(student_fn, *, forbid: bool = True) -> str:
     causal and not, no tensor may hold N^2 / 8 numbers (the (N, N) matrix of phi(q_i)^T phi(k_j)
     would). Forbidden: the reference.
     """
-    forbidden = LINEAR_ATTENTION_FORBIDDEN if forbid else ()
-    summary = check_against_reference(
-        student_fn,
-        reference.linear_attention,
-        linear_attention_cases(),
-        check="linear_attention",
-        mistakes=LINEAR_ATTENTION_MISTAKES,
-        forbidden=forbidden,
-    )
-    for case, limit in linear_attention_memory_cases():
-        _check_no_large_matrix(
-            student_fn, case, limit, check="linear_attention", forbidden=forbidden,
-            advice="never build the (N, M) matrix phi(Q) phi(K)^T: compute phi(K)^T V, a (D, Dv) "
-            "matrix, first (and its prefix sums, (N, D, Dv), when causal), then multiply by phi(Q).",
-        )
-    return summary + ", and no (N, M) matrix was built"
+    return LINEAR_ATTENTION.check(student_fn, forbid=forbid)
+
+
+#: The chapter whose exercises this module checks, and their records, in the order of the chapter.
+CHAPTER = "05_efficient_attention"
+EXERCISES = (SLIDING_WINDOW_MASK, REPEAT_KV, KV_CACHE_BYTES, FLASH_ATTENTION, LINEAR_ATTENTION)

@@ -43,14 +43,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder.checks.framework import (
-    DEFAULT_TOLERANCES,
     Case,
     CheckFailed,
+    Exercise,
     Mistake,
     Tolerance,
     describe_difference,
     fail,
     generator_for,
+    hint_of_first,
     random_choice,
     random_integer,
     run_student,
@@ -310,8 +311,8 @@ def _output_fields(output, context: str):
              "without the attributes .loss and .logits.", HEAD_OUTPUT_HINT)
 
 
-def _compare_head(module, reference_model, inputs: _Inputs, context: str, forbidden) -> None:
-    check = "BertForSequenceClassification"
+def _compare_head(exercise: Exercise, module, reference_model, inputs: _Inputs, context: str, forbidden) -> None:
+    check = exercise.name
     case = Case(inputs.description, (), inputs.kwargs)
     try:
         output = run_student(module, case, check=check, forbidden=forbidden, context=context)
@@ -323,7 +324,7 @@ def _compare_head(module, reference_model, inputs: _Inputs, context: str, forbid
     loss, logits = _output_fields(output, context)
     with torch.no_grad():
         expected = reference_model(**inputs.kwargs)
-        difference = describe_difference(logits, expected.logits, DEFAULT_TOLERANCES, "logits")
+        difference = describe_difference(logits, expected.logits, exercise.tolerance, "logits")
         if difference is not None:
             again = _output_fields(run_student(module, case, check=check, forbidden=forbidden, context=context),
                                    context)[1]
@@ -332,13 +333,11 @@ def _compare_head(module, reference_model, inputs: _Inputs, context: str, forbid
                      "in eval mode (model.eval()) the dropout must do nothing: use nn.Dropout, or "
                      "F.dropout(x, p, training=self.training).")
             if isinstance(logits, torch.Tensor) and logits.shape == expected.logits.shape:
-                hint = next((mistake.hint for mistake in HEAD_LOGITS_MISTAKES
-                             if describe_difference(logits, mistake.implementation(reference_model, inputs.kwargs)) is None),
-                            None)
+                hint = hint_of_first(exercise.mistakes["logits"], lambda mistake: describe_difference(
+                    logits, mistake.implementation(reference_model, inputs.kwargs)) is None)
             else:
-                hint = next((mistake.hint for mistake in HEAD_LOGITS_MISTAKES
-                             if isinstance(logits, torch.Tensor)
-                             and logits.shape == mistake.implementation(reference_model, inputs.kwargs).shape), None)
+                hint = hint_of_first(exercise.mistakes["logits"], lambda mistake: isinstance(logits, torch.Tensor) and (
+                    logits.shape == mistake.implementation(reference_model, inputs.kwargs).shape))
             fail(check, context, difference, hint)
         if "labels" not in inputs.kwargs:
             if loss is not None:
@@ -348,13 +347,12 @@ def _compare_head(module, reference_model, inputs: _Inputs, context: str, forbid
         if loss is None:
             fail(check, context, "you returned loss=None although labels were given.",
                  "with labels, the loss is the mean cross-entropy F.cross_entropy(logits, labels).")
-        difference = describe_difference(loss, expected.loss, DEFAULT_TOLERANCES, "loss")
+        difference = describe_difference(loss, expected.loss, exercise.tolerance, "loss")
         if difference is not None:
             hint = None
             if isinstance(loss, torch.Tensor) and loss.shape == expected.loss.shape:
-                hint = next((mistake.hint for mistake in HEAD_LOSS_MISTAKES
-                             if describe_difference(loss, mistake.implementation(expected.logits, inputs.kwargs["labels"]))
-                             is None), None)
+                hint = hint_of_first(exercise.mistakes["loss"], lambda mistake: describe_difference(
+                    loss, mistake.implementation(expected.logits, inputs.kwargs["labels"])) is None)
             if hint is None and isinstance(loss, torch.Tensor) and loss.dim() > 0:
                 hint = "the loss is one number, the mean cross-entropy over the batch: reduce it to a scalar."
             fail(check, context, difference, hint)
@@ -381,11 +379,10 @@ def _fail_on_another_probability(kept: torch.Tensor, kept_pooled: torch.Tensor, 
              "nn.Dropout(config.hidden_dropout_prob), not a fixed probability.")
 
 
-def _check_head_dropout(student_cls, forbidden) -> str:
+def _check_head_dropout(student_cls, case: HeadDropoutCase, forbidden) -> None:
     """In training mode, with W = I and a random bias b: logits - b must be a dropout of the pooled
     vector (:func:`check_dropout`)."""
     check = "BertForSequenceClassification"
-    case = bert_for_sequence_classification_dropout_case()
     config, reference_model, bias, input_ids = DROPOUT_CONFIG, case.reference, case.bias, case.input_ids
     H, p = config.hidden_size, config.hidden_dropout_prob
     module, context = _build_head(student_cls, config, H, case.description, forbidden, reference_model)
@@ -407,7 +404,36 @@ def _check_head_dropout(student_cls, forbidden) -> str:
              "Dropout(W pooled + b).")
     check_dropout(shifted, pooled, p, check=check, context=context, hints=HEAD_DROPOUT_HINTS,
                   on_kept_differ=partial(_fail_on_another_probability, p=p, context=context))
-    return context
+
+
+#: The last case of the check: the dropout test, whose model is drawn when it runs, after the configurations'
+#: tests (building it draws from torch's global generator, which a student's dropout draws from too).
+DROPOUT_TEST = Case("the dropout in training mode")
+
+
+def _head_cases() -> list[HeadCase | Case]:
+    """The cases of the check: the configurations, then the dropout test."""
+    return [*bert_for_sequence_classification_cases(), DROPOUT_TEST]
+
+
+def _compare_head_case(exercise: Exercise, student_cls, case: HeadCase | Case, context: str, forbidden) -> int:
+    """One configuration: the student's module, built with the reference's weights, against the reference on
+    each batch in eval mode; returns the number of batches. Then the dropout test, in training mode."""
+    if case is DROPOUT_TEST:
+        _check_head_dropout(student_cls, bert_for_sequence_classification_dropout_case(), forbidden)
+        return 1
+    module, built = _build_head(student_cls, case.config, case.num_labels, case.description, forbidden,
+                                case.reference)
+    module.eval()
+    for inputs in case.inputs:
+        _compare_head(exercise, module, case.reference, inputs, f"{inputs.description}; {built}", forbidden)
+    return len(case.inputs)
+
+
+BERT_FOR_SEQUENCE_CLASSIFICATION = Exercise("BertForSequenceClassification", BertForSequenceClassification, _head_cases,
+                                            mistakes={"logits": HEAD_LOGITS_MISTAKES, "loss": HEAD_LOSS_MISTAKES},
+                                            forbidden=HEAD_FORBIDDEN, naming_hint=HEAD_NAMING_HINT,
+                                            compare=_compare_head_case)
 
 
 def check_BertForSequenceClassification(student_cls, *, forbid: bool = True) -> str:  # noqa: N802 (a class)
@@ -423,17 +449,7 @@ def check_BertForSequenceClassification(student_cls, *, forbid: bool = True) -> 
     defaults (float32: atol 1e-5, rtol 1e-4). Forbidden: the reference's and Hugging Face's
     BertForSequenceClassification (bertlab.bert.BertModel is the backbone to use).
     """
-    forbidden = HEAD_FORBIDDEN if forbid else ()
-    checked = 0
-    for case in bert_for_sequence_classification_cases():
-        module, built = _build_head(student_cls, case.config, case.num_labels, case.description, forbidden,
-                                    case.reference)
-        module.eval()
-        for inputs in case.inputs:
-            _compare_head(module, case.reference, inputs, f"{inputs.description}; {built}", forbidden)
-            checked += 1
-    _check_head_dropout(student_cls, forbidden)
-    return f"BertForSequenceClassification: all {checked + 1} cases agree with the reference"
+    return BERT_FOR_SEQUENCE_CLASSIFICATION.check(student_cls, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -580,6 +596,46 @@ def _describe_split(trainable: set[str], expected: set[str]) -> str:
     return "; ".join(lines)
 
 
+def _compare_freeze(exercise: Exercise, student_fn, case: FreezeCase, context: str, forbidden) -> None:
+    """One case: the parameters the student's function leaves trainable must be the reference's."""
+    check = exercise.name
+    description, model, k = case.description, case.model, case.num_trainable_layers
+    fresh = copy.deepcopy(model)  # for the reference and the mistakes
+    all_names = [name for name, _ in model.named_parameters()]
+    returned = run_student(student_fn, Case(description, (model, k)), check=check, forbidden=forbidden,
+                           parameter_names=exercise.parameter_names, context=context)
+    if returned is None:
+        fail(check, context, "your function returned None.",
+             "return the model (as the reference does, so that calls can be chained: "
+             "model = freeze_layers(model, 2)).")
+    try:
+        names, trainable = trainable_names(returned)
+    except Exception as error:
+        fail(check, context, f"what you returned is not a model ({type(error).__name__}: {error}).",
+             "return the model you were given.")
+    if names != all_names:
+        fail(check, context, "the model you returned does not have the parameters of the model you were given.",
+             "return the whole model you were given (not model.bert, not a copy of a part).")
+    expected = {name for name, p in exercise.reference(copy.deepcopy(fresh), k).named_parameters() if p.requires_grad}
+    if set(trainable) != expected:
+
+        def freezes_the_same(mistake: Mistake) -> bool:
+            mistaken = copy.deepcopy(fresh)
+            try:
+                mistake.implementation(mistaken, k)
+            except Exception:
+                return False
+            return {name for name, p in mistaken.named_parameters() if p.requires_grad} == set(trainable)
+
+        hint = hint_of_first(exercise.mistakes, freezes_the_same)
+        fail(check, context, _describe_split(set(trainable), expected), hint)
+
+
+FREEZE_LAYERS = Exercise("freeze_layers", reference.freeze_layers, freeze_layers_cases, mistakes=FREEZE_MISTAKES,
+                         forbidden=FREEZE_FORBIDDEN, parameter_names=("model", "num_trainable_layers"),
+                         compare=_compare_freeze)
+
+
 def check_freeze_layers(student_fn, *, forbid: bool = True) -> str:
     """Compare ``freeze_layers(model, num_trainable_layers)`` with :func:`bertlab.finetuning.freeze_layers`.
 
@@ -589,43 +645,7 @@ def check_freeze_layers(student_fn, *, forbid: bool = True) -> str:
     whose trainable parameters (requires_grad) must be exactly the reference's: the top
     num_trainable_layers layers, the pooler and the classifier. Forbidden: the reference.
     """
-    check = "freeze_layers"
-    forbidden = FREEZE_FORBIDDEN if forbid else ()
-    cases = freeze_layers_cases()
-    for number, case in enumerate(cases, start=1):
-        description, model, k = case.description, case.model, case.num_trainable_layers
-        context = f"test case {number} of {len(cases)} ({description})"
-        fresh = copy.deepcopy(model)  # for the reference and the mistakes
-        all_names = [name for name, _ in model.named_parameters()]
-        returned = run_student(student_fn, Case(description, (model, k)), check=check, forbidden=forbidden,
-                               parameter_names=["model", "num_trainable_layers"], context=context)
-        if returned is None:
-            fail(check, context, "your function returned None.",
-                 "return the model (as the reference does, so that calls can be chained: "
-                 "model = freeze_layers(model, 2)).")
-        try:
-            names, trainable = trainable_names(returned)
-        except Exception as error:
-            fail(check, context, f"what you returned is not a model ({type(error).__name__}: {error}).",
-                 "return the model you were given.")
-        if names != all_names:
-            fail(check, context, "the model you returned does not have the parameters of the model you were given.",
-                 "return the whole model you were given (not model.bert, not a copy of a part).")
-        expected = {name for name, p in reference.freeze_layers(copy.deepcopy(fresh), k).named_parameters()
-                    if p.requires_grad}
-        if set(trainable) != expected:
-            hint = None
-            for mistake in FREEZE_MISTAKES:
-                mistaken = copy.deepcopy(fresh)
-                try:
-                    mistake.implementation(mistaken, k)
-                except Exception:
-                    continue
-                if {name for name, p in mistaken.named_parameters() if p.requires_grad} == set(trainable):
-                    hint = mistake.hint
-                    break
-            fail(check, context, _describe_split(set(trainable), expected), hint)
-    return f"freeze_layers: all {len(cases)} cases agree with the reference"
+    return FREEZE_LAYERS.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -839,6 +859,51 @@ def _same_rates(actual: dict[str, tuple[float, float]], expected: dict[str, tupl
         _close(actual[name][0], expected[name][0]) and _close(actual[name][1], expected[name][1]) for name in expected)
 
 
+def _compare_param_groups(exercise: Exercise, student_fn, case: ParamGroupsCase, context: str, forbidden) -> None:
+    """One case: every trainable parameter in one group, with the reference's lr and weight_decay."""
+    check = exercise.name
+    description, model, rates, kwargs = case.description, case.model, case.rates, case.kwargs
+    groups = run_student(student_fn, Case(description, (model, *rates), kwargs), check=check, forbidden=forbidden,
+                         parameter_names=exercise.parameter_names, context=context)
+    found = _match_parameters(model, _read_groups(groups, context), context)
+    duplicated = sorted(name for name, where in found.items() if len(where) > 1)
+    if duplicated:
+        fail(check, context, f"{len(duplicated)} parameters are in more than one group, e.g. {duplicated[0]} "
+                              f"({_parts(duplicated)}).",
+             "each parameter must be in exactly one group (AdamW refuses a parameter that appears twice). "
+             "Typical cause: a group built from model.parameters() or model.bert.parameters(), which also "
+             "holds the parameters of the other groups.")
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    frozen_included = sorted(set(found) - trainable)
+    if frozen_included:
+        fail(check, context, f"{len(frozen_included)} frozen parameters (requires_grad=False) are in the groups: "
+                              f"{_parts(frozen_included)}.",
+             "leave out the frozen parameters: they get no gradient, and the optimizer need not keep state "
+             "for them. Keep only parameters with p.requires_grad.")
+    missing = sorted(trainable - set(found))
+    if missing:
+        fail(check, context, f"{len(missing)} trainable parameters are in no group, e.g. {missing[0]} "
+                              f"({_parts(missing)}).", "every parameter with requires_grad=True must be in a group.")
+    actual = {name: where[0] for name, where in found.items()}
+    expected = _groups_by_name(model, exercise.reference(model, *rates, **kwargs))
+    if not _same_rates(actual, expected):
+        hint = hint_of_first(exercise.mistakes, lambda mistake: _same_rates(
+            actual, _groups_by_name(model, mistake.implementation(model, *rates, **kwargs))))
+        wrong = [name for name in expected if not (_close(actual[name][0], expected[name][0])
+                                                   and _close(actual[name][1], expected[name][1]))]
+        name = wrong[0]
+        problem = (f"{len(wrong)} parameters have the wrong lr or weight_decay ({_parts(wrong)}); e.g. {name}: "
+                   f"you gave lr={actual[name][0]:.6g}, weight_decay={actual[name][1]:.6g}, expected "
+                   f"lr={expected[name][0]:.6g}, weight_decay={expected[name][1]:.6g}.")
+        fail(check, context, problem, hint)
+
+
+PARAM_GROUPS = Exercise("param_groups", reference.param_groups, param_groups_cases, mistakes=PARAM_GROUPS_MISTAKES,
+                        forbidden=PARAM_GROUPS_FORBIDDEN,
+                        parameter_names=("model", "encoder_lr", "head_lr", "weight_decay"),
+                        compare=_compare_param_groups)
+
+
 def check_param_groups(student_fn, *, forbid: bool = True) -> str:
     """Compare ``param_groups(model, encoder_lr, head_lr, weight_decay, layer_decay=1.0)`` with
     :func:`bertlab.finetuning.param_groups`.
@@ -852,49 +917,7 @@ def check_param_groups(student_fn, *, forbid: bool = True) -> str:
     grouping itself is free (one group per parameter is fine). Forbidden: the reference (and
     bertlab's weight_decay_groups and make_optimizer).
     """
-    check = "param_groups"
-    forbidden = PARAM_GROUPS_FORBIDDEN if forbid else ()
-    cases = param_groups_cases()
-    for number, case in enumerate(cases, start=1):
-        description, model, rates, kwargs = case.description, case.model, case.rates, case.kwargs
-        context = f"test case {number} of {len(cases)} ({description})"
-        groups = run_student(student_fn, Case(description, (model, *rates), kwargs), check=check, forbidden=forbidden,
-                             parameter_names=["model", "encoder_lr", "head_lr", "weight_decay"], context=context)
-        found = _match_parameters(model, _read_groups(groups, context), context)
-        duplicated = sorted(name for name, where in found.items() if len(where) > 1)
-        if duplicated:
-            fail(check, context, f"{len(duplicated)} parameters are in more than one group, e.g. {duplicated[0]} "
-                                  f"({_parts(duplicated)}).",
-                 "each parameter must be in exactly one group (AdamW refuses a parameter that appears twice). "
-                 "Typical cause: a group built from model.parameters() or model.bert.parameters(), which also "
-                 "holds the parameters of the other groups.")
-        trainable = {name for name, p in model.named_parameters() if p.requires_grad}
-        frozen_included = sorted(set(found) - trainable)
-        if frozen_included:
-            fail(check, context, f"{len(frozen_included)} frozen parameters (requires_grad=False) are in the groups: "
-                                  f"{_parts(frozen_included)}.",
-                 "leave out the frozen parameters: they get no gradient, and the optimizer need not keep state "
-                 "for them. Keep only parameters with p.requires_grad.")
-        missing = sorted(trainable - set(found))
-        if missing:
-            fail(check, context, f"{len(missing)} trainable parameters are in no group, e.g. {missing[0]} "
-                                  f"({_parts(missing)}).", "every parameter with requires_grad=True must be in a group.")
-        actual = {name: where[0] for name, where in found.items()}
-        expected = _groups_by_name(model, reference.param_groups(model, *rates, **kwargs))
-        if not _same_rates(actual, expected):
-            hint = None
-            for mistake in PARAM_GROUPS_MISTAKES:
-                if _same_rates(actual, _groups_by_name(model, mistake.implementation(model, *rates, **kwargs))):
-                    hint = mistake.hint
-                    break
-            wrong = [name for name in expected if not (_close(actual[name][0], expected[name][0])
-                                                       and _close(actual[name][1], expected[name][1]))]
-            name = wrong[0]
-            problem = (f"{len(wrong)} parameters have the wrong lr or weight_decay ({_parts(wrong)}); e.g. {name}: "
-                       f"you gave lr={actual[name][0]:.6g}, weight_decay={actual[name][1]:.6g}, expected "
-                       f"lr={expected[name][0]:.6g}, weight_decay={expected[name][1]:.6g}.")
-            fail(check, context, problem, hint)
-    return f"param_groups: all {len(cases)} cases agree with the reference"
+    return PARAM_GROUPS.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1092,6 +1115,33 @@ def _run_training(function: Callable, case: TrainingCase):
                         max_grad_norm=case.setup.max_grad_norm)
 
 
+def _compare_training(exercise: Exercise, student_fn, case: TrainingCase, context: str, forbidden) -> None:
+    """One case: an epoch of the student's loop must give the reference's mean loss."""
+    check = exercise.name
+    model, batches, optimizer, scheduler = _training_run(case)
+    arguments = Case(case.description, (model, batches, seeded_classification_loss, optimizer, scheduler, CPU),
+                     {"max_grad_norm": case.setup.max_grad_norm})
+    actual = run_student(_with_gradients(student_fn), arguments, check=check, forbidden=forbidden,
+                         parameter_names=exercise.parameter_names, context=context)
+    expected = _run_training(lambda *args, **kwargs: exercise.reference(*args, **kwargs, progress=False), case)
+    if isinstance(actual, torch.Tensor) and actual.numel() == 1:
+        fail(check, context, f"you returned a tensor ({actual.item():.6g}), expected a float.",
+             "return a Python float: accumulate loss.item() (a tensor would also keep the graph alive).")
+    difference = describe_difference(actual, expected, exercise.tolerance, "the mean loss")
+    if difference is not None:
+        hint = None
+        if isinstance(actual, (int, float)):
+            hint = hint_of_first(exercise.mistakes, lambda mistake: describe_difference(
+                actual, _run_training(mistake.implementation, case), exercise.tolerance) is None)
+        fail(check, context, difference, hint)
+
+
+TRAIN_EPOCH = Exercise("train_epoch", reference.train_epoch, train_epoch_cases, mistakes=TRAIN_EPOCH_MISTAKES,
+                       forbidden=TRAIN_EPOCH_FORBIDDEN, tolerance=TRAIN_EPOCH_TOLERANCE,
+                       parameter_names=("model", "batches", "loss_fn", "optimizer", "scheduler", "device"),
+                       compare=_compare_training)
+
+
 def check_train_epoch(student_fn, *, forbid: bool = True) -> str:
     """Compare ``train_epoch(model, batches, loss_fn, optimizer, scheduler, device, *, max_grad_norm=1.0)``
     with :func:`bertlab.finetuning.train_epoch`.
@@ -1103,28 +1153,9 @@ def check_train_epoch(student_fn, *, forbid: bool = True) -> str:
     mean loss per example, which depends on every earlier update, must equal the reference's (atol
     1e-6, rtol 1e-5). Forbidden: the reference's train_epoch and finetune, Hugging Face's Trainer.
     """
-    check = "train_epoch"
-    forbidden = TRAIN_EPOCH_FORBIDDEN if forbid else ()
-    cases = train_epoch_cases()
-    for number, case in enumerate(cases, start=1):
-        context = f"test case {number} of {len(cases)} ({case.description})"
-        model, batches, optimizer, scheduler = _training_run(case)
-        arguments = Case(case.description, (model, batches, seeded_classification_loss, optimizer, scheduler, CPU),
-                         {"max_grad_norm": case.setup.max_grad_norm})
-        actual = run_student(_with_gradients(student_fn), arguments, check=check, forbidden=forbidden,
-                             parameter_names=["model", "batches", "loss_fn", "optimizer", "scheduler", "device"],
-                             context=context)
-        expected = _run_training(lambda *args, **kwargs: reference.train_epoch(*args, **kwargs, progress=False), case)
-        if isinstance(actual, torch.Tensor) and actual.numel() == 1:
-            fail(check, context, f"you returned a tensor ({actual.item():.6g}), expected a float.",
-                 "return a Python float: accumulate loss.item() (a tensor would also keep the graph alive).")
-        difference = describe_difference(actual, expected, TRAIN_EPOCH_TOLERANCE, "the mean loss")
-        if difference is not None:
-            hint = None
-            if isinstance(actual, (int, float)):
-                for mistake in TRAIN_EPOCH_MISTAKES:
-                    if describe_difference(actual, _run_training(mistake.implementation, case), TRAIN_EPOCH_TOLERANCE) is None:
-                        hint = mistake.hint
-                        break
-            fail(check, context, difference, hint)
-    return f"train_epoch: all {len(cases)} cases agree with the reference"
+    return TRAIN_EPOCH.check(student_fn, forbid=forbid)
+
+
+#: The chapter whose exercises this module checks, and their records, in the order of the chapter.
+CHAPTER = "08_finetuning"
+EXERCISES = (BERT_FOR_SEQUENCE_CLASSIFICATION, TRAIN_EPOCH, FREEZE_LAYERS, PARAM_GROUPS)

@@ -1,15 +1,30 @@
-"""What the checks of the module exercises (``nn.Module`` classes) share: a tiny BERT configuration,
-the student's module built and given the reference's weights, and the reading of a dropout in
-training mode. The topic modules of checks import these from here, never from one another.
+"""What the checks of the module exercises (``nn.Module`` classes) share: their cases (:class:`ModuleCase`,
+random weights), their comparison (:func:`compare_module`, the ``compare`` of their :class:`Exercise`
+records), a tiny BERT configuration, the student's module built and given the reference's weights, and
+the reading of a dropout in training mode. The topic modules of checks import these from here, never
+from one another.
 """
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from autograder.checks.framework import CheckFailed, describe_difference, fail, failure_message, forbidden_calls
+from autograder.checks.framework import (
+    DEFAULT_TOLERANCES,
+    Case,
+    CheckFailed,
+    Exercise,
+    Tolerance,
+    describe_difference,
+    diagnose,
+    fail,
+    failure_message,
+    forbidden_calls,
+    random_normal,
+    run_student,
+)
 from bertlab.bert import BertConfig
 
 
@@ -139,3 +154,92 @@ def check_dropout(output: torch.Tensor, expected: torch.Tensor, p: float, *, che
     fraction = dropped.double().mean().item()
     if not p / 3 <= fraction <= 1.5 * p + 0.05:
         fail(check, context, f"{fraction:.0%} of the entries were dropped, expected about {p:.0%}.", hints.wrong_share)
+
+
+#: Module outputs go through several matrix products (and, in a layer, two norms): float32 is
+#: compared a little more loosely than the framework's default; float64 keeps the default.
+MODULE_TOLERANCES = {**DEFAULT_TOLERANCES, torch.float32: Tolerance(atol=2e-5, rtol=2e-4)}
+
+NONDETERMINISTIC_HINT = (
+    "your module gives a different output each time it is called in evaluation mode: dropout must be "
+    "off after `module.eval()`. Use `nn.Dropout` modules (they check `self.training`), or "
+    "`F.dropout(x, p, training=self.training)`; `F.dropout(x, p)` alone drops in every mode."
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Checking a module: the cases and the comparison
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModuleCase:
+    """One test of a module: how to build it, its weights, and one call of its forward.
+
+    ``init_args`` and ``init_kwargs`` go to the constructor of both the student's and the reference's
+    class; ``weights`` is the reference's state dict, random (:func:`random_state`); ``forward`` holds
+    the arguments of the call; ``dtype`` is the dtype of the weights and inputs; ``evaluate`` switches
+    both modules to evaluation mode (the cases with dropout).
+    """
+
+    description: str
+    init_args: tuple
+    forward: Case
+    weights: dict[str, torch.Tensor]
+    init_kwargs: dict = field(default_factory=dict)
+    dtype: torch.dtype = torch.float32
+    evaluate: bool = False
+
+
+def random_state(module: nn.Module, generator: torch.Generator, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Random weights for ``module``: matrices ~ N(0, 1/fan_in), biases ~ N(0, 0.1^2), the gains of the
+    norms ~ N(1, 0.2^2) (so that a norm left out or put in the wrong place changes the output)."""
+    state = {}
+    for name, tensor in module.state_dict().items():
+        if tensor.dim() == 2:
+            values = random_normal(generator, *tensor.shape, scale=tensor.shape[1] ** -0.5)
+        elif name.endswith("weight"):
+            values = 1.0 + random_normal(generator, *tensor.shape, scale=0.2)
+        else:
+            values = random_normal(generator, *tensor.shape, scale=0.1)
+        state[name] = values.to(dtype)
+    return state
+
+
+def compare_module(exercise: Exercise, student_class, case: ModuleCase, context: str, forbidden: Sequence) -> None:
+    """The comparison of a module exercise (``nn.Module`` classes), on one case: build the reference's module
+    with the case's weights and the student's with the same constructor arguments and the reference's
+    weights, call both, and compare; raise :class:`CheckFailed` on a difference.
+
+    ``exercise.mistakes``, given the case's reference module (with its weights), makes the known-wrong
+    forward functions and their hints; ``exercise.naming_hint`` is shown when the student's parameters do
+    not match the reference's; ``exercise.parameter_names`` names forward's arguments in the messages.
+    """
+    check, parameter_names = exercise.name, exercise.parameter_names
+    reference_module = exercise.reference(*case.init_args, **case.init_kwargs)
+    reference_module.load_state_dict({name: tensor.clone() for name, tensor in case.weights.items()}, assign=True)
+    if case.evaluate:
+        reference_module.eval()
+    known_mistakes = exercise.mistakes(reference_module)
+    # assign=True gives the module the weights' dtype (float64 cases); float32 weights are copied in.
+    student_module = build_with_reference_weights(
+        student_class, case.init_args, case.init_kwargs, reference_module, check=check, context=context,
+        naming_hint=exercise.naming_hint, forbidden=forbidden, assign=case.dtype != torch.float32)
+    if case.evaluate:
+        student_module.eval()
+    actual = run_student(student_module, case.forward, check=check, forbidden=forbidden,
+                         parameter_names=parameter_names, mistakes=known_mistakes, context=context)
+    args, kwargs = case.forward.fresh_arguments()
+    with torch.no_grad():
+        expected = reference_module(*args, **kwargs)
+    difference = describe_difference(actual, expected, exercise.tolerance)
+    if difference is None:
+        return
+    hint = None
+    if case.evaluate:
+        again = run_student(student_module, case.forward, check=check, forbidden=forbidden,
+                            parameter_names=parameter_names, context=context)
+        if describe_difference(again, actual, Tolerance(0.0, 0.0)) is not None:
+            hint = NONDETERMINISTIC_HINT
+    hint = hint or diagnose(actual, case.forward, known_mistakes, exercise.tolerance)
+    raise CheckFailed(failure_message(check, context, difference, hint))

@@ -19,9 +19,9 @@ from torch import nn
 from autograder.checks.framework import (
     DEFAULT_TOLERANCES,
     Case,
+    Exercise,
     Mistake,
     Tolerance,
-    check_against_reference,
     generator_for,
     random_normal,
 )
@@ -214,6 +214,10 @@ LAYER_NORM_MISTAKES = (
 )
 
 
+LAYER_NORM = Exercise("layer_norm", reference.layer_norm, layer_norm_cases, mistakes=LAYER_NORM_MISTAKES,
+                      forbidden=LAYER_NORM_FORBIDDEN, tolerance=LAYER_NORM_TOLERANCES)
+
+
 def check_layer_norm(student_fn, *, forbid: bool = True) -> str:
     """Compare ``layer_norm(x, weight=None, bias=None, eps=1e-5)`` with :func:`bertlab.norm.layer_norm`.
 
@@ -225,15 +229,7 @@ def check_layer_norm(student_fn, *, forbid: bool = True) -> str:
     ``F.rms_norm``, group, batch and instance norm, ``F.normalize``, their modules and ``torch.ops``)
     or Hugging Face, and the references; ``mean``, ``var`` and ``sqrt`` are allowed.
     """
-    return check_against_reference(
-        student_fn,
-        reference.layer_norm,
-        layer_norm_cases(),
-        check="layer_norm",
-        tolerance=LAYER_NORM_TOLERANCES,
-        mistakes=LAYER_NORM_MISTAKES,
-        forbidden=LAYER_NORM_FORBIDDEN if forbid else (),
-    )
+    return LAYER_NORM.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -335,6 +331,10 @@ RMS_NORM_MISTAKES = (
 )
 
 
+RMS_NORM = Exercise("rms_norm", reference.rms_norm, rms_norm_cases, mistakes=RMS_NORM_MISTAKES,
+                    forbidden=RMS_NORM_FORBIDDEN)
+
+
 def check_rms_norm(student_fn, *, forbid: bool = True) -> str:
     """Compare ``rms_norm(x, weight=None, eps=1e-6)`` with :func:`bertlab.norm.rms_norm`.
 
@@ -344,14 +344,7 @@ def check_rms_norm(student_fn, *, forbid: bool = True) -> str:
     bfloat16: 2e-2). Forbidden: the same normalization built-ins as for ``layer_norm``, and the
     references; ``mean``, ``sqrt``, ``rsqrt`` and ``torch.linalg.vector_norm`` are allowed.
     """
-    return check_against_reference(
-        student_fn,
-        reference.rms_norm,
-        rms_norm_cases(),
-        check="rms_norm",
-        mistakes=RMS_NORM_MISTAKES,
-        forbidden=RMS_NORM_FORBIDDEN if forbid else (),
-    )
+    return RMS_NORM.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -470,6 +463,10 @@ PRE_NORM_RESIDUAL_MISTAKES = (
 )
 
 
+PRE_NORM_RESIDUAL = Exercise("pre_norm_residual", reference.pre_norm_residual, pre_norm_residual_cases,
+                             mistakes=PRE_NORM_RESIDUAL_MISTAKES, forbidden=PRE_NORM_RESIDUAL_FORBIDDEN)
+
+
 def check_pre_norm_residual(student_fn, *, forbid: bool = True) -> str:
     """Compare ``pre_norm_residual(x, sublayer, norm)`` with :func:`bertlab.norm.pre_norm_residual`.
 
@@ -477,14 +474,7 @@ def check_pre_norm_residual(student_fn, *, forbid: bool = True) -> str:
     weights) and plain functions as norms; float32 and float64; one token; inputs of standard
     deviation 100. Tolerance: the framework's defaults. Forbidden: the reference.
     """
-    return check_against_reference(
-        student_fn,
-        reference.pre_norm_residual,
-        pre_norm_residual_cases(),
-        check="pre_norm_residual",
-        mistakes=PRE_NORM_RESIDUAL_MISTAKES,
-        forbidden=PRE_NORM_RESIDUAL_FORBIDDEN if forbid else (),
-    )
+    return PRE_NORM_RESIDUAL.check(student_fn, forbid=forbid)
 
 
 def _post_norm_as_pre_norm(x, sublayer, norm):
@@ -522,16 +512,18 @@ POST_NORM_RESIDUAL_MISTAKES = (
 )
 
 
+POST_NORM_RESIDUAL = Exercise("post_norm_residual", reference.post_norm_residual, post_norm_residual_cases,
+                              mistakes=POST_NORM_RESIDUAL_MISTAKES, forbidden=POST_NORM_RESIDUAL_FORBIDDEN)
+
+
 def check_post_norm_residual(student_fn, *, forbid: bool = True) -> str:
     """Compare ``post_norm_residual(x, sublayer, norm)`` with :func:`bertlab.norm.post_norm_residual`.
 
     Cases and tolerance as for :func:`check_pre_norm_residual`. Forbidden: the reference.
     """
-    return check_against_reference(
-        student_fn,
-        reference.post_norm_residual,
-        post_norm_residual_cases(),
-        check="post_norm_residual",
-        mistakes=POST_NORM_RESIDUAL_MISTAKES,
-        forbidden=POST_NORM_RESIDUAL_FORBIDDEN if forbid else (),
-    )
+    return POST_NORM_RESIDUAL.check(student_fn, forbid=forbid)
+
+
+#: The chapter whose exercises this module checks, and their records, in the order of the chapter.
+CHAPTER = "04_normalization"
+EXERCISES = (LAYER_NORM, POST_NORM_RESIDUAL, PRE_NORM_RESIDUAL, RMS_NORM)

@@ -14,9 +14,9 @@ import torch
 from autograder.checks.framework import (
     DEFAULT_TOLERANCES,
     Case,
+    Exercise,
     Mistake,
     Tolerance,
-    check_against_reference,
     generator_for,
     random_integer,
     random_normal,
@@ -136,6 +136,11 @@ SINUSOIDAL_MISTAKES = (
 )
 
 
+SINUSOIDAL_POSITIONAL_ENCODING = Exercise("sinusoidal_positional_encoding", reference.sinusoidal_positional_encoding,
+                                          sinusoidal_positional_encoding_cases, mistakes=SINUSOIDAL_MISTAKES,
+                                          forbidden=SINUSOIDAL_FORBIDDEN, tolerance=SINUSOIDAL_TOLERANCES)
+
+
 def check_sinusoidal_positional_encoding(student_fn, *, forbid: bool = True) -> str:
     """Compare ``sinusoidal_positional_encoding(num_positions, d_model, base=10000.0)`` with the reference.
 
@@ -144,15 +149,7 @@ def check_sinusoidal_positional_encoding(student_fn, *, forbid: bool = True) -> 
     511 round differently in float32).
     Forbidden: the reference (and its frequency helper) and Hugging Face's sinusoid tables.
     """
-    return check_against_reference(
-        student_fn,
-        reference.sinusoidal_positional_encoding,
-        sinusoidal_positional_encoding_cases(),
-        check="sinusoidal_positional_encoding",
-        tolerance=SINUSOIDAL_TOLERANCES,
-        mistakes=SINUSOIDAL_MISTAKES,
-        forbidden=SINUSOIDAL_FORBIDDEN if forbid else (),
-    )
+    return SINUSOIDAL_POSITIONAL_ENCODING.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -300,6 +297,11 @@ RELATIVE_POSITION_BUCKET_MISTAKES = (
 )
 
 
+RELATIVE_POSITION_BUCKET = Exercise("relative_position_bucket", reference.relative_position_bucket,
+                                    relative_position_bucket_cases, mistakes=RELATIVE_POSITION_BUCKET_MISTAKES,
+                                    forbidden=RELATIVE_POSITION_BUCKET_FORBIDDEN)
+
+
 def check_relative_position_bucket(student_fn, *, forbid: bool = True) -> str:
     """Compare ``relative_position_bucket(relative_position, bidirectional=True, num_buckets=32,
     max_distance=128)`` with the reference (identical to Hugging Face's T5).
@@ -309,14 +311,7 @@ def check_relative_position_bucket(student_fn, *, forbid: bool = True) -> str:
     ranges, shapes, numbers of buckets and distances are drawn.
     Exact comparison. Forbidden: the reference and every ``_relative_position_bucket`` of Hugging Face.
     """
-    return check_against_reference(
-        student_fn,
-        reference.relative_position_bucket,
-        relative_position_bucket_cases(),
-        check="relative_position_bucket",
-        mistakes=RELATIVE_POSITION_BUCKET_MISTAKES,
-        forbidden=RELATIVE_POSITION_BUCKET_FORBIDDEN if forbid else (),
-    )
+    return RELATIVE_POSITION_BUCKET.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -408,6 +403,10 @@ ALIBI_SLOPES_MISTAKES = (
 )
 
 
+ALIBI_SLOPES = Exercise("alibi_slopes", reference.alibi_slopes, alibi_slopes_cases, mistakes=ALIBI_SLOPES_MISTAKES,
+                        forbidden=ALIBI_SLOPES_FORBIDDEN)
+
+
 def check_alibi_slopes(student_fn, *, forbid: bool = True) -> str:
     """Compare ``alibi_slopes(num_heads, *, device=None)`` with the reference.
 
@@ -415,14 +414,7 @@ def check_alibi_slopes(student_fn, *, forbid: bool = True) -> str:
     numbers are drawn. Tolerance: the defaults (float32 atol 1e-5, rtol 1e-4). Forbidden: the
     reference and the ALiBi code of Bloom, Falcon, MPT.
     """
-    return check_against_reference(
-        student_fn,
-        reference.alibi_slopes,
-        alibi_slopes_cases(),
-        check="alibi_slopes",
-        mistakes=ALIBI_SLOPES_MISTAKES,
-        forbidden=ALIBI_SLOPES_FORBIDDEN if forbid else (),
-    )
+    return ALIBI_SLOPES.check(student_fn, forbid=forbid)
 
 
 ALIBI_BIAS_FORBIDDEN = (reference.alibi_bias, *_HUGGING_FACE_ALIBI)
@@ -515,6 +507,10 @@ ALIBI_BIAS_MISTAKES = (
 )
 
 
+ALIBI_BIAS = Exercise("alibi_bias", reference.alibi_bias, alibi_bias_cases, mistakes=ALIBI_BIAS_MISTAKES,
+                      forbidden=ALIBI_BIAS_FORBIDDEN, dependencies={"alibi_slopes": reference.alibi_slopes})
+
+
 def check_alibi_bias(student_fn, *, forbid: bool = True) -> str:
     """Compare ``alibi_bias(num_heads, n, m=None, causal=True, *, device=None)`` with the reference.
 
@@ -523,15 +519,7 @@ def check_alibi_bias(student_fn, *, forbid: bool = True) -> str:
     of two and not), n = 1; the sizes are drawn. Tolerance: the defaults. Forbidden: the reference and
     the ALiBi code of Bloom, Falcon and MPT (the reference ``alibi_slopes`` is allowed).
     """
-    return check_against_reference(
-        student_fn,
-        reference.alibi_bias,
-        alibi_bias_cases(),
-        check="alibi_bias",
-        mistakes=ALIBI_BIAS_MISTAKES,
-        forbidden=ALIBI_BIAS_FORBIDDEN if forbid else (),
-        dependencies={"alibi_slopes": reference.alibi_slopes},
-    )
+    return ALIBI_BIAS.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -644,6 +632,10 @@ APPLY_ROPE_MISTAKES = (
 )
 
 
+APPLY_ROPE = Exercise("apply_rope", reference.apply_rope, apply_rope_cases, mistakes=APPLY_ROPE_MISTAKES,
+                      forbidden=APPLY_ROPE_FORBIDDEN, tolerance=APPLY_ROPE_TOLERANCES)
+
+
 def check_apply_rope(student_fn, *, forbid: bool = True) -> str:
     """Compare ``apply_rope(x, positions=None, base=10000.0)`` with the reference (interleaved pairs).
 
@@ -653,12 +645,9 @@ def check_apply_rope(student_fn, *, forbid: bool = True) -> str:
     Forbidden: the reference (and its helpers ``rope_matrix``, ``_rotate_pairs``) and the rotary
     functions of Hugging Face's Llama, GPT-NeoX, GPT-J and RoFormer.
     """
-    return check_against_reference(
-        student_fn,
-        reference.apply_rope,
-        apply_rope_cases(),
-        check="apply_rope",
-        tolerance=APPLY_ROPE_TOLERANCES,
-        mistakes=APPLY_ROPE_MISTAKES,
-        forbidden=APPLY_ROPE_FORBIDDEN if forbid else (),
-    )
+    return APPLY_ROPE.check(student_fn, forbid=forbid)
+
+
+#: The chapter whose exercises this module checks, and their records, in the order of the chapter.
+CHAPTER = "03_positional"
+EXERCISES = (SINUSOIDAL_POSITIONAL_ENCODING, RELATIVE_POSITION_BUCKET, ALIBI_SLOPES, ALIBI_BIAS, APPLY_ROPE)

@@ -24,7 +24,7 @@ Three exercises:
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from autograder.checks.framework import (
     Case,
     CheckFailed,
+    Exercise,
     Mistake,
-    check_against_reference,
     fail,
     generator_for,
     random_integer,
@@ -141,6 +141,7 @@ class MaskingCase:
     input_ids: torch.Tensor
     kwargs: dict
     statistics: bool = True  # measure the proportions (seeded large inputs); False: only the rules
+    generator_seed: int | None = None  # the seed of the generator passed (with statistics); None: generator=None
 
     def case(self, generator_seed: int | None) -> Case:
         kwargs = dict(self.kwargs)
@@ -171,7 +172,7 @@ def mask_tokens_cases() -> list[MaskingCase]:
     small_vocab = torch.randint(0, 59, (128, 128), generator=g)  # ids of a 60-token vocabulary but 59 ([MASK])
     short, short_special = _framed_batch(g, 4, 12, 5, 50, cls_id=2, sep_id=3, pad_id=0)
     every, every_special = _framed_batch(g, 8, 20, 5, 100, cls_id=2, sep_id=3, pad_id=0)
-    return [
+    cases = [
         MaskingCase("a batch (256, 256) of ids in [5, 300), framed by [CLS] = 2 ... [SEP] = 3 and padded with "
                     "[PAD] = 0 (about 37% padding), vocab_size=1000, mask_token_id=4, BERT's probabilities",
                     padded, dict(mask_token_id=4, vocab_size=1000, special_tokens_mask=padded_special)),
@@ -195,6 +196,8 @@ def mask_tokens_cases() -> list[MaskingCase]:
         MaskingCase("a small batch (4, 12) with generator=None (the global random generator)", short,
                     dict(mask_token_id=4, vocab_size=50, special_tokens_mask=short_special), statistics=False),
     ]
+    return [replace(case, generator_seed=1000 + number) if case.statistics else case
+            for number, case in enumerate(cases, start=1)]
 
 
 def _as_pair(output, input_ids: torch.Tensor) -> str | None:
@@ -349,8 +352,8 @@ def mask_tokens_determinism_case() -> MaskingCase:
                        dict(mask_token_id=4, vocab_size=100, special_tokens_mask=special))
 
 
-def _check_generator(student_fn, forbidden) -> None:
-    """The same generator state gives the same output; other seeds give other ones."""
+def _check_generator(exercise: Exercise, student_fn, forbidden) -> str:
+    """The test after the cases: the same generator state gives the same output; other seeds give other ones."""
     case = mask_tokens_determinism_case()
 
     def draw(seed: int):
@@ -365,6 +368,27 @@ def _check_generator(student_fn, forbidden) -> None:
             torch.equal(a, b) for a, b in zip(first, draw(9))):
         fail("mask_tokens", f"the determinism test case ({case.description}, with generators seeded 7, 8 and 9)",
              "the three calls returned the same output: the masks must be random.", GENERATOR_HINT)
+    return "; seeded draws repeat"
+
+
+def _compare_masking(exercise: Exercise, student_fn, masking_case: MaskingCase, context: str, forbidden) -> None:
+    """One case: the output must follow BERT's masking rules and, on the seeded cases, its proportions."""
+    output = run_student(student_fn, masking_case.case(masking_case.generator_seed), check=exercise.name,
+                         forbidden=forbidden, parameter_names=exercise.parameter_names, context=context)
+    input_ids = masking_case.input_ids
+    problem = _as_pair(output, input_ids)
+    if problem:
+        fail(exercise.name, context, problem)
+    masked, labels = output
+    special = masking_case.kwargs.get("special_tokens_mask")
+    _check_masking_rules(input_ids, special, masked, labels, masking_case.kwargs, context)
+    if masking_case.statistics:
+        _check_masking_statistics(input_ids, special, masked, labels, masking_case.kwargs, context)
+
+
+MASK_TOKENS = Exercise("mask_tokens", reference.mask_tokens, mask_tokens_cases, forbidden=MASK_TOKENS_FORBIDDEN,
+                       parameter_names=("input_ids",), compare=_compare_masking, then=(_check_generator,),
+                       agreement="follow BERT's masking rules and proportions")
 
 
 def check_mask_tokens(student_fn, *, forbid: bool = True) -> str:
@@ -383,24 +407,7 @@ def check_mask_tokens(student_fn, *, forbid: bool = True) -> str:
     output, other seeds another one.
     Forbidden: the reference and Hugging Face's DataCollatorForLanguageModeling masking.
     """
-    forbidden = MASK_TOKENS_FORBIDDEN if forbid else ()
-    cases = mask_tokens_cases()
-    for number, masking_case in enumerate(cases, start=1):
-        context = f"test case {number} of {len(cases)} ({masking_case.description})"
-        seed = 1000 + number if masking_case.statistics else None
-        output = run_student(student_fn, masking_case.case(seed), check="mask_tokens", forbidden=forbidden,
-                             parameter_names=["input_ids"], context=context)
-        input_ids = masking_case.input_ids
-        problem = _as_pair(output, input_ids)
-        if problem:
-            fail("mask_tokens", context, problem)
-        masked, labels = output
-        special = masking_case.kwargs.get("special_tokens_mask")
-        _check_masking_rules(input_ids, special, masked, labels, masking_case.kwargs, context)
-        if masking_case.statistics:
-            _check_masking_statistics(input_ids, special, masked, labels, masking_case.kwargs, context)
-    _check_generator(student_fn, forbidden)
-    return f"mask_tokens: all {len(cases)} cases follow BERT's masking rules and proportions; seeded draws repeat"
+    return MASK_TOKENS.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -533,6 +540,48 @@ def _check_nsp_examples(examples, documents, context: str) -> None:
                  f"from {distinct} of the {len(non_empty)} documents.", RANDOM_DOCUMENT_HINT)
 
 
+def _compare_nsp_examples(exercise: Exercise, student_fn, case: Case, context: str, forbidden) -> None:
+    """One case: the examples must follow the rules of next sentence prediction (and, when many, its statistics)."""
+    try:
+        examples = run_student(student_fn, case, check=exercise.name, forbidden=forbidden,
+                               parameter_names=exercise.parameter_names, context=context)
+    except CheckFailed as failure:
+        cause = failure.__cause__
+        if cause is None or "empty" not in str(cause) or all(case.args[0]):
+            raise
+        raise CheckFailed(f"{failure}\n  Hint: {EMPTY_HINT}") from cause
+    _check_nsp_examples(examples, case.args[0], context)
+
+
+def _check_nsp_seeds(exercise: Exercise, student_fn, forbidden) -> str:
+    """The test after the cases: the same seed gives the same examples whatever the global random state,
+    another seed other examples."""
+    cases = exercise.cases()
+    case = cases[0]
+    context = (f"the determinism test case ({case.description}, called twice, with the global random generators "
+               "reseeded in between)")
+    random.seed(1)
+    torch.manual_seed(1)
+    first = run_student(student_fn, case, check=exercise.name, forbidden=forbidden, context=context)
+    random.seed(2)
+    torch.manual_seed(2)
+    second = run_student(student_fn, case, check=exercise.name, forbidden=forbidden, context=context)
+    seed, other_seed = case.kwargs["seed"], cases[1].kwargs["seed"]
+    if first != second:
+        fail(exercise.name, context, f"the two calls with seed={seed} returned different examples.", SEED_HINT)
+    other = run_student(student_fn, cases[1], check=exercise.name, forbidden=forbidden, context=context)
+    if other == first:
+        fail(exercise.name, f"the determinism test case ({case.description}, and seed={other_seed})",
+             f"seeds {seed} and {other_seed} returned the same examples.", SEED_HINT)
+    return "; seeds repeat"
+
+
+MAKE_NSP_EXAMPLES = Exercise("make_nsp_examples", reference.make_nsp_examples, make_nsp_examples_cases,
+                             forbidden=MAKE_NSP_EXAMPLES_FORBIDDEN, parameter_names=("documents", "seed"),
+                             compare=_compare_nsp_examples, then=(_check_nsp_seeds,),
+                             agreement="follow the rules of next sentence prediction")
+
+
 def check_make_nsp_examples(student_fn, *, forbid: bool = True) -> str:
     """Check ``make_nsp_examples(documents, seed=0)`` by the rules of next sentence prediction.
 
@@ -547,37 +596,7 @@ def check_make_nsp_examples(student_fn, *, forbid: bool = True) -> str:
     whatever the global random state; another seed another list. The documents must not be modified.
     Forbidden: the reference.
     """
-    forbidden = MAKE_NSP_EXAMPLES_FORBIDDEN if forbid else ()
-    cases = make_nsp_examples_cases()
-    for number, case in enumerate(cases, start=1):
-        context = f"test case {number} of {len(cases)} ({case.description})"
-        try:
-            examples = run_student(student_fn, case, check="make_nsp_examples", forbidden=forbidden,
-                                   parameter_names=["documents", "seed"], context=context)
-        except CheckFailed as failure:
-            cause = failure.__cause__
-            if cause is None or "empty" not in str(cause) or all(case.args[0]):
-                raise
-            raise CheckFailed(f"{failure}\n  Hint: {EMPTY_HINT}") from cause
-        _check_nsp_examples(examples, case.args[0], context)
-
-    case = cases[0]
-    context = (f"the determinism test case ({case.description}, called twice, with the global random generators "
-               "reseeded in between)")
-    random.seed(1)
-    torch.manual_seed(1)
-    first = run_student(student_fn, case, check="make_nsp_examples", forbidden=forbidden, context=context)
-    random.seed(2)
-    torch.manual_seed(2)
-    second = run_student(student_fn, case, check="make_nsp_examples", forbidden=forbidden, context=context)
-    seed, other_seed = case.kwargs["seed"], cases[1].kwargs["seed"]
-    if first != second:
-        fail("make_nsp_examples", context, f"the two calls with seed={seed} returned different examples.", SEED_HINT)
-    other = run_student(student_fn, cases[1], check="make_nsp_examples", forbidden=forbidden, context=context)
-    if other == first:
-        fail("make_nsp_examples", f"the determinism test case ({case.description}, and seed={other_seed})",
-             f"seeds {seed} and {other_seed} returned the same examples.", SEED_HINT)
-    return f"make_nsp_examples: all {len(cases)} cases follow the rules of next sentence prediction; seeds repeat"
+    return MAKE_NSP_EXAMPLES.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -739,6 +758,10 @@ MLM_LOSS_MISTAKES = (
 )
 
 
+MLM_LOSS = Exercise("mlm_loss", reference_mlm_loss, mlm_loss_cases, mistakes=MLM_LOSS_MISTAKES,
+                    forbidden=MLM_LOSS_FORBIDDEN)
+
+
 def check_mlm_loss(student_fn, *, forbid: bool = True) -> str:
     """Compare ``mlm_loss(logits, labels)`` with ``F.cross_entropy(logits.flatten(0, -2), labels.flatten(),
     ignore_index=-100)``.
@@ -749,8 +772,9 @@ def check_mlm_loss(student_fn, *, forbid: bool = True) -> str:
     log-likelihood (functions, modules, operators), the model heads of ``bertlab.bert`` and Hugging
     Face's masked-LM loss; torch.log_softmax and torch.logsumexp are allowed.
     """
-    return check_against_reference(
-        student_fn, reference_mlm_loss, mlm_loss_cases(), check="mlm_loss", mistakes=MLM_LOSS_MISTAKES,
-        forbidden=MLM_LOSS_FORBIDDEN if forbid else (),
-    )
+    return MLM_LOSS.check(student_fn, forbid=forbid)
 
+
+#: The chapter whose exercises this module checks, and their records, in the order of the chapter.
+CHAPTER = "07_pretraining"
+EXERCISES = (MASK_TOKENS, MLM_LOSS, MAKE_NSP_EXAMPLES)

@@ -15,143 +15,19 @@ reference ``scaled_dot_product_attention`` of chapter 01), so one mistake is not
 """
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 
 import torch
 from torch import nn
 
-from autograder.checks.framework import (
-    DEFAULT_TOLERANCES,
-    Case,
-    CheckFailed,
-    Mistake,
-    Tolerance,
-    describe_difference,
-    diagnose,
-    failure_message,
-    generator_for,
-    random_normal,
-    run_student,
-    with_dependencies,
-)
+from autograder.checks.framework import Case, Exercise, Mistake, generator_for, random_normal
+from autograder.checks.modules import MODULE_TOLERANCES, ModuleCase, compare_module, constructor_call, random_state
 from autograder.checks.shared_attention import ATTENTION_FORBIDDEN
-from autograder.checks.modules import build_with_reference_weights, constructor_call
 from bertlab import attention as reference_attention
 from bertlab import norm as reference_norm
 from bertlab import transformer as reference
 
 NEG_INF = float("-inf")
-
-#: Module outputs go through several matrix products (and, in a layer, two norms): float32 is
-#: compared a little more loosely than the framework's default; float64 keeps the default.
-MODULE_TOLERANCES = {**DEFAULT_TOLERANCES, torch.float32: Tolerance(atol=2e-5, rtol=2e-4)}
-
-NONDETERMINISTIC_HINT = (
-    "your module gives a different output each time it is called in evaluation mode: dropout must be "
-    "off after `module.eval()`. Use `nn.Dropout` modules (they check `self.training`), or "
-    "`F.dropout(x, p, training=self.training)`; `F.dropout(x, p)` alone drops in every mode."
-)
-
-
-# --------------------------------------------------------------------------------------------------
-# Checking a module: the cases, building the student's module, comparing
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ModuleCase:
-    """One test of a module: how to build it, its weights, and one call of its forward.
-
-    ``init_args`` and ``init_kwargs`` go to the constructor of both the student's and the reference's
-    class; ``weights`` is the reference's state dict, random (:func:`random_state`); ``forward`` holds
-    the arguments of the call; ``dtype`` is the dtype of the weights and inputs; ``evaluate`` switches
-    both modules to evaluation mode (the cases with dropout).
-    """
-
-    description: str
-    init_args: tuple
-    forward: Case
-    weights: dict[str, torch.Tensor]
-    init_kwargs: dict = field(default_factory=dict)
-    dtype: torch.dtype = torch.float32
-    evaluate: bool = False
-
-
-def random_state(module: nn.Module, generator: torch.Generator, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """Random weights for ``module``: matrices ~ N(0, 1/fan_in), biases ~ N(0, 0.1^2), the gains of the
-    norms ~ N(1, 0.2^2) (so that a norm left out or put in the wrong place changes the output)."""
-    state = {}
-    for name, tensor in module.state_dict().items():
-        if tensor.dim() == 2:
-            values = random_normal(generator, *tensor.shape, scale=tensor.shape[1] ** -0.5)
-        elif name.endswith("weight"):
-            values = 1.0 + random_normal(generator, *tensor.shape, scale=0.2)
-        else:
-            values = random_normal(generator, *tensor.shape, scale=0.1)
-        state[name] = values.to(dtype)
-    return state
-
-
-def check_module_against_reference(
-    student_class,
-    reference_class: type[nn.Module],
-    cases: Sequence[ModuleCase],
-    *,
-    check: str,
-    mistakes: Callable[[nn.Module], Sequence[Mistake]],
-    naming_hint: str,
-    tolerance: Tolerance | Mapping = MODULE_TOLERANCES,
-    forbidden=(),
-    parameter_names: Sequence[str] = ("x",),
-) -> str:
-    """Build the student's and the reference's module with the case's weights for every case, call
-    both, and compare; return a summary or raise :class:`CheckFailed`.
-
-    Args:
-        student_class: the student's class (with its dependencies already replaced).
-        reference_class: the ``bertlab`` class it must agree with.
-        cases: the modules to build, their weights and the calls to make.
-        check: the exercise's name, used in messages.
-        mistakes: given the case's reference module (with its weights), the known-wrong forward
-            functions and their hints, tried in order on a failure.
-        naming_hint: shown when the student's parameters do not match the reference's.
-        tolerance: a :class:`Tolerance`, or a dict from dtype to Tolerance.
-        forbidden: functions the student's forward may not call.
-        parameter_names: the names of forward's arguments, for the messages.
-    """
-    forbidden = list(forbidden)
-    for number, case in enumerate(cases, start=1):
-        context = f"test case {number} of {len(cases)} ({case.description})"
-        reference_module = reference_class(*case.init_args, **case.init_kwargs)
-        reference_module.load_state_dict({name: tensor.clone() for name, tensor in case.weights.items()}, assign=True)
-        if case.evaluate:
-            reference_module.eval()
-        known_mistakes = mistakes(reference_module)
-        # assign=True gives the module the weights' dtype (float64 cases); float32 weights are copied in.
-        student_module = build_with_reference_weights(
-            student_class, case.init_args, case.init_kwargs, reference_module, check=check, context=context,
-            naming_hint=naming_hint, forbidden=forbidden, assign=case.dtype != torch.float32)
-        if case.evaluate:
-            student_module.eval()
-        actual = run_student(student_module, case.forward, check=check, forbidden=forbidden,
-                             parameter_names=parameter_names, mistakes=known_mistakes, context=context)
-        args, kwargs = case.forward.fresh_arguments()
-        with torch.no_grad():
-            expected = reference_module(*args, **kwargs)
-        difference = describe_difference(actual, expected, tolerance)
-        if difference is None:
-            continue
-        hint = None
-        if case.evaluate:
-            again = run_student(student_module, case.forward, check=check, forbidden=forbidden,
-                                parameter_names=parameter_names, context=context)
-            if describe_difference(again, actual, Tolerance(0.0, 0.0)) is not None:
-                hint = NONDETERMINISTIC_HINT
-        hint = hint or diagnose(actual, case.forward, known_mistakes, tolerance)
-        raise CheckFailed(failure_message(check, context, difference, hint))
-    return f"{check}: all {len(cases)} cases agree with the reference"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -289,6 +165,15 @@ def multi_head_attention_mistakes(module) -> list[Mistake]:
     ]
 
 
+MULTI_HEAD_ATTENTION = Exercise(
+    "MultiHeadAttention", reference_attention.MultiHeadAttention, multi_head_attention_cases,
+    mistakes=multi_head_attention_mistakes, forbidden=MULTI_HEAD_ATTENTION_FORBIDDEN,
+    dependencies={"softmax": reference_attention.softmax,
+                  "scaled_dot_product_attention": reference_attention.scaled_dot_product_attention},
+    naming_hint=MULTI_HEAD_ATTENTION_NAMING, parameter_names=("x", "context", "mask"), tolerance=MODULE_TOLERANCES,
+    compare=compare_module)
+
+
 def check_MultiHeadAttention(student_class, *, forbid: bool = True) -> str:  # noqa: N802 (the exercise's name)
     """Compare ``MultiHeadAttention(d_model, num_heads)`` and its ``forward(x, context=None, mask=None)``
     with :class:`bertlab.attention.MultiHeadAttention` holding the same weights.
@@ -300,18 +185,7 @@ def check_MultiHeadAttention(student_class, *, forbid: bool = True) -> str:  # n
     Forbidden: ``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``,
     ``F.multi_head_attention_forward`` and every other built-in attention, and the reference module.
     """
-    isolated = with_dependencies(student_class, softmax=reference_attention.softmax,
-                                 scaled_dot_product_attention=reference_attention.scaled_dot_product_attention)
-    return check_module_against_reference(
-        isolated,
-        reference_attention.MultiHeadAttention,
-        multi_head_attention_cases(),
-        check="MultiHeadAttention",
-        mistakes=multi_head_attention_mistakes,
-        naming_hint=MULTI_HEAD_ATTENTION_NAMING,
-        forbidden=MULTI_HEAD_ATTENTION_FORBIDDEN if forbid else (),
-        parameter_names=("x", "context", "mask"),
-    )
+    return MULTI_HEAD_ATTENTION.check(student_class, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -386,6 +260,11 @@ def feed_forward_mistakes(module) -> list[Mistake]:
     ]
 
 
+FEED_FORWARD = Exercise("FeedForward", reference.FeedForward, feed_forward_cases, mistakes=feed_forward_mistakes,
+                        forbidden=FEED_FORWARD_FORBIDDEN, naming_hint=FEED_FORWARD_NAMING, parameter_names=("x",),
+                        tolerance=MODULE_TOLERANCES, compare=compare_module)
+
+
 def check_FeedForward(student_class, *, forbid: bool = True) -> str:  # noqa: N802 (the exercise's name)
     """Compare ``FeedForward(d_model, d_ff, activation="relu", dropout=0.0)`` and its ``forward(x)``
     with :class:`bertlab.transformer.FeedForward` holding the same weights.
@@ -395,15 +274,7 @@ def check_FeedForward(student_class, *, forbid: bool = True) -> str:  # noqa: N8
     framework's default. Forbidden: the reference and the feed-forward blocks of
     ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``.
     """
-    return check_module_against_reference(
-        student_class,
-        reference.FeedForward,
-        feed_forward_cases(),
-        check="FeedForward",
-        mistakes=feed_forward_mistakes,
-        naming_hint=FEED_FORWARD_NAMING,
-        forbidden=FEED_FORWARD_FORBIDDEN if forbid else (),
-    )
+    return FEED_FORWARD.check(student_class, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -501,6 +372,14 @@ def encoder_layer_mistakes(layer) -> list[Mistake]:
     ]
 
 
+ENCODER_LAYER = Exercise(
+    "EncoderLayer", reference.EncoderLayer, encoder_layer_cases, mistakes=encoder_layer_mistakes,
+    forbidden=ENCODER_LAYER_FORBIDDEN,
+    dependencies={"MultiHeadAttention": reference_attention.MultiHeadAttention, "FeedForward": reference.FeedForward},
+    naming_hint=ENCODER_LAYER_NAMING, parameter_names=("x", "mask"), tolerance=MODULE_TOLERANCES,
+    compare=compare_module)
+
+
 def check_EncoderLayer(student_class, *, forbid: bool = True) -> str:  # noqa: N802 (the exercise's name)
     """Compare ``EncoderLayer(d_model, num_heads, d_ff, dropout=0.0)`` and its ``forward(x, mask=None)``
     with the post-norm :class:`bertlab.transformer.EncoderLayer` holding the same weights.
@@ -511,15 +390,9 @@ def check_EncoderLayer(student_class, *, forbid: bool = True) -> str:  # noqa: N
     rtol 2e-4; float64 the framework's default. Forbidden: the reference layer and stack,
     ``bertlab.norm``'s residual helpers and ``nn.TransformerEncoderLayer`` (and its fused kernel).
     """
-    isolated = with_dependencies(student_class, MultiHeadAttention=reference_attention.MultiHeadAttention,
-                                 FeedForward=reference.FeedForward)
-    return check_module_against_reference(
-        isolated,
-        reference.EncoderLayer,
-        encoder_layer_cases(),
-        check="EncoderLayer",
-        mistakes=encoder_layer_mistakes,
-        naming_hint=ENCODER_LAYER_NAMING,
-        forbidden=ENCODER_LAYER_FORBIDDEN if forbid else (),
-        parameter_names=("x", "mask"),
-    )
+    return ENCODER_LAYER.check(student_class, forbid=forbid)
+
+
+#: The chapter whose exercises this module checks, and their records, in the order of the chapter.
+CHAPTER = "02_transformer"
+EXERCISES = (MULTI_HEAD_ATTENTION, FEED_FORWARD, ENCODER_LAYER)
