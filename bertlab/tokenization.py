@@ -12,13 +12,15 @@ Text becomes token ids in three steps, as in BERT's ``tokenization.py`` (Devlin 
 ``BertTokenizer`` matches Hugging Face ``transformers.BertTokenizer`` (transformers 5, where
 ``BertTokenizerFast`` is the same class, backed by the ``tokenizers`` library) token for token, and
 in its pair truncation and decoding too; tests/test_tokenization.py checks this over real text.
-``train_wordpiece_vocab`` learns a vocabulary with the ``tokenizers`` library.
+``train_wordpiece_vocab`` learns a vocabulary with the ``tokenizers`` library. ``bpe_merges`` learns
+byte-pair encoding's merges in plain Python (Sennrich et al., 2016), and ``apply_bpe`` applies them.
 """
 
 import os
 import re
 import unicodedata
-from collections.abc import Container, Iterable, Sequence
+from collections import Counter
+from collections.abc import Container, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -561,3 +563,69 @@ def train_wordpiece_vocab(
     tokenizer.train_from_iterator(texts, trainer)
     vocab = tokenizer.get_vocab()
     return sorted(vocab, key=vocab.get)
+
+
+def _pair_counts(words: Mapping[tuple[str, ...], int]) -> Counter:
+    """count(a, b) = sum over the words w of c_w times the number of adjacent pairs (a, b) in w."""
+    counts = Counter()
+    for symbols, count in words.items():
+        for pair in zip(symbols, symbols[1:]):
+            counts[pair] += count
+    return counts
+
+
+def _merge_pair(symbols: tuple[str, ...], pair: tuple[str, str]) -> tuple[str, ...]:
+    """``symbols`` with every occurrence of ``pair``, left to right and without overlap, made one symbol."""
+    merged, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+            merged.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            merged.append(symbols[i])
+            i += 1
+    return tuple(merged)
+
+
+def bpe_merges(word_counts: Mapping[str, int], num_merges: int) -> list[tuple[str, str]]:
+    """Byte-pair encoding's merges learned from word counts (Sennrich et al., 2016, algorithm 1).
+
+    Every word starts as its characters (no end-of-word marker, as in the ``tokenizers`` library's
+    default). Each step counts the adjacent pairs of symbols over all the words, an occurrence in
+    word w weighing its count c_w,
+
+        count(a, b) = sum_w c_w * #{i : (s_i, s_{i+1}) = (a, b) in w},
+
+    takes the most frequent pair (on a tie, the smallest pair in string order), and replaces its
+    occurrences in every word, left to right without overlap ("aaa" -> "aa" "a"), by the symbol a + b.
+
+    Args:
+        word_counts: word -> number of occurrences (a positive int); empty words are ignored.
+        num_merges: the number of merges to learn; fewer are returned when no word has two symbols left.
+
+    Returns:
+        The merges (a, b), in the order learned.
+    """
+    if isinstance(num_merges, bool) or not isinstance(num_merges, int) or num_merges < 0:
+        raise ValueError(f"num_merges must be a non-negative int, got {num_merges!r}")
+    for word, count in word_counts.items():
+        if not isinstance(word, str) or isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"word_counts must map words (str) to positive counts (int), got {word!r}: {count!r}")
+    words = {tuple(word): count for word, count in word_counts.items() if word}
+    merges = []
+    for _ in range(num_merges):
+        counts = _pair_counts(words)
+        if not counts:
+            break
+        best = min(counts, key=lambda pair: (-counts[pair], pair))
+        merges.append(best)
+        words = {_merge_pair(symbols, best): count for symbols, count in words.items()}
+    return merges
+
+
+def apply_bpe(word: str, merges: Sequence[tuple[str, str]]) -> list[str]:
+    """The symbols of ``word`` after applying ``merges`` in the order they were learned."""
+    symbols = tuple(word)
+    for pair in merges:
+        symbols = _merge_pair(symbols, pair)
+    return list(symbols)

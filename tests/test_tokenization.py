@@ -5,11 +5,16 @@ library; ``BertTokenizerLegacy`` is its earlier pure-Python port of BERT's ``tok
 built from the same ``vocab.txt`` as ours; nothing is downloaded.
 """
 
+import collections
+import json
 import random
+import re
 
 import pytest
 import torch
 import transformers
+from tokenizers import Tokenizer, pre_tokenizers, trainers
+from tokenizers.models import BPE
 
 from bertlab.data import load_sentiment, pretraining_corpus, synthetic_sentiment
 from bertlab.tokenization import (
@@ -17,6 +22,8 @@ from bertlab.tokenization import (
     BasicTokenizer,
     BertTokenizer,
     WordPieceTokenizer,
+    apply_bpe,
+    bpe_merges,
     train_wordpiece_vocab,
     truncate_longest_first,
 )
@@ -371,3 +378,75 @@ def test_train_wordpiece_vocab_min_frequency_and_errors():
         train_wordpiece_vocab(texts, vocab_size=5)
     with pytest.raises(TypeError, match="not one string"):
         train_wordpiece_vocab("a single string", vocab_size=100)
+
+
+# --------------------------------------------------------------------------------------------------
+# Byte-pair encoding: bpe_merges against the tokenizers library's BpeTrainer
+# --------------------------------------------------------------------------------------------------
+
+
+def hugging_face_bpe_merges(word_counts: dict[str, int], num_merges: int) -> list[tuple[str, str]]:
+    """The merges the ``tokenizers`` library's BpeTrainer learns from the same word counts."""
+    alphabet = {char for word in word_counts for char in word}
+    tokenizer = Tokenizer(BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.BpeTrainer(vocab_size=len(alphabet) + num_merges, min_frequency=0, special_tokens=[],
+                                  show_progress=False)
+    tokenizer.train_from_iterator([" ".join([word] * count) for word, count in word_counts.items()], trainer)
+    return [tuple(merge) for merge in json.loads(tokenizer.to_str())["model"]["merges"]]
+
+
+def merges_before_the_first_tie(word_counts: dict[str, int], merges: list[tuple[str, str]]) -> int:
+    """How many of ``merges`` (learned from ``word_counts``) were chosen without a tie for the most frequent
+    pair: where two pairs tie, the two implementations may choose differently. Counted here by splitting
+    the words' strings, independently of bpe_merges."""
+    words = {word: count for word, count in word_counts.items()}
+    symbols = {word: list(word) for word in words}
+    for step, pair in enumerate(merges):
+        counts = collections.Counter()
+        for word, count in words.items():
+            for adjacent in zip(symbols[word], symbols[word][1:]):
+                counts[adjacent] += count
+        top = counts.most_common(2)
+        if len(top) == 2 and top[0][1] == top[1][1]:
+            return step
+        for word in words:
+            merged, rest = [], symbols[word]
+            while rest:
+                if len(rest) > 1 and (rest[0], rest[1]) == pair:
+                    merged.append(rest[0] + rest[1])
+                    rest = rest[2:]
+                else:
+                    merged.append(rest[0])
+                    rest = rest[1:]
+            symbols[word] = merged
+    return len(merges)
+
+
+def test_bpe_merges_match_the_tokenizers_library_on_pydoc_words():
+    words = collections.Counter(word for document in pretraining_corpus() for sentence in document
+                                for word in BasicTokenizer().tokenize(sentence))
+    untied = merges_before_the_first_tie(dict(words), bpe_merges(dict(words), 300))
+    assert untied >= 50, "too few merges without a tie to compare"
+    assert bpe_merges(dict(words), untied) == hugging_face_bpe_merges(dict(words), untied)
+
+
+def test_bpe_merges_by_hand():
+    word_counts = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+    merges = bpe_merges(word_counts, 5)
+    # e-s occurs in newest (6) and widest (3): 9, the most; then es-t 9; l-o 7; lo-w 7; e-w 6 (in newest)
+    assert merges == [("e", "s"), ("es", "t"), ("l", "o"), ("lo", "w"), ("e", "w")]
+    assert apply_bpe("lowest", merges) == ["low", "est"] and apply_bpe("xyz", merges) == ["x", "y", "z"]
+    # the tie between (n, ew) and (ew, est), 6 each, goes to the smaller pair in string order
+    assert bpe_merges(word_counts, 6)[-1] == ("ew", "est")
+    assert bpe_merges({"aaa": 1}, 5) == [("a", "a"), ("aa", "a")]  # left to right, no overlap: aa a, then aaa
+    assert bpe_merges({"ab": 2, "": 3}, 10) == [("a", "b")]  # stops when no word has two symbols
+
+
+@pytest.mark.parametrize("word_counts, num_merges, problem", [
+    ({"a": 0}, 1, "positive counts"), ({"a": 1.5}, 1, "positive counts"), ({1: 2}, 1, "words (str)"),
+    ({"ab": 1}, -1, "non-negative int"), ({"ab": 1}, 2.0, "non-negative int"),
+])
+def test_bpe_merges_names_bad_input(word_counts, num_merges, problem):
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        bpe_merges(word_counts, num_merges)
