@@ -8,6 +8,7 @@ yourself", however it was captured. The embedding check also runs once through t
 where the student's class lives in another process.
 """
 
+import collections
 import math
 import re
 from pathlib import Path
@@ -26,9 +27,10 @@ from bertlab.tokenization import wordpiece_tokenize as captured_wordpiece
 from checks_helpers import MutationTests, run_in_grader, run_solution_cells, solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "06_bert" / "06_bert.ipynb"
-EXERCISES = ["wordpiece_tokenize", "encode", "BertEmbeddings", "count_parameters"]
+EXERCISES = ["wordpiece_tokenize", "bpe_merges", "encode", "BertEmbeddings", "count_parameters"]
 REFERENCES = {
     "wordpiece_tokenize": bertlab.tokenization.wordpiece_tokenize,
+    "bpe_merges": bertlab.tokenization.bpe_merges,
     "encode": bertlab.tokenization.encode,
     "BertEmbeddings": bertlab.bert.BertEmbeddings,
     "count_parameters": bertlab.bert.count_parameters,
@@ -524,7 +526,105 @@ def count_as_float(config, pooler=True):
     return (V + positions + T) * H + 2 * H + L * layer + (H * H + H if pooler else 0)
 
 
+
+# --------------------------------------------------------------------------------------------------
+# bpe_merges: wrong implementations as students write them
+# --------------------------------------------------------------------------------------------------
+
+
+def _symbols_pairs(words):
+    return [(pair, count) for symbols, count in words.items() for pair in zip(symbols, symbols[1:])]
+
+
+def bpe_counting_word_types(word_counts, num_merges):
+    words, merges = {tuple(w): c for w, c in word_counts.items() if w}, []
+    for _ in range(num_merges):
+        counts = collections.Counter(pair for pair, _ in _symbols_pairs(words))  # forgot the counts
+        if not counts:
+            break
+        best = min(counts, key=lambda pair: (-counts[pair], pair))
+        merges.append(best)
+        words = {_merge(s, best): c for s, c in words.items()}
+    return merges
+
+
+def _merge(symbols, pair):
+    out, i = [], 0
+    while i < len(symbols):
+        if tuple(symbols[i:i + 2]) == pair:
+            out.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+def bpe_most_common_on_ties(word_counts, num_merges):
+    words, merges = {tuple(w): c for w, c in word_counts.items() if w}, []
+    for _ in range(num_merges):
+        counts = collections.Counter()
+        for pair, count in _symbols_pairs(words):
+            counts[pair] += count
+        if not counts:
+            break
+        best = counts.most_common(1)[0][0]  # on a tie, the pair counted first
+        merges.append(best)
+        words = {_merge(s, best): c for s, c in words.items()}
+    return merges
+
+
+def bpe_replacing_text(word_counts, num_merges):
+    words, merges = {" ".join(w): c for w, c in word_counts.items() if w}, []
+    for _ in range(num_merges):
+        counts = collections.Counter()
+        for word, count in words.items():
+            symbols = word.split()
+            for pair in zip(symbols, symbols[1:]):
+                counts[pair] += count
+        if not counts:
+            break
+        best = min(counts, key=lambda pair: (-counts[pair], pair))
+        merges.append(best)
+        words = {word.replace(" ".join(best), "".join(best)): c for word, c in words.items()}  # matches inside symbols
+    return merges
+
+
+def bpe_without_stopping(word_counts, num_merges):
+    words, merges = {tuple(w): c for w, c in word_counts.items() if w}, []
+    for _ in range(num_merges):
+        counts = collections.Counter()
+        for pair, count in _symbols_pairs(words):
+            counts[pair] += count
+        best = min(counts, key=lambda pair: (-counts[pair], pair))  # fails once every word is one symbol
+        merges.append(best)
+        words = {_merge(s, best): c for s, c in words.items()}
+    return merges
+
+
+def bpe_sorting_the_tied_pairs(word_counts, num_merges):
+    """A correct one: the most frequent pairs sorted, the first taken; words merged as lists."""
+    words, merges = {tuple(w): c for w, c in word_counts.items() if w}, []
+    for _ in range(num_merges):
+        counts = collections.Counter()
+        for pair, count in _symbols_pairs(words):
+            counts[pair] += count
+        if not counts:
+            break
+        top = max(counts.values())
+        best = sorted(pair for pair, count in counts.items() if count == top)[0]
+        merges.append(best)
+        words = {_merge(list(s), best): c for s, c in words.items()}
+    return merges
+
+
 MUTANTS = {
+    "bpe_merges": [
+        (bpe_counting_word_types, "weigh every pair by the count of its word"),
+        (bpe_most_common_on_ties, "not the first one counted"),
+        (bpe_replacing_text, "merge whole symbols"),
+        (bpe_without_stopping, "stop when no word has two symbols left"),
+    ],
     "wordpiece_tokenize": [
         (wordpiece_shortest_first, "take the LONGEST piece"),
         (wordpiece_prefix_everywhere, "only continuations carry '##'"),
@@ -608,6 +708,7 @@ def count_by_parts(config, pooler=True):
 
 ALTERNATIVES = {
     "wordpiece_tokenize": [wordpiece_with_slices],
+    "bpe_merges": [bpe_sorting_the_tied_pairs],
     "encode": [bertlab_free_encode],
     "BertEmbeddings": [Embeddings, EmbeddingsWithPersistentBuffer],
     "count_parameters": [count_by_parts],

@@ -290,6 +290,168 @@ def check_wordpiece_tokenize(student_fn, *, forbid: bool = True) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# bpe_merges
+# --------------------------------------------------------------------------------------------------
+
+BPE_MERGES_FORBIDDEN = (
+    tokenization_reference.bpe_merges,
+    tokenization_reference.apply_bpe,
+    tokenizers.Tokenizer.train,
+    tokenizers.Tokenizer.train_from_iterator,
+)
+
+
+def _random_word(g: torch.Generator, letters: str, low: int, high: int) -> str:
+    return "".join(random_choice(g, letters) for _ in range(random_integer(g, low, high)))
+
+
+def bpe_merges_cases() -> list[Case]:
+    """Sennrich et al.'s toy words with drawn counts; a tie; a run of one letter (no overlap); a frequent
+    short word against many rarer ones (the counts weigh); a pair twice in one word; a pair whose letters
+    end a longer symbol (merge whole symbols); an empty word and more merges than pairs (stop); no merge;
+    random corpora. The counts, the numbers of merges and the letters are drawn."""
+    g = generator_for("bpe_merges")
+    count = partial(random_integer, g)
+
+    def letters(number: int) -> list[str]:
+        """``number`` different letters, drawn."""
+        drawn = []
+        while len(drawn) < number:
+            letter = random_choice(g, "abcdefghijklmnopqrstuvwxyz")
+            drawn += [letter] if letter not in drawn else []
+        return drawn
+
+    toy = {"low": count(4, 40), "lower": count(1, 3), "newest": count(41, 60), "widest": count(2, 30)}
+    a, b, c, d, e, f = letters(6)
+    same = count(2, 99)
+    run = random_choice(g, "abcdxyz") * count(4, 6)
+    frequent, rare = "".join(letters(2)), ["".join(letters(count(3, 4))) for _ in range(4)]
+    x, y, z, w = letters(4)
+    twice = count(20, 40)
+    p, q, r = letters(3)
+    cases = [
+        Case("Sennrich et al.'s words low, lower, newest, widest", (toy, count(5, 8))),
+        Case("three words with the same count: the first merge is a tie", ({a + b: same, c + d: same, e + f: same}, 2)),
+        Case(f"one word {run!r}: a run of one letter", ({run: count(1, 99)}, 3)),
+        Case("a frequent short word and rarer longer ones: the counts weigh",
+             ({frequent: count(40, 99), **{word: count(2, 9) for word in rare}}, 3)),
+        Case("a pair that occurs twice in one word, more often than another word's pair",
+             ({x + y + x + y: twice, z + w: count(twice + 1, 2 * twice - 1)}, 2)),
+        Case("a pair whose letters also end a longer symbol: (a, b) after xa is made",
+             ({p + q: count(50, 99), p + q + r: count(1, 20), q + r: count(21, 49)}, 3)),
+        Case("an empty word, and more merges than pairs", ({"": count(1, 99), "".join(letters(3)): count(1, 99)}, count(5, 9))),
+        Case("num_merges=0", ({"".join(letters(count(2, 5))): count(1, 99)}, 0)),
+    ]
+    for number in range(3):
+        words = {_random_word(g, "abcde", 1, 6): count(1, 9) for _ in range(count(4, 8))}
+        cases.append(Case(f"random words over 'abcde' ({number + 1})", (words, count(5, 12))))
+    return cases
+
+
+def _pair_counts_variant(words, *, weighted=True, once_per_word=False):
+    counts = {}
+    for symbols, count in words.items():
+        pairs = list(zip(symbols, symbols[1:]))
+        for pair in dict.fromkeys(pairs) if once_per_word else pairs:
+            counts[pair] = counts.get(pair, 0) + (count if weighted else 1)
+    return counts
+
+
+def _merge_variant(symbols, pair, *, overlapping=False, as_text=False):
+    if as_text:  # the symbols joined by spaces and the text "a b" replaced: it also matches inside longer symbols
+        return tuple(" ".join(symbols).replace(f"{pair[0]} {pair[1]}", pair[0] + pair[1]).split(" "))
+    merged, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+            merged.append(symbols[i] + symbols[i + 1])
+            if overlapping and i + 2 < len(symbols) and symbols[i + 2] == pair[1]:
+                i += 1  # the second symbol is used again by the next occurrence
+            else:
+                i += 2
+        else:
+            merged.append(symbols[i])
+            i += 1
+    return tuple(merged)
+
+
+def _bpe_variant(*, weighted=True, once_per_word=False, tie="smallest", overlapping=False, as_text=False,
+                 recount=True, stop=True):
+    """A wrong bpe_merges: one of the typical mistakes, chosen by the arguments."""
+
+    def bpe_merges(word_counts, num_merges):
+        words = {tuple(word): count for word, count in word_counts.items() if word}
+        merges = []
+        first_counts = _pair_counts_variant(words, weighted=weighted, once_per_word=once_per_word)
+        ranked = sorted(first_counts, key=lambda pair: (-first_counts[pair], pair))
+        for step in range(num_merges):
+            if not recount:  # the pairs of the words as they were at the start, in order of their counts
+                if step == len(ranked):
+                    break
+                best = ranked[step]
+            else:
+                counts = _pair_counts_variant(words, weighted=weighted, once_per_word=once_per_word)
+                if not counts and stop:
+                    break
+                best = {"smallest": lambda: min(counts, key=lambda pair: (-counts[pair], pair)),
+                        "largest": lambda: max(counts, key=lambda pair: (counts[pair], pair)),
+                        "first": lambda: max(counts, key=counts.get)}[tie]()
+            merges.append(best)
+            words = {_merge_variant(symbols, best, overlapping=overlapping, as_text=as_text): count
+                     for symbols, count in words.items()}
+        return merges
+
+    return bpe_merges
+
+
+def _validate_merges(output) -> str | None:
+    if not isinstance(output, list) or not all(
+            isinstance(merge, tuple) and len(merge) == 2 and all(isinstance(symbol, str) for symbol in merge)
+            for merge in output):
+        return f"output: you returned {output!r}; return a list of pairs (a, b), tuples of two strings."
+    return None
+
+
+BPE_MERGES_MISTAKES = (
+    Mistake(_bpe_variant(weighted=False),
+            "weigh every pair by the count of its word: count(a, b) adds c_w for each occurrence in word w, "
+            "not 1 per word."),
+    Mistake(_bpe_variant(once_per_word=True),
+            "count every occurrence of a pair in a word: (a, b) twice in a word of count c_w adds 2 c_w."),
+    Mistake(_bpe_variant(tie="largest"),
+            "on a tie take the SMALLEST pair in string order, min(counts, key=lambda pair: (-counts[pair], pair)), "
+            "not the largest."),
+    Mistake(_bpe_variant(tie="first"),
+            "on a tie take the smallest pair in string order, min(counts, key=lambda pair: (-counts[pair], pair)), "
+            "not the first one counted."),
+    Mistake(_bpe_variant(overlapping=True),
+            "occurrences of a pair do not overlap: merge left to right and continue after the merged pair, so "
+            "'a a a' becomes 'aa a'."),
+    Mistake(_bpe_variant(as_text=True),
+            "merge whole symbols: replacing the text 'a b' in the symbols joined by spaces also matches the end "
+            "of a longer symbol ('xa b'). Compare the symbols pair by pair."),
+    Mistake(_bpe_variant(recount=False),
+            "count the pairs again after every merge: a merge changes the symbols of the words, and so their pairs."),
+    Mistake(_bpe_variant(stop=False),
+            "stop when no word has two symbols left: there is no pair to merge (return the merges learned so far)."),
+)
+
+
+BPE_MERGES = Exercise("bpe_merges", tokenization_reference.bpe_merges, bpe_merges_cases,
+                      mistakes=BPE_MERGES_MISTAKES, forbidden=BPE_MERGES_FORBIDDEN, validate=_validate_merges)
+
+
+def check_bpe_merges(student_fn, *, forbid: bool = True) -> str:
+    """Compare ``bpe_merges(word_counts, num_merges)`` with :func:`bertlab.tokenization.bpe_merges`.
+
+    Cases: Sennrich et al.'s toy words, a tie, a run of one letter, a frequent word against rarer ones, a
+    pair twice in a word, a pair whose letters end a longer symbol, an empty word and more merges than
+    pairs, no merge, random corpora; counts and numbers of merges are drawn. Exact comparison (a list of pairs).
+    Forbidden: the reference, ``apply_bpe``, and the ``tokenizers`` library's training.
+    """
+    return BPE_MERGES.check(student_fn, forbid=forbid)
+
+
+# --------------------------------------------------------------------------------------------------
 # encode
 # --------------------------------------------------------------------------------------------------
 
@@ -887,4 +1049,4 @@ def check_count_parameters(student_fn, *, forbid: bool = True) -> str:
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "06_bert"
-EXERCISES = (WORDPIECE_TOKENIZE, ENCODE, BERT_EMBEDDINGS, COUNT_PARAMETERS)
+EXERCISES = (WORDPIECE_TOKENIZE, BPE_MERGES, ENCODE, BERT_EMBEDDINGS, COUNT_PARAMETERS)
