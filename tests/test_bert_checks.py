@@ -532,20 +532,13 @@ def count_as_float(config, pooler=True):
 # --------------------------------------------------------------------------------------------------
 
 
-def _symbols_pairs(words):
-    return [(pair, count) for symbols, count in words.items() for pair in zip(symbols, symbols[1:])]
-
-
-def bpe_counting_word_types(word_counts, num_merges):
-    words, merges = {tuple(w): c for w, c in word_counts.items() if w}, []
-    for _ in range(num_merges):
-        counts = collections.Counter(pair for pair, _ in _symbols_pairs(words))  # forgot the counts
-        if not counts:
-            break
-        best = min(counts, key=lambda pair: (-counts[pair], pair))
-        merges.append(best)
-        words = {_merge(s, best): c for s, c in words.items()}
-    return merges
+def _pair_counts(words, weighted=True):
+    """Adjacent pairs of symbols over the words, each occurrence weighing its word's count (or 1)."""
+    counts = collections.Counter()
+    for symbols, count in words.items():
+        for pair in zip(symbols, symbols[1:]):
+            counts[pair] += count if weighted else 1
+    return counts
 
 
 def _merge(symbols, pair):
@@ -560,61 +553,50 @@ def _merge(symbols, pair):
     return tuple(out)
 
 
-def bpe_most_common_on_ties(word_counts, num_merges):
+def _learn(word_counts, num_merges, choose, weighted=True, stop=True):
+    """BPE's loop with the student's way of choosing the pair (``choose(counts)``)."""
     words, merges = {tuple(w): c for w, c in word_counts.items() if w}, []
     for _ in range(num_merges):
-        counts = collections.Counter()
-        for pair, count in _symbols_pairs(words):
-            counts[pair] += count
-        if not counts:
+        counts = _pair_counts(words, weighted)
+        if not counts and stop:
             break
-        best = counts.most_common(1)[0][0]  # on a tie, the pair counted first
+        best = choose(counts)
         merges.append(best)
         words = {_merge(s, best): c for s, c in words.items()}
     return merges
+
+
+def _smallest_of_the_most_frequent(counts):
+    return min(counts, key=lambda pair: (-counts[pair], pair))
+
+
+def bpe_counting_word_types(word_counts, num_merges):
+    return _learn(word_counts, num_merges, _smallest_of_the_most_frequent, weighted=False)  # forgot the counts
+
+
+def bpe_most_common_on_ties(word_counts, num_merges):
+    return _learn(word_counts, num_merges, lambda counts: counts.most_common(1)[0][0])  # on a tie, the first counted
+
+
+def bpe_without_stopping(word_counts, num_merges):
+    return _learn(word_counts, num_merges, _smallest_of_the_most_frequent, stop=False)  # min() of nothing fails
+
+
+def bpe_sorting_the_tied_pairs(word_counts, num_merges):
+    """A correct one: the most frequent pairs sorted, the first taken."""
+    return _learn(word_counts, num_merges, lambda counts: sorted(
+        pair for pair, count in counts.items() if count == max(counts.values()))[0])
 
 
 def bpe_replacing_text(word_counts, num_merges):
     words, merges = {" ".join(w): c for w, c in word_counts.items() if w}, []
     for _ in range(num_merges):
-        counts = collections.Counter()
-        for word, count in words.items():
-            symbols = word.split()
-            for pair in zip(symbols, symbols[1:]):
-                counts[pair] += count
+        counts = _pair_counts({tuple(word.split()): count for word, count in words.items()})
         if not counts:
             break
-        best = min(counts, key=lambda pair: (-counts[pair], pair))
+        best = _smallest_of_the_most_frequent(counts)
         merges.append(best)
         words = {word.replace(" ".join(best), "".join(best)): c for word, c in words.items()}  # matches inside symbols
-    return merges
-
-
-def bpe_without_stopping(word_counts, num_merges):
-    words, merges = {tuple(w): c for w, c in word_counts.items() if w}, []
-    for _ in range(num_merges):
-        counts = collections.Counter()
-        for pair, count in _symbols_pairs(words):
-            counts[pair] += count
-        best = min(counts, key=lambda pair: (-counts[pair], pair))  # fails once every word is one symbol
-        merges.append(best)
-        words = {_merge(s, best): c for s, c in words.items()}
-    return merges
-
-
-def bpe_sorting_the_tied_pairs(word_counts, num_merges):
-    """A correct one: the most frequent pairs sorted, the first taken; words merged as lists."""
-    words, merges = {tuple(w): c for w, c in word_counts.items() if w}, []
-    for _ in range(num_merges):
-        counts = collections.Counter()
-        for pair, count in _symbols_pairs(words):
-            counts[pair] += count
-        if not counts:
-            break
-        top = max(counts.values())
-        best = sorted(pair for pair, count in counts.items() if count == top)[0]
-        merges.append(best)
-        words = {_merge(list(s), best): c for s, c in words.items()}
     return merges
 
 
