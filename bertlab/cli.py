@@ -34,7 +34,7 @@ from bertlab.distillation import compare_models, distill, init_student_from_teac
 from bertlab.finetuning import encoder_layers, evaluate, finetune, format_record, freeze_layers
 from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, pretrain
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
-from bertlab.utils import resolve_device, seed_everything
+from bertlab.utils import PRECISIONS, resolve_device, seed_everything
 
 RESULTS_FILE = "results.json"
 COMPARISON_FILE = "comparison.md"
@@ -243,7 +243,8 @@ def run_pretrain(args: argparse.Namespace) -> int:
         grad_accum_steps=args.grad_accum_steps, masking=args.masking, nsp=not args.no_nsp,
         mlm_probability=args.mlm_probability, static_mask_copies=args.static_mask_copies, device=args.device,
         seed=args.seed, log_every=args.log_every, checkpoint_every=args.checkpoint_every,
-        resume=not args.no_resume, progress=not args.no_progress,
+        resume=not args.no_resume, progress=not args.no_progress, precision=args.precision,
+        compile_model=args.compile,
     )
     logged = [record for record in history if record["mlm_loss"] is not None]  # None: no token was predicted
     if logged:
@@ -287,6 +288,10 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--weight-decay", type=non_negative_float, default=0.01, help="AdamW weight decay (default: 0.01)")
     parser.add_argument("--grad-accum-steps", type=positive_int, default=1, metavar="N",
                         help="micro-batches per optimizer step (default: 1)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
+                        help="the forward pass's precision: auto is bf16 or fp16 on CUDA and float32 on the CPU; "
+                        "bfloat16 also runs on a CPU (benchmarks/cpu_precision.py measures it) (default: auto)")
+    parser.add_argument("--compile", action="store_true", help="run the model through torch.compile")
     parser.add_argument("--vocab-size", type=positive_int, default=4096,
                         help="size of the WordPiece vocabulary learned from the corpus (default: 4096)")
     parser.add_argument("--vocab", type=Path, metavar="FILE", help="use this vocab.txt instead of learning one")

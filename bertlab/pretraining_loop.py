@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from bertlab.optimization import get_linear_schedule, weight_decay_groups
 from bertlab.pretraining_data import IGNORE_INDEX, PretrainingDataset
-from bertlab.utils import autocast, grad_scaler, resolve_device, seed_everything
+from bertlab.utils import autocast, check_precision, grad_scaler, resolve_device, seed_everything
 
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.jsonl"
@@ -350,6 +350,8 @@ def pretrain(
     stop_at_step: int | None = None,
     resume: bool = True,
     progress: bool = True,
+    precision: str = "auto",
+    compile_model: bool = False,
 ) -> list[dict]:
     """Pretrain a ``BertForPreTraining`` with MLM (and NSP), on one device or under ``torchrun``.
 
@@ -404,12 +406,18 @@ def pretrain(
             an uninterrupted run); None to train to max_steps.
         resume: continue from output_dir's checkpoint when there is one.
         progress: show a tqdm progress bar.
+        precision: the forward pass's precision (``bertlab.utils.autocast_dtype``): "auto" (bf16 or fp16
+            on CUDA, float32 on the CPU), or "float32", "bfloat16", "float16" explicitly. A speed choice,
+            not a setting of the run: a run may resume in another precision.
+        compile_model: run the forward and backward passes through ``torch.compile`` (the first steps
+            are slower while it compiles; the weights and the checkpoints are the model's own).
 
     Returns:
         The metrics history, a list of the dicts written to ``metrics.jsonl`` (the same on every process).
     """
     _check_positive(max_steps=max_steps, batch_size=batch_size, seq_len=seq_len, grad_accum_steps=grad_accum_steps,
                     log_every=log_every, checkpoint_every=checkpoint_every)
+    check_precision(precision)
     warmup_steps = max_steps // 10 if warmup_steps is None else warmup_steps
     end_step = max_steps if stop_at_step is None else stop_at_step
     if not 1 <= end_step <= max_steps:
@@ -429,14 +437,16 @@ def pretrain(
     process = _setup_process(device)
     try:
         return _train(model, tokenizer, documents, Path(output_dir), settings, process, end_step=end_step,
-                      log_every=log_every, checkpoint_every=checkpoint_every, resume=resume, progress=progress)
+                      log_every=log_every, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
+                      precision=precision, compile_model=compile_model)
     finally:
         if process.started_group:
             dist.destroy_process_group()
 
 
 def _train(model, tokenizer, documents, output_dir: Path, settings: dict, process: _Process, *, end_step: int,
-           log_every: int, checkpoint_every: int, resume: bool, progress: bool) -> list[dict]:
+           log_every: int, checkpoint_every: int, resume: bool, progress: bool, precision: str,
+           compile_model: bool) -> list[dict]:
     settings = {**settings, "world_size": process.world_size}
     seed, batch_size, accumulation = settings["seed"], settings["batch_size"], settings["grad_accum_steps"]
     seed_everything(seed + process.rank)  # dropout differs between processes
@@ -453,7 +463,7 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
     optimizer = torch.optim.AdamW(weight_decay_groups(model, settings["weight_decay"]), lr=settings["lr"],
                                   betas=(0.9, 0.999), eps=1e-6)
     scheduler = get_linear_schedule(optimizer, settings["warmup_steps"], settings["max_steps"])
-    scaler = grad_scaler(process.device)  # enabled for float16 autocast only
+    scaler = grad_scaler(process.device, precision)  # enabled for float16 autocast only
 
     output_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_path, metrics_path = output_dir / CHECKPOINT_FILE, output_dir / METRICS_FILE
@@ -475,6 +485,7 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
         network = DistributedDataParallel(network, device_ids=[process.device.index] if process.device.type == "cuda"
                                           else None, find_unused_parameters=not settings["nsp"])
     network.train()
+    forward = torch.compile(network) if compile_model else network
     batches = _micro_batches(dataset, sampler, batch_size, start=step * accumulation, seed=seed, rank=process.rank)
     window = _MetricsWindow(process.device)
     bar = tqdm(total=end_step, initial=step, desc="pretraining", unit="step",
@@ -484,8 +495,8 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
             batch = {name: tensor.to(process.device, non_blocking=True) for name, tensor in next(batches).items()}
             synchronize = micro_step == accumulation - 1 or process.world_size == 1
             with contextlib.nullcontext() if synchronize else network.no_sync():
-                with autocast(process.device):
-                    output = _without_empty_mlm_loss(network(**batch, predict_labelled_only=True), batch)
+                with autocast(process.device, precision=precision):
+                    output = _without_empty_mlm_loss(forward(**batch, predict_labelled_only=True), batch)
                 scaler.scale(output.loss / accumulation).backward()
             window.update(output, batch)
         if settings["max_grad_norm"] is not None:

@@ -48,23 +48,40 @@ def without_autocast(device: torch.device):
     return contextlib.nullcontext()  # devices without autocast (meta, ...)
 
 
-def autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The precision of the forward pass on ``device``: None (float32) off CUDA; on CUDA, bfloat16
-    where the GPU computes it natively (compute capability 8.0 and newer: A100, H100, RTX 30xx and
-    later), else float16 (T4, V100, where bfloat16 is emulated and slow)."""
+#: The precisions a training run may ask for: "auto" (the device's default below), or one explicitly.
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")
+
+
+def check_precision(precision: str) -> None:
+    """Raise a ValueError naming the choices unless ``precision`` is one of :data:`PRECISIONS`."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+
+
+def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype | None:
+    """The precision of the forward pass on ``device``: None for float32.
+
+    ``"auto"``: float32 off CUDA; on CUDA, bfloat16 where the GPU computes it natively (compute
+    capability 8.0 and newer: A100, H100, RTX 30xx and later), else float16 (T4, V100, where bfloat16 is
+    emulated and slow). ``"float32"``, ``"bfloat16"`` or ``"float16"`` ask for one explicitly (bfloat16
+    autocast also runs on a CPU; ``benchmarks/cpu_precision.py`` measures what it gains there).
+    """
+    check_precision(precision)
+    if precision != "auto":
+        return {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[precision]
     if device.type != "cuda":
         return None
     return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
 
 
-def autocast(device: torch.device, enabled: bool = True):
-    """Mixed-precision autocast in ``autocast_dtype(device)`` (when ``enabled``); a no-op context
-    where that is float32 (the CPU)."""
-    dtype = autocast_dtype(device) if enabled else None
+def autocast(device: torch.device, enabled: bool = True, precision: str = "auto"):
+    """Mixed-precision autocast in ``autocast_dtype(device, precision)`` (when ``enabled``); a no-op
+    context where that is float32 (the CPU, by default)."""
+    dtype = autocast_dtype(device, precision) if enabled else None
     return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
-def grad_scaler(device: torch.device) -> torch.amp.GradScaler:
+def grad_scaler(device: torch.device, precision: str = "auto") -> torch.amp.GradScaler:
     """A gradient scaler, enabled exactly where ``autocast`` computes in float16.
 
     float16 has a small range: gradients below about 6e-8 underflow to zero. The scaler multiplies the
@@ -72,7 +89,7 @@ def grad_scaler(device: torch.device) -> torch.amp.GradScaler:
     steps whose gradients overflowed and lowering S then (Micikevicius et al., 2018). bfloat16 has
     float32's range and needs none; disabled, the scaler passes everything through unchanged.
     """
-    return torch.amp.GradScaler(device.type, enabled=autocast_dtype(device) == torch.float16)
+    return torch.amp.GradScaler(device.type, enabled=autocast_dtype(device, precision) == torch.float16)
 
 
 class RecordedResultsUnavailable(Exception):

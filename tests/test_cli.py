@@ -117,6 +117,18 @@ def test_pretrain_writes_the_model_metrics_and_plot_with_the_given_settings(pipe
     assert [record["step"] for record in load_metrics(folder / "metrics.jsonl")] == [2, 4]
 
 
+def test_pretrain_passes_the_precision_and_compile_choices(tmp_path, monkeypatch, capsys):
+    seen = {}
+    monkeypatch.setattr(cli, "pretrain", lambda *args, **kwargs: seen.update(kwargs) or [])
+    assert main([*PRETRAIN, "--precision", "bfloat16", "--compile", "--output", str(tmp_path / "run")]) == 0
+    assert (seen["precision"], seen["compile_model"]) == ("bfloat16", True)
+    assert main([*PRETRAIN, "--output", str(tmp_path / "default")]) == 0
+    assert (seen["precision"], seen["compile_model"]) == ("auto", False)
+    capsys.readouterr()
+    assert main([*PRETRAIN, "--precision", "bf16", "--output", str(tmp_path / "bad")]) == 2
+    assert "invalid choice: 'bf16'" in capsys.readouterr().err
+
+
 def test_pretrain_without_masked_tokens_reports_no_mlm_loss_and_finishes(capsys, tmp_path):
     status, out, err = run(capsys, *PRETRAIN, "--mlm-probability", "0", "--output", tmp_path / "run")
     assert status == 0, err

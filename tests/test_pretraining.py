@@ -483,6 +483,34 @@ def test_pretrain_rejects_bad_arguments(tokenizer, corpus, tmp_path):
         plot_metrics(tmp_path / "missing.jsonl", tmp_path / "plot.png")
 
 
+@pytest.mark.parametrize("precision, compile_model", [
+    ("bfloat16", False), pytest.param("float32", True, marks=pytest.mark.slow), ("auto", False)])
+def test_pretrain_in_another_precision_or_compiled_follows_the_float32_run(tokenizer, corpus, tmp_path, precision,
+                                                                          compile_model):
+    """The same steps from the same weights and data: the loss curve agrees with float32's to within
+    what bfloat16 rounding moves it (compiled float32 and "auto" on the CPU: to float32 rounding)."""
+    arguments = dict(max_steps=4, batch_size=4, seq_len=32, nsp=False, log_every=1, progress=False, seed=0,
+                     device="cpu")
+    def model():  # no dropout: a compiled model draws its dropout masks from another generator
+        torch.manual_seed(0)
+        return BertForPreTraining(tiny_config(tokenizer.vocab_size, dropout=0.0))
+
+    reference = pretrain(model(), tokenizer, corpus[:3], output_dir=tmp_path / "float32", precision="float32",
+                         **arguments)
+    other = pretrain(model(), tokenizer, corpus[:3], output_dir=tmp_path / "other", precision=precision,
+                     compile_model=compile_model, **arguments)
+    tolerance = 5e-2 if precision == "bfloat16" else 1e-4
+    assert [r["loss"] for r in other] == pytest.approx([r["loss"] for r in reference], abs=tolerance)
+    if precision == "bfloat16":  # autocast did compute in bfloat16: the curves are not identical
+        assert [r["loss"] for r in other] != [r["loss"] for r in reference]
+
+
+def test_pretrain_names_an_unknown_precision(tokenizer, corpus, tmp_path):
+    with pytest.raises(ValueError, match="precision must be one of auto, float32, bfloat16, float16, got 'bf16'"):
+        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, seq_len=32,
+                 device="cpu", precision="bf16")
+
+
 def test_pretrain_runs_on_device(tokenizer, corpus, tmp_path, device):
     model = tiny_model(tokenizer)
     history = pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=3, batch_size=8, seq_len=32,

@@ -58,6 +58,17 @@ def test_on_the_cpu_autocast_changes_nothing_and_the_scaler_passes_through():
     assert not scaler.is_enabled() and scaler.scale(loss) is loss
 
 
+@pytest.mark.parametrize("precision, dtype", [("float32", None), ("bfloat16", torch.bfloat16), ("float16", torch.float16)])
+def test_an_explicit_precision_is_used_on_any_device(precision, dtype):
+    assert autocast_dtype(torch.device("cpu"), precision) == dtype
+    a = torch.randn(4, 4)
+    with autocast(torch.device("cpu"), precision=precision):
+        assert (a @ a).dtype == (dtype or torch.float32)
+    assert grad_scaler(torch.device("cpu"), precision).is_enabled() == (dtype == torch.float16)
+    with pytest.raises(ValueError, match="precision must be one of auto, float32, bfloat16, float16, got 'half'"):
+        autocast_dtype(torch.device("cpu"), "half")
+
+
 @pytest.mark.parametrize("dtype, expected", [(torch.float16, torch.float32), (torch.bfloat16, torch.float32),
                                              (torch.float32, torch.float32), (torch.float64, torch.float64)])
 def test_compute_dtype(dtype, expected):
