@@ -36,7 +36,8 @@ import torch
 
 from bertlab.bert import BertConfig, BertForPreTraining
 from bertlab.data import pretraining_corpus
-from bertlab.pretraining import course_bert, pretrain
+from bertlab.pretraining import course_bert_folder, pretrain
+from bertlab.tokenization import BertTokenizer
 
 VARIANTS = (  # (name, precision, compile_model, seed)
     ("float32", "float32", False, 0),
@@ -92,7 +93,7 @@ def main() -> None:
     arguments = parser.parse_args()
     if arguments.threads:
         torch.set_num_threads(arguments.threads)
-    _, tokenizer = course_bert("cpu")
+    tokenizer = BertTokenizer(course_bert_folder() / "vocab.txt")  # the course BERT's vocabulary, not its weights
     documents = pretraining_corpus()
     started, load = datetime.now(timezone.utc), os.getloadavg()
     runs = [run(*variant, arguments.steps, arguments.log_every, tokenizer, documents) for variant in VARIANTS]
