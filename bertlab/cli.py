@@ -32,7 +32,7 @@ from bertlab.bert import PRESETS, BertConfig, BertForPreTraining, BertForSequenc
 from bertlab.data import PRETRAINING_CORPORA, SENTIMENT_DATASETS, load_sentiment, pretraining_corpus
 from bertlab.distillation import compare_models, distill, init_student_from_teacher
 from bertlab.finetuning import encoder_layers, evaluate, finetune, format_record, freeze_layers
-from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, pretrain
+from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, PackedSegments, pretrain
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
 
@@ -209,12 +209,9 @@ def settings(args: argparse.Namespace) -> dict:
 # bertlab pretrain
 
 
-def run_pretrain(args: argparse.Namespace) -> int:
-    if args.dataset_text is not None and not args.no_nsp:
-        raise UsageError("--dataset-text needs --no-nsp: a snippet is a single sentence, which has no next sentence")
-    check_file("--vocab", args.vocab)
-    resolve_device(args.device)  # a bad --device fails before the data is prepared
-    check_data_root(args)
+def text_corpus(args: argparse.Namespace) -> tuple[list[list[str]], BertTokenizer]:
+    """The documents of --corpus, --text and --dataset-text, and their tokenizer: --vocab, the vocabulary of
+    the run being resumed, or one learned from the text."""
     try:
         documents = pretraining_corpus(args.text, corpus=args.corpus, root=args.data_root)
     except FileNotFoundError as error:
@@ -232,6 +229,35 @@ def run_pretrain(args: argparse.Namespace) -> int:
     else:
         tokenizer = learn_tokenizer(sentences, args.vocab_size)
         tokenizer.save_vocabulary(args.output)  # a resumed run reads it instead of learning it again
+    return documents, tokenizer
+
+
+def packed_corpus(args: argparse.Namespace) -> tuple[PackedSegments, BertTokenizer]:
+    """--packed: the segments of a file written by ``PackedSegments.save``, and the tokenizer of their vocabulary."""
+    if not args.no_nsp:
+        raise UsageError("--packed needs --no-nsp: packed segments have no sentence pairs")
+    given = [option for option, value in [("--vocab", args.vocab), ("--text", args.text),
+                                          ("--dataset-text", args.dataset_text)] if value is not None]
+    if given:
+        raise UsageError(f"--packed holds the text and its vocabulary: drop {', '.join(given)}")
+    check_file("--packed", args.packed)
+    try:
+        packed = PackedSegments.load(args.packed)
+    except ValueError as error:
+        raise CommandLineError(f"--packed: {error}") from None
+    if packed.seq_len != args.seq_len:
+        raise UsageError(f"--packed {args.packed} holds segments for --seq-len {packed.seq_len}, not {args.seq_len}")
+    say(f"corpus: {len(packed)} packed segments, {len(packed.ids)} tokens, from {args.packed}")
+    return packed, packed.tokenizer()
+
+
+def run_pretrain(args: argparse.Namespace) -> int:
+    if args.dataset_text is not None and not args.no_nsp:
+        raise UsageError("--dataset-text needs --no-nsp: a snippet is a single sentence, which has no next sentence")
+    check_file("--vocab", args.vocab)
+    resolve_device(args.device)  # a bad --device fails before the data is prepared
+    check_data_root(args)
+    documents, tokenizer = packed_corpus(args) if args.packed is not None else text_corpus(args)
     seed_everything(args.seed)
     model = BertForPreTraining(BertConfig.preset(args.preset, vocab_size=tokenizer.vocab_size,
                                                  hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout))
@@ -304,6 +330,10 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset-text", choices=SENTIMENT_DATASETS, metavar="NAME",
                         help="also pretrain on the unlabelled training texts of a sentiment dataset "
                         f"({', '.join(SENTIMENT_DATASETS)}; needs --no-nsp: snippets are single sentences)")
+    parser.add_argument("--packed", type=Path, metavar="FILE",
+                        help="pretrain on the segments of FILE and their vocabulary, tokenized once by "
+                        "bertlab.pretraining.PackedSegments (python tools/course_bert.py pack writes the IMDB "
+                        "reviews'); in place of the corpus options, with --no-nsp")
     add_dataset_location_arguments(parser)
     parser.add_argument("--log-every", type=positive_int, default=10, metavar="STEPS", help="default: 10")
     parser.add_argument("--checkpoint-every", type=positive_int, default=200, metavar="STEPS", help="default: 200")

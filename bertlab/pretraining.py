@@ -44,6 +44,7 @@ from bertlab.pretraining_data import (
     IS_NEXT,
     MASKING_KINDS,
     NOT_NEXT,
+    PackedSegments,
     PretrainingDataset,
     make_nsp_examples,
     mask_tokens,
@@ -63,7 +64,8 @@ from bertlab.pretraining_loop import (
 __all__ = [
     # data: bertlab.pretraining_data
     "IGNORE_INDEX", "IS_NEXT", "NOT_NEXT", "MASKING_KINDS",
-    "mask_tokens", "make_nsp_examples", "pack_full_sentences", "PretrainingDataset",
+    "mask_tokens", "make_nsp_examples", "pack_full_sentences", "PackedSegments",
+    "PretrainingDataset",
     # optimisation: bertlab.optimization
     "weight_decay_groups", "get_linear_schedule",
     # the training loop: bertlab.pretraining_loop

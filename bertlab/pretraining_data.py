@@ -5,15 +5,23 @@
 - Next sentence prediction (NSP): ``make_nsp_examples`` pairs each sentence with the next one
   (IsNext, label 0) or with a sentence of another document (NotNext, label 1).
 - RoBERTa's inputs without NSP: ``pack_full_sentences`` packs contiguous sentences into segments.
+- ``PackedSegments`` holds such segments as one array with their vocabulary, written once (tokenizing
+  a large corpus takes minutes) and read by a run on another machine, a GPU's say.
 - ``PretrainingDataset`` encodes either kind of example, and masks it once ("static", BERT) or anew
   at every batch ("dynamic", RoBERTa); its ``collate`` makes the batches of ``BertForPreTraining``.
 """
 
+import dataclasses
+import os
 import random
+import zipfile
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
+
+from bertlab.tokenization import BertTokenizer
 
 IGNORE_INDEX = -100  # label of the positions that are not predicted (ignored by cross-entropy)
 IS_NEXT, NOT_NEXT = 0, 1  # NSP labels, as in BERT and Hugging Face's BertForPreTraining
@@ -192,6 +200,74 @@ def pack_full_sentences(tokenizer, documents: Sequence[Sequence[str]], seq_len: 
     return segments
 
 
+@dataclasses.dataclass(frozen=True)
+class PackedSegments:
+    """Full-sentence segments (``pack_full_sentences``) stored flat, with the vocabulary that wrote them.
+
+    Segment i is ``ids[offsets[i]:offsets[i + 1]]``, token ids without [CLS] and [SEP], at most
+    seq_len - 2 of them. ``save`` writes one compressed ``.npz`` file (no pickle), ``load`` reads it
+    back; ``tokenizer()`` rebuilds the ``BertTokenizer`` of the ids, so that the file is all a run needs.
+
+    Attributes:
+        ids: (T,) the token ids of all segments, one after the other.
+        offsets: (S + 1,) where each segment starts, and T at the end.
+        seq_len: the example length the segments were packed for, [CLS] and [SEP] included.
+        vocab: the tokens of the vocabulary, in id order.
+        do_lower_case: whether the tokenizer lower-cased the text.
+    """
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    seq_len: int
+    vocab: tuple[str, ...]
+    do_lower_case: bool
+
+    @classmethod
+    def pack(cls, tokenizer, documents: Sequence[Sequence[str]], seq_len: int) -> "PackedSegments":
+        """Pack ``documents`` with ``pack_full_sentences`` and keep the result as arrays."""
+        segments = pack_full_sentences(tokenizer, documents, seq_len)
+        lengths = np.array([len(segment) for segment in segments], dtype=np.int64)
+        ids = np.fromiter((token for segment in segments for token in segment), dtype=np.int64, count=lengths.sum())
+        dtype = np.uint16 if tokenizer.vocab_size <= 2 ** 16 else np.int32
+        return cls(ids.astype(dtype), np.concatenate([[0], np.cumsum(lengths)]), seq_len,
+                   tuple(tokenizer.ids_to_tokens), tokenizer.do_lower_case)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def segments(self) -> list[list[int]]:
+        return [self.ids[start:end].tolist() for start, end in zip(self.offsets[:-1], self.offsets[1:])]
+
+    def tokenizer(self):
+        """The ``BertTokenizer`` of the vocabulary the segments were encoded with."""
+        return BertTokenizer(list(self.vocab), do_lower_case=self.do_lower_case)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the segments and their vocabulary to ``path``, a compressed ``.npz`` file."""
+        with open(path, "wb") as file:  # a file object, so numpy does not append ".npz" to the name
+            np.savez_compressed(file, ids=self.ids, offsets=self.offsets, seq_len=self.seq_len,
+                                vocab=np.array(self.vocab), do_lower_case=self.do_lower_case)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "PackedSegments":
+        """Read a file written by ``save``; a clear error for a missing or foreign file."""
+        try:
+            with np.load(path, allow_pickle=False) as stored:
+                packed = cls(stored["ids"], stored["offsets"], int(stored["seq_len"]),
+                             tuple(stored["vocab"].tolist()), bool(stored["do_lower_case"]))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"packed segments file {path} does not exist") from None
+        except (KeyError, ValueError, OSError, zipfile.BadZipFile) as error:
+            raise ValueError(f"{path} is not a file of packed segments written by PackedSegments.save "
+                             f"({type(error).__name__}: {error})") from None
+        if packed.offsets[0] != 0 or packed.offsets[-1] != len(packed.ids) or (np.diff(packed.offsets) < 0).any():
+            raise ValueError(f"{path} is damaged: its offsets do not cut its {len(packed.ids)} ids into segments")
+        if len(packed.ids) and packed.ids.max() >= len(packed.vocab):
+            raise ValueError(f"{path} is damaged: it holds the id {packed.ids.max()}, outside its vocabulary of "
+                             f"{len(packed.vocab)} tokens")
+        return packed
+
+
 class PretrainingDataset(Dataset):
     """Tokenized pretraining examples, with static or dynamic masking, with or without NSP.
 
@@ -212,7 +288,8 @@ class PretrainingDataset(Dataset):
 
     Args:
         tokenizer: a ``BertTokenizer``.
-        documents: a list of documents, each a list of sentences.
+        documents: a list of documents, each a list of sentences; or, with ``nsp=False``, segments
+            already packed (``PackedSegments``) with this tokenizer's vocabulary for this seq_len.
         seq_len: maximum tokens per example, special tokens included.
         nsp: sentence pairs with NSP labels (BERT), or full-sentence segments without (RoBERTa).
         masking: "dynamic" or "static".
@@ -233,6 +310,8 @@ class PretrainingDataset(Dataset):
         self.tokenizer, self.seq_len, self.nsp, self.masking = tokenizer, seq_len, nsp, masking
         self.mlm_probability = mlm_probability
         self.special_token_ids = torch.tensor([tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id])
+        if nsp and isinstance(documents, PackedSegments):
+            raise ValueError("packed segments have no sentence pairs for next sentence prediction: use nsp=False")
         self.examples = self._encode_pairs(documents, seed) if nsp else self._encode_segments(documents)
         if not self.examples:
             raise ValueError("the documents hold no text to pretrain on")
@@ -252,8 +331,18 @@ class PretrainingDataset(Dataset):
         return examples
 
     def _encode_segments(self, documents) -> list[dict]:
+        if isinstance(documents, PackedSegments):
+            if documents.seq_len != self.seq_len:
+                raise ValueError(f"the segments were packed for seq_len {documents.seq_len}, not {self.seq_len}: "
+                                 f"pack them again, or pretrain with seq_len={documents.seq_len}")
+            if list(documents.vocab) != self.tokenizer.ids_to_tokens:
+                raise ValueError("the segments were packed with another vocabulary than the tokenizer's: use "
+                                 "their own, PackedSegments.tokenizer()")
+            segments = documents.segments()
+        else:
+            segments = pack_full_sentences(self.tokenizer, documents, self.seq_len)
         examples = []
-        for segment in pack_full_sentences(self.tokenizer, documents, self.seq_len):
+        for segment in segments:
             input_ids = torch.tensor([self.tokenizer.cls_token_id, *segment, self.tokenizer.sep_token_id])
             examples.append({"input_ids": input_ids, "token_type_ids": torch.zeros_like(input_ids)})
         return examples

@@ -26,7 +26,7 @@ from torch.utils.data import DistributedSampler
 from tqdm.auto import tqdm
 
 from bertlab.optimization import get_linear_schedule, weight_decay_groups
-from bertlab.pretraining_data import IGNORE_INDEX, PretrainingDataset
+from bertlab.pretraining_data import IGNORE_INDEX, PackedSegments, PretrainingDataset
 from bertlab.utils import autocast, check_precision, grad_scaler, resolve_device, seed_everything
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -328,7 +328,7 @@ def _check_positive(**values: int) -> None:
 def pretrain(
     model: nn.Module,
     tokenizer,
-    documents: Sequence[Sequence[str]],
+    documents: Sequence[Sequence[str]] | PackedSegments,
     *,
     output_dir: str | Path,
     max_steps: int,
@@ -382,7 +382,8 @@ def pretrain(
     Args:
         model: a ``BertForPreTraining``; trained in place, left on ``device``.
         tokenizer: the ``BertTokenizer`` of the model's vocabulary.
-        documents: the corpus, a list of documents, each a list of sentences.
+        documents: the corpus, a list of documents, each a list of sentences; or, with nsp=False,
+            ``PackedSegments`` packed for seq_len with the tokenizer's vocabulary.
         output_dir: folder for the outputs (created).
         max_steps: optimizer steps of the whole run (the schedule ends there).
         batch_size: examples per micro-batch and per process.

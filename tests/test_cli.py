@@ -14,8 +14,9 @@ import torch
 from bertlab.bert import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlab import cli
 from bertlab.cli import CommandLineError, main
-from bertlab.pretraining import load_metrics
-from bertlab.tokenization import BertTokenizer
+from bertlab.data import pretraining_corpus
+from bertlab.pretraining import PackedSegments, load_metrics
+from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import seed_everything
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -127,6 +128,25 @@ def test_pretrain_passes_the_precision_and_compile_choices(tmp_path, monkeypatch
     capsys.readouterr()
     assert main([*PRETRAIN, "--precision", "bf16", "--output", str(tmp_path / "bad")]) == 2
     assert "invalid choice: 'bf16'" in capsys.readouterr().err
+
+
+def test_pretrain_reads_packed_segments_and_their_vocabulary(tmp_path, capsys):
+    documents = [document for document in pretraining_corpus() if len(document) >= 5][:8]
+    tokenizer = BertTokenizer(train_wordpiece_vocab([s for document in documents for s in document], 300))
+    PackedSegments.pack(tokenizer, documents, seq_len=32).save(tmp_path / "segments.npz")
+    packed = ["pretrain", "--preset", "tiny", "--steps", "2", "--batch-size", "4", "--seq-len", "32", "--no-progress",
+              "--device", "cpu", "--packed", tmp_path / "segments.npz"]
+    status, out, _ = run(capsys, *packed, "--no-nsp", "--output", tmp_path / "run")
+    assert status == 0 and "packed segments" in out
+    assert BertTokenizer(tmp_path / "run" / "vocab.txt").vocab == tokenizer.vocab
+    for extra, message in [([], "--packed needs --no-nsp"),
+                           (["--no-nsp", "--vocab", tmp_path / "run" / "vocab.txt"], "drop --vocab"),
+                           (["--no-nsp", "--seq-len", "64"], "segments for --seq-len 32, not 64")]:
+        status, _, err = run(capsys, *packed, *extra, "--output", tmp_path / "refused")
+        assert status == 2 and message in err and "Traceback" not in err
+    (tmp_path / "foreign.npz").write_text("text")
+    status, _, err = run(capsys, *packed[:-1], tmp_path / "foreign.npz", "--no-nsp", "--output", tmp_path / "refused")
+    assert status == 1 and "not a file of packed segments" in err
 
 
 def test_pretrain_without_masked_tokens_reports_no_mlm_loss_and_finishes(capsys, tmp_path):

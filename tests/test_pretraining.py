@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -30,6 +31,7 @@ from bertlab.pretraining import (
     IS_NEXT,
     NOT_NEXT,
     MaskedLMScores,
+    PackedSegments,
     PretrainingDataset,
     course_bert,
     course_bert_folder,
@@ -55,10 +57,11 @@ VOCAB_SIZE = 1000
 
 # ---------------------------------------------------------------------------------------------- the names
 
-#: Every public name of ``bertlab.pretraining`` when it was one file, before it was split by job.
+#: Every public name of ``bertlab.pretraining`` when it was one file, before it was split by job, and
+#: ``PackedSegments`` added since.
 PUBLIC_NAMES = [
     "CHECKPOINT_FILE", "COURSE_BERT_FOLDER", "IGNORE_INDEX", "IS_NEXT", "MASKING_KINDS", "METRICS_FILE",
-    "MaskedLMScores", "NOT_NEXT", "PLOT_FILE", "PretrainingDataset", "SETTINGS_FILE", "TOKEN_COUNTS_FILE",
+    "MaskedLMScores", "NOT_NEXT", "PLOT_FILE", "PackedSegments", "PretrainingDataset", "SETTINGS_FILE", "TOKEN_COUNTS_FILE",
     "course_bert", "course_bert_folder", "course_bert_sha256", "course_bert_token_counts", "evaluate_masked_lm",
     "get_linear_schedule", "load_metrics", "make_nsp_examples", "mask_tokens", "pack_full_sentences",
     "plot_metrics", "pretrain", "read_course_bert_results", "token_frequencies", "unigram_masked_lm",
@@ -363,6 +366,49 @@ def test_full_sentence_segments_are_contiguous_and_greedy(tokenizer, corpus):
     assert "nsp_labels" not in batch and not batch["token_type_ids"].any()
     assert (batch["mlm_labels"][:, 0] == IGNORE_INDEX).all()
     assert dataset[0]["input_ids"].tolist() == [tokenizer.cls_token_id, *segments[0], sep]
+
+
+def test_packed_segments_are_the_full_sentence_segments_and_survive_a_file(tokenizer, corpus, tmp_path):
+    packed = PackedSegments.pack(tokenizer, corpus, seq_len=32)
+    assert packed.segments() == pack_full_sentences(tokenizer, corpus, 32)
+    assert packed.ids.dtype == np.uint16  # 1,000 tokens fit in 16 bits
+    packed.save(tmp_path / "segments.npz")
+    loaded = PackedSegments.load(tmp_path / "segments.npz")
+    assert loaded.segments() == packed.segments() and loaded.seq_len == 32
+    assert loaded.tokenizer().vocab == tokenizer.vocab
+    assert loaded.tokenizer().do_lower_case == tokenizer.do_lower_case
+    from_text = PretrainingDataset(tokenizer, corpus, seq_len=32, nsp=False)
+    from_file = PretrainingDataset(loaded.tokenizer(), loaded, seq_len=32, nsp=False)
+    assert len(from_file) == len(from_text)
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(from_file.examples, from_text.examples))
+
+
+def test_pretraining_on_packed_segments_is_pretraining_on_their_text(tokenizer, corpus, tmp_path):
+    arguments = dict(max_steps=3, batch_size=4, seq_len=32, nsp=False, log_every=1, progress=False, device="cpu")
+    from_text = pretrain(tiny_model(tokenizer), tokenizer, corpus[:4], output_dir=tmp_path / "text", **arguments)
+    packed = PackedSegments.pack(tokenizer, corpus[:4], seq_len=32)
+    from_file = pretrain(tiny_model(tokenizer), packed.tokenizer(), packed, output_dir=tmp_path / "file", **arguments)
+    assert [record["loss"] for record in from_file] == [record["loss"] for record in from_text]
+
+
+def test_packed_segments_refuse_what_does_not_fit(tokenizer, corpus, tmp_path):
+    packed = PackedSegments.pack(tokenizer, corpus[:2], seq_len=32)
+    with pytest.raises(ValueError, match="packed for seq_len 32, not 64"):
+        PretrainingDataset(tokenizer, packed, seq_len=64, nsp=False)
+    with pytest.raises(ValueError, match="no sentence pairs"):
+        PretrainingDataset(tokenizer, packed, seq_len=32, nsp=True)
+    other = BertTokenizer(list(reversed(tokenizer.ids_to_tokens)))
+    with pytest.raises(ValueError, match="another vocabulary"):
+        PretrainingDataset(other, packed, seq_len=32, nsp=False)
+    (tmp_path / "foreign.npz").write_bytes(b"not a zip file")
+    with pytest.raises(ValueError, match=r"foreign\.npz is not a file of packed segments"):
+        PackedSegments.load(tmp_path / "foreign.npz")
+    with pytest.raises(FileNotFoundError, match="missing.npz does not exist"):
+        PackedSegments.load(tmp_path / "missing.npz")
+    damaged = dataclasses.replace(packed, offsets=packed.offsets + 1)
+    damaged.save(tmp_path / "damaged.npz")
+    with pytest.raises(ValueError, match="damaged: its offsets"):
+        PackedSegments.load(tmp_path / "damaged.npz")
 
 
 def test_dataset_rejects_bad_arguments(tokenizer, corpus):

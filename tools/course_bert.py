@@ -1,14 +1,25 @@
 """Make the course's pretrained BERT: pretrain it on IMDB reviews, then ship it in ``bertlab/course_bert/``.
 
-    python tools/course_bert.py pretrain --data-root DIR [--work runs/course-bert]
-    python tools/course_bert.py export --data-root DIR [--work runs/course-bert]
+    python tools/course_bert.py pack --data-root DIR [--packed runs/imdb-train-128.npz]
+    python tools/course_bert.py pretrain [--packed FILE] [--work runs/course-bert] [--device cuda]
+    python tools/course_bert.py sweep --lrs 5e-4 1e-3 --seconds 300 [--packed FILE] [--work runs/course-bert-sweep]
+    python tools/course_bert.py export --data-root DIR [--work runs/course-bert] [--machine "..."]
 
-``pretrain`` runs ``bertlab pretrain`` with the arguments recorded below (``PRETRAIN_ARGUMENTS``) on the
-75,000 unlabelled and training reviews of the Large Movie Review Dataset (Maas et al., 2011) in
-``DIR/aclImdb`` (the authors' archive, extracted): BERT-mini, a WordPiece vocabulary of 8,192 pieces
-learned from the same reviews, masked language modelling on full-sentence segments of 128 tokens
-(RoBERTa's recipe, no next sentence prediction), 16,000 steps of 16 segments, no dropout. The run writes
-a checkpoint every 100 steps: if it stops, the same command continues where it stopped.
+``pack`` tokenizes the 75,000 unlabelled and training reviews of the Large Movie Review Dataset (Maas et
+al., 2011) in ``DIR/aclImdb`` (the authors' archive, extracted) with the course's WordPiece vocabulary of
+8,192 pieces (``bertlab/course_bert/vocab.txt``, learned from the same reviews by
+``bertlab.tokenization.train_wordpiece_vocab``) into full-sentence segments of 128 tokens, one compressed
+file (``bertlab.pretraining.PackedSegments``): tokenizing takes minutes of a CPU, and the file is all a
+run needs, on this machine or a GPU's.
+
+``pretrain`` runs ``bertlab pretrain`` on that file with the arguments recorded below
+(``PRETRAIN_ARGUMENTS``, ``STEPS``, ``LEARNING_RATE``): BERT-mini, masked language modelling only (RoBERTa's
+recipe, no next sentence prediction), batches of 256 segments, no dropout. The run writes a checkpoint
+every 500 steps: if it stops, the same command continues where it stopped.
+
+``sweep`` runs ``pretrain`` with several learning rates side by side (one process each, on one GPU), for
+as many steps as fit in ``--seconds``: a calibration of 150 steps of every run, side by side, measures the
+steps per second first. ``export`` of each run then gives the held-out scores to choose by.
 
 ``export`` writes what the package ships: the weights in float16 (``model.safetensors``), ``config.json``,
 ``vocab.txt``, ``tokenizer_config.json``, the token counts of the training text (for the unigram
@@ -17,9 +28,9 @@ baseline), the metrics log and loss curve, and a model card
 the unigram predictor. The scores also go to ``benchmarks/results/course-bert.json``.
 
 How the settings were chosen (``benchmarks/RESULTS.md``, "The course's BERT"): the vocabulary size by
-``benchmarks/course_bert_vocabulary.py``, the learning rate by ``benchmarks/course_bert_sweep.py``, the
-batch of 16 and no dropout from the loss curve of a first run (32 segments, dropout 0.1: it spent a third
-of its steps on a plateau), the number of steps to fill about 2 hours of a 2-core CPU at the measured speed.
+``benchmarks/course_bert_vocabulary.py``; no dropout from the loss curve of a first CPU run (dropout 0.1:
+it spent a third of its steps on a plateau); the learning rate by ``sweep`` on a GPU, on the held-out
+masked-token loss and MR dev accuracy; the number of steps by the sweep's calibration.
 """
 
 import argparse
@@ -27,6 +38,7 @@ import json
 import math
 import platform
 import shutil
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -43,6 +55,7 @@ from bertlab.pretraining import (
     PLOT_FILE,
     SETTINGS_FILE,
     TOKEN_COUNTS_FILE,
+    PackedSegments,
     evaluate_masked_lm,
     load_metrics,
     token_frequencies,
@@ -53,26 +66,78 @@ from bertlab.tokenization import BertTokenizer
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_FOLDER = REPO_ROOT / "bertlab" / "course_bert"
 RESULTS_FILE = REPO_ROOT / "benchmarks" / "results" / "course-bert.json"
+PACKED_FILE = REPO_ROOT / "runs" / "imdb-train-128.npz"
+COMMAND_FILE = "command.json"  # the bertlab arguments of a run, written by pretrain, read by export
 
+SEQ_LEN = 128
+LOG_EVERY = 50
 PRETRAIN_ARGUMENTS = [
-    "pretrain", "--corpus", "imdb", "--preset", "mini", "--vocab-size", "8192", "--no-nsp", "--masking", "dynamic",
-    "--seq-len", "128", "--batch-size", "16", "--steps", "16000", "--lr", "5e-4", "--dropout", "0", "--seed", "0",
-    "--log-every", "25", "--checkpoint-every", "100", "--no-progress",
+    "pretrain", "--preset", "mini", "--no-nsp", "--masking", "dynamic", "--seq-len", str(SEQ_LEN),
+    "--batch-size", "256", "--dropout", "0", "--seed", "0", "--log-every", str(LOG_EVERY), "--checkpoint-every",
+    "500", "--no-progress",
 ]
+STEPS = 16000
+LEARNING_RATE = 1e-3
+CALIBRATION_STEPS = 150  # three log lines: the first holds the start-up, the two others time the steps
 FINETUNING_DROPOUT = 0.1  # BERT's, in the shipped config.json: what fine-tuning uses
 HELD_OUT_REVIEWS = 1000  # test reviews per polarity scored by export (2,000 reviews, about 0.5M tokens)
 EVALUATION_SEED = 1234
 
 
+def pack(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    documents = imdb_documents(args.data_root)
+    packed = PackedSegments.pack(BertTokenizer(PACKAGE_FOLDER / "vocab.txt"), documents, SEQ_LEN)
+    args.packed.parent.mkdir(parents=True, exist_ok=True)
+    packed.save(args.packed)
+    print(f"wrote {args.packed}: {len(documents)} reviews, {len(packed)} segments, {len(packed.ids)} tokens "
+          f"({args.packed.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - start:.0f} s)")
+    return 0
+
+
 def pretrain(args: argparse.Namespace) -> int:
-    argv = [*PRETRAIN_ARGUMENTS, "--data-root", str(args.data_root), "--output", str(args.work), "--device",
-            args.device]
+    argv = [*PRETRAIN_ARGUMENTS, "--packed", str(args.packed), "--steps", str(args.steps), "--lr", f"{args.lr:g}",
+            "--output", str(args.work), "--device", args.device]
     print("bertlab " + " ".join(argv), flush=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    (args.work / COMMAND_FILE).write_text(json.dumps(argv) + "\n")
     return cli.main(argv)
 
 
+def run_side_by_side(args: argparse.Namespace, folder: Path, steps: int) -> list[Path]:
+    """``pretrain`` once per learning rate, the processes side by side; the run folders, in --lrs order."""
+    runs = [folder / f"lr-{lr:g}" for lr in args.lrs]
+    processes = [subprocess.Popen([sys.executable, __file__, "pretrain", "--packed", str(args.packed),
+                                   "--work", str(run), "--lr", f"{lr:g}", "--steps", str(steps),
+                                   "--device", args.device])
+                 for lr, run in zip(args.lrs, runs)]
+    failed = [str(run) for run, process in zip(runs, processes) if process.wait() != 0]
+    if failed:
+        sys.exit(f"sweep: the runs in {', '.join(failed)} failed (their output is above)")
+    return runs
+
+
+def sweep(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    calibration = run_side_by_side(args, args.work / "calibration", CALIBRATION_STEPS)
+    rates = []  # steps per second of each run, the first log line (the start-up) left out
+    for run in calibration:
+        records = load_metrics(run / METRICS_FILE)
+        rates.append((records[-1]["step"] - records[0]["step"]) / sum(record["seconds"] for record in records[1:]))
+    seconds_left = args.seconds - (time.perf_counter() - start)
+    steps = max(LOG_EVERY, int(min(rates) * seconds_left) // LOG_EVERY * LOG_EVERY)
+    print(f"sweep: {min(rates):.1f} steps/s side by side, {steps} steps in the {seconds_left:.0f} s left", flush=True)
+    runs = run_side_by_side(args, args.work, steps)
+    (args.work / "sweep.json").write_text(json.dumps({
+        "lrs": args.lrs, "seconds": args.seconds, "steps_per_second_side_by_side": rates, "steps": steps,
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor(),
+        "runs": [str(run) for run in runs], "wall_seconds": time.perf_counter() - start,
+    }, indent=2) + "\n")
+    return 0
+
+
 def card(settings: dict, config: dict, history: list[dict], scores: dict, machine: str,
-         pretraining_dropout: float) -> str:
+         pretraining_dropout: float, command: list[str]) -> str:
     """The model card: what the model is, what it was trained on and how, and how well it predicts."""
     hours = sum(record["seconds"] for record in history) / 3600
     segments_tokens = settings["max_steps"] * settings["batch_size"] * settings["seq_len"]
@@ -93,11 +158,11 @@ book's pretraining, fine-tuning and distillation chapters start from it, offline
 | optimisation | {settings["max_steps"]} steps of {settings["batch_size"]} segments, AdamW (betas 0.9/0.999, eps 1e-6, weight decay {settings["weight_decay"]}), peak learning rate {settings["lr"]:g}, linear warm-up over {settings["warmup_steps"]} steps and linear decay to 0, gradients clipped at norm {settings["max_grad_norm"]}, seed {settings["seed"]} |
 | dropout | {pretraining_dropout:g} while pretraining{" (a run this short learns faster without it, as in Geiping and Goldstein's Cramming, 2023)" if pretraining_dropout == 0 else ""}; `config.json` sets BERT's {config["hidden_dropout_prob"]:g} for fine-tuning |
 | hardware and time | {machine}; {hours:.2f} hours of training |
-| storage | float16 safetensors (the model was trained in float32) |
+| storage | float16 safetensors (the weights were kept in float32 while training) |
 
-Made by `python tools/course_bert.py pretrain` then `export`; the command it runs:
+Made by `python tools/course_bert.py pack`, `pretrain` and `export`; the command `pretrain` ran:
 
-    bertlab {" ".join(PRETRAIN_ARGUMENTS)} --data-root DIR --output DIR
+    bertlab {" ".join(command)}
 
 ## Held-out masked-token prediction
 
@@ -123,8 +188,8 @@ model = BertForPreTraining.from_pretrained(folder)             # or BertForSeque
 # transformers.BertForPreTraining.from_pretrained(folder), BertTokenizerFast.from_pretrained(folder)
 ```
 
-It is a small model trained for {hours:.1f} hours of a 2-core CPU on {segments_tokens / 1e6:.0f}M token positions of movie
-reviews: it knows the words and phrasing of reviews, not the world; a released BERT-base saw 3.3B words for 1M steps.
+It is a small model trained for {hours:.1f} hours on {segments_tokens / 1e6:.0f}M token positions of movie reviews: it
+knows the words and phrasing of reviews, not the world; a released BERT-base saw 3.3B words for 1M steps.
 
 ## Data and citations
 
@@ -153,6 +218,7 @@ def export(args: argparse.Namespace) -> int:
                  f"of {settings['max_steps']}): run 'python tools/course_bert.py pretrain' until it ends")
     model = BertForPreTraining.from_pretrained(work).eval()
     tokenizer = BertTokenizer(work / "vocab.txt")
+    command = json.loads((work / COMMAND_FILE).read_text())
 
     start = time.perf_counter()
     held_out = imdb_documents(args.data_root, IMDB_HELD_OUT_FOLDERS, max_reviews_per_folder=HELD_OUT_REVIEWS)
@@ -184,11 +250,12 @@ def export(args: argparse.Namespace) -> int:
               "held_out_reviews": 2 * HELD_OUT_REVIEWS,
               "model": vars(model_scores), "unigram": vars(unigram_scores),
               "ln_vocab_size": math.log(tokenizer.vocab_size)}
-    (PACKAGE_FOLDER / "README.md").write_text(card(settings, stored, history, scores, machine, pretraining_dropout))
+    (PACKAGE_FOLDER / "README.md").write_text(card(settings, stored, history, scores, machine, pretraining_dropout,
+                                                   command))
     RESULTS_FILE.write_text(json.dumps({
         "command": "python tools/course_bert.py export --data-root DIR",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "pretraining": {"arguments": PRETRAIN_ARGUMENTS, "settings": settings, "machine": machine,
+        "pretraining": {"arguments": command, "settings": settings, "machine": machine,
                         "training_hours": sum(record["seconds"] for record in history) / 3600,
                         "final_train_mlm_loss": history[-1]["mlm_loss"]},
         "held_out": scores,
@@ -200,14 +267,30 @@ def export(args: argparse.Namespace) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["pretrain", "export"])
-    parser.add_argument("--data-root", type=Path, required=True, help="folder holding aclImdb/")
-    parser.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / "course-bert",
-                        help="the run's folder: checkpoint, metrics, final weights (default: runs/course-bert)")
-    parser.add_argument("--device", default="auto", help="for pretrain: auto, cpu or cuda (default: auto)")
-    parser.add_argument("--machine", help="for export: the hardware to name in the model card")
+    steps = parser.add_subparsers(dest="step", required=True)
+    pack_parser = steps.add_parser("pack", help="tokenize the training reviews into packed segments")
+    pretrain_parser = steps.add_parser("pretrain", help="pretrain on the packed segments (re-run to resume)")
+    sweep_parser = steps.add_parser("sweep", help="pretrain with several learning rates side by side, in a time budget")
+    export_parser = steps.add_parser("export", help="score a finished run and write bertlab/course_bert/")
+    for step in (pack_parser, export_parser):
+        step.add_argument("--data-root", type=Path, required=True, help="folder holding aclImdb/")
+    for step in (pack_parser, pretrain_parser, sweep_parser):
+        step.add_argument("--packed", type=Path, default=PACKED_FILE,
+                          help=f"the packed segments (default: {PACKED_FILE.relative_to(REPO_ROOT)})")
+    for step in (pretrain_parser, sweep_parser):
+        step.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    for step, folder in [(pretrain_parser, "course-bert"), (sweep_parser, "course-bert-sweep"),
+                         (export_parser, "course-bert")]:
+        step.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / folder,
+                          help=f"the run's folder: checkpoint, metrics, final weights (default: runs/{folder})")
+    pretrain_parser.add_argument("--lr", type=float, default=LEARNING_RATE, help=f"default: {LEARNING_RATE:g}")
+    pretrain_parser.add_argument("--steps", type=int, default=STEPS, help=f"default: {STEPS}")
+    sweep_parser.add_argument("--lrs", type=float, nargs="+", required=True, help="the learning rates to compare")
+    sweep_parser.add_argument("--seconds", type=float, required=True,
+                              help="wall-clock budget of the sweep, calibration included")
+    export_parser.add_argument("--machine", help="the hardware to name in the model card (default: this CPU)")
     args = parser.parse_args()
-    return pretrain(args) if args.step == "pretrain" else export(args)
+    return {"pack": pack, "pretrain": pretrain, "sweep": sweep, "export": export}[args.step](args)
 
 
 if __name__ == "__main__":
