@@ -499,6 +499,14 @@ def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
     add_dataset_location_arguments(parser)
 
 
+def installed_version() -> str:
+    """The version of the installed package; a source checkout on PYTHONPATH has none to read."""
+    try:
+        return importlib.metadata.version("bertlab")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: running from a source folder)"
+
+
 def build_parser() -> ArgumentParser:
     common = ArgumentParser(add_help=False)
     common.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
@@ -511,7 +519,7 @@ def build_parser() -> ArgumentParser:
 
     parser = ArgumentParser(prog="bertlab", description="Pretrain, fine-tune and distil small BERTs (bertlab "
                             "reference package). Run 'bertlab COMMAND --help' for a command's options.")
-    parser.add_argument("--version", action="version", version=f"bertlab {importlib.metadata.version('bertlab')}")
+    parser.add_argument("--version", action="version", version=f"bertlab {installed_version()}")
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_pretrain_command(subcommands, common)
     add_finetune_command(subcommands, common)

@@ -240,7 +240,7 @@ def test_distill_teaches_the_student_what_the_teacher_predicts(trained_teacher, 
     student = BertForSequenceClassification(tiny_config(tokenizer, num_layers=2), num_labels=2)
     dev_texts = [text for text, _ in dev]
     before = agreement(student, trained_teacher, tokenizer, dev_texts, device)
-    teacher_state = {name: tensor.clone() for name, tensor in trained_teacher.state_dict().items()}
+    teacher_state = {name: tensor.cpu().clone() for name, tensor in trained_teacher.state_dict().items()}
 
     history = distill(
         trained_teacher, student, tokenizer, shuffled, dev,

@@ -20,7 +20,7 @@ mkdir -p "$OUT"
   python3 -c "import sys, torch, transformers; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__)"
 } 2>&1 | tee "$OUT/session.log"
 
-timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \
+[ "${TESTS:-1}" = 1 ] && timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \
   tests/test_attention.py tests/test_bert.py tests/test_distillation.py tests/test_efficient.py \
   tests/test_finetuning.py tests/test_norm.py tests/test_positional.py tests/test_pretraining.py \
   tests/test_transformer.py tests/test_utils.py >"$OUT/gpu-tests.log" 2>&1
