@@ -55,6 +55,7 @@ PRESETS = {
     "large": (24, 1024, 16),
 }
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
+POOLINGS = ("cls", "mean")  # the text vectors BertForSequenceClassification can classify
 # Hugging Face's names of the activations and position embeddings -> the course's
 HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "swish": "silu"}
 HF_POSITION_EMBEDDING_TYPES = {"absolute": "learned"}
@@ -709,20 +710,31 @@ class BertForPreTraining(BertPreTrainedModel):
 
 
 class BertForSequenceClassification(BertPreTrainedModel):
-    """BERT with a classifier on the pooled [CLS]: logits = W Dropout(pooled) + b, (B, num_labels).
+    """BERT with a classifier on a vector of the whole text: logits = W Dropout(v) + b, (B, num_labels).
+
+    ``pooling`` chooses v:
+
+    - "cls": BERT's pooled [CLS], v = tanh(W_p h_L[CLS] + b_p) (Devlin et al., 2019), as Hugging Face;
+    - "mean": the mean of the final hidden states over the n real tokens, v = (1/n) sum_i h_L[i]
+      (Reimers and Gurevych, 2019). A model pretrained without next sentence prediction never trained
+      its pooler or its [CLS] summary; every token's vector was trained by masked language modelling.
 
     As in BERT's fine-tuning, the dropout probability is ``hidden_dropout_prob`` and all weights
-    train. ``from_pretrained`` reads ``num_labels`` from Hugging Face's ``id2label`` when present.
+    train. ``from_pretrained`` reads ``num_labels`` from Hugging Face's ``id2label`` when present, and
+    the pooling from ``classifier_pooling`` (written by ``save_pretrained``; Hugging Face's class
+    ignores it and always reads the pooled [CLS], so a "mean" classifier must be loaded here).
     """
 
     hf_architecture = "BertForSequenceClassification"
     head_prefixes = ("bert.pooler.", "classifier.")
 
-    def __init__(self, config: BertConfig, num_labels: int = 2):
+    def __init__(self, config: BertConfig, num_labels: int = 2, pooling: str = "cls"):
         super().__init__(config)
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 2:
             raise ValueError(f"num_labels must be an integer >= 2, got {num_labels!r}")
-        self.num_labels = num_labels
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        self.num_labels, self.pooling = num_labels, pooling
         self.bert = BertModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
@@ -730,14 +742,16 @@ class BertForSequenceClassification(BertPreTrainedModel):
 
     @classmethod
     def _init_kwargs_from_json(cls, values: dict) -> dict:
+        kwargs = {"pooling": values["classifier_pooling"]} if "classifier_pooling" in values else {}
         if "id2label" in values:
-            return {"num_labels": len(values["id2label"])}
-        return {"num_labels": values["num_labels"]} if "num_labels" in values else {}
+            return {**kwargs, "num_labels": len(values["id2label"])}
+        return {**kwargs, "num_labels": values["num_labels"]} if "num_labels" in values else kwargs
 
     def _hf_config_dict(self) -> dict:
         id2label = {str(index): f"LABEL_{index}" for index in range(self.num_labels)}
         label2id = {label: int(index) for index, label in id2label.items()}
-        return {**super()._hf_config_dict(), "id2label": id2label, "label2id": label2id}
+        return {**super()._hf_config_dict(), "id2label": id2label, "label2id": label2id,
+                "classifier_pooling": self.pooling}
 
     def forward(
         self,
@@ -748,7 +762,11 @@ class BertForSequenceClassification(BertPreTrainedModel):
     ) -> SequenceClassifierOutput:
         """Inputs as for :meth:`BertModel.forward`; ``labels`` (B,) class indices in [0, num_labels).
         The loss is the mean cross-entropy."""
-        _, pooled_output = self.bert(input_ids, token_type_ids, attention_mask)
+        sequence_output, pooled_output = self.bert(input_ids, token_type_ids, attention_mask)  # (B, N, H), (B, H)
+        if self.pooling == "mean":
+            real = (torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None
+                    else attention_mask.bool()).unsqueeze(-1).to(sequence_output.dtype)  # (B, N, 1)
+            pooled_output = (sequence_output * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)  # (B, H)
         logits = self.classifier(self.dropout(pooled_output))  # (B, num_labels)
         loss = None
         if labels is not None:

@@ -3,6 +3,7 @@
     python tools/course_bert.py pack --data-root DIR [--packed runs/imdb-train-128.npz]
     python tools/course_bert.py pretrain [--packed FILE] [--work runs/course-bert] [--device cuda]
     python tools/course_bert.py sweep --lrs 5e-4 1e-3 --seconds 300 [--packed FILE] [--work runs/course-bert-sweep]
+    python tools/course_bert.py score --data-root DIR [--work runs/course-bert]
     python tools/course_bert.py export --data-root DIR [--work runs/course-bert] [--machine "..."]
 
 ``pack`` tokenizes the 75,000 unlabelled and training reviews of the Large Movie Review Dataset (Maas et
@@ -19,7 +20,8 @@ every 500 steps: if it stops, the same command continues where it stopped.
 
 ``sweep`` runs ``pretrain`` with several learning rates side by side (one process each, on one GPU), for
 as many steps as fit in ``--seconds``: a calibration of 150 steps of every run, side by side, measures the
-steps per second first. ``export`` of each run then gives the held-out scores to choose by.
+steps per second first. ``score`` gives each run's masked-token loss and accuracy on held-out test
+reviews, to choose by.
 
 ``export`` writes what the package ships: the weights in float16 (``model.safetensors``), ``config.json``,
 ``vocab.txt``, ``tokenizer_config.json``, the token counts of the training text (for the unigram
@@ -209,21 +211,41 @@ In *Proceedings of ICML 2023*.
 """
 
 
-def export(args: argparse.Namespace) -> int:
-    work = args.work
+def finished_run(work: Path) -> tuple[list[dict], dict]:
+    """The metrics log and settings of the finished run in ``work``; exits with a message otherwise."""
     history = load_metrics(work / METRICS_FILE)
     settings = json.loads((work / SETTINGS_FILE).read_text())
     if not history or history[-1]["step"] != settings["max_steps"]:
         sys.exit(f"{work} holds no finished run (last logged step {history[-1]['step'] if history else None} "
                  f"of {settings['max_steps']}): run 'python tools/course_bert.py pretrain' until it ends")
+    return history, settings
+
+
+def held_out_scores(model, tokenizer, data_root: Path, seq_len: int):
+    """The model's masked-token loss and accuracy on the held-out test reviews (fixed masks)."""
+    held_out = imdb_documents(data_root, IMDB_HELD_OUT_FOLDERS, max_reviews_per_folder=HELD_OUT_REVIEWS)
+    return evaluate_masked_lm(model, tokenizer, held_out, seq_len=seq_len, seed=EVALUATION_SEED), held_out
+
+
+def score(args: argparse.Namespace) -> int:
+    _, settings = finished_run(args.work)
+    model = BertForPreTraining.from_pretrained(args.work).eval()
+    scores, _ = held_out_scores(model, BertTokenizer(args.work / "vocab.txt"), args.data_root, settings["seq_len"])
+    (args.work / "held_out.json").write_text(json.dumps(vars(scores), indent=2) + "\n")
+    print(f"{args.work}: held-out MLM {scores}")
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    work = args.work
+    history, settings = finished_run(work)
     model = BertForPreTraining.from_pretrained(work).eval()
     tokenizer = BertTokenizer(work / "vocab.txt")
     command = json.loads((work / COMMAND_FILE).read_text())
 
     start = time.perf_counter()
-    held_out = imdb_documents(args.data_root, IMDB_HELD_OUT_FOLDERS, max_reviews_per_folder=HELD_OUT_REVIEWS)
+    model_scores, held_out = held_out_scores(model, tokenizer, args.data_root, settings["seq_len"])
     counts = token_frequencies(tokenizer, imdb_documents(args.data_root))
-    model_scores = evaluate_masked_lm(model, tokenizer, held_out, seq_len=settings["seq_len"], seed=EVALUATION_SEED)
     unigram_scores = unigram_masked_lm(counts, tokenizer, held_out, seq_len=settings["seq_len"], seed=EVALUATION_SEED)
     print(f"held-out MLM: model {model_scores}, unigram {unigram_scores}, "
           f"ln V = {math.log(tokenizer.vocab_size):.3f} ({time.perf_counter() - start:.0f} s)")
@@ -271,8 +293,9 @@ def main() -> int:
     pack_parser = steps.add_parser("pack", help="tokenize the training reviews into packed segments")
     pretrain_parser = steps.add_parser("pretrain", help="pretrain on the packed segments (re-run to resume)")
     sweep_parser = steps.add_parser("sweep", help="pretrain with several learning rates side by side, in a time budget")
+    score_parser = steps.add_parser("score", help="a finished run's masked-token scores on held-out reviews")
     export_parser = steps.add_parser("export", help="score a finished run and write bertlab/course_bert/")
-    for step in (pack_parser, export_parser):
+    for step in (pack_parser, score_parser, export_parser):
         step.add_argument("--data-root", type=Path, required=True, help="folder holding aclImdb/")
     for step in (pack_parser, pretrain_parser, sweep_parser):
         step.add_argument("--packed", type=Path, default=PACKED_FILE,
@@ -280,7 +303,7 @@ def main() -> int:
     for step in (pretrain_parser, sweep_parser):
         step.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
     for step, folder in [(pretrain_parser, "course-bert"), (sweep_parser, "course-bert-sweep"),
-                         (export_parser, "course-bert")]:
+                         (score_parser, "course-bert"), (export_parser, "course-bert")]:
         step.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / folder,
                           help=f"the run's folder: checkpoint, metrics, final weights (default: runs/{folder})")
     pretrain_parser.add_argument("--lr", type=float, default=LEARNING_RATE, help=f"default: {LEARNING_RATE:g}")
@@ -290,7 +313,7 @@ def main() -> int:
                               help="wall-clock budget of the sweep, calibration included")
     export_parser.add_argument("--machine", help="the hardware to name in the model card (default: this CPU)")
     args = parser.parse_args()
-    return {"pack": pack, "pretrain": pretrain, "sweep": sweep, "export": export}[args.step](args)
+    return {"pack": pack, "pretrain": pretrain, "sweep": sweep, "score": score, "export": export}[args.step](args)
 
 
 if __name__ == "__main__":
