@@ -3,7 +3,7 @@
     python benchmarks/cpu_precision.py [--steps 300] [--log-every 20] [--threads N]
                                        [--out benchmarks/results/cpu-precision.json]
 
-The course's BERT was pretrained on a 2-core CPU in float32 (``tools/course_bert.py``); a CPU with
+The course's first BERT was pretrained on a 2-core CPU in float32 (``tools/course_bert.py``); a CPU with
 native bfloat16 arithmetic (AVX-512 BF16 or AMX, ``bf16`` in its flags) may run the same steps faster
 in bfloat16 autocast, and ``torch.compile`` may fuse the small operations of a small model. Each
 variant runs ``bertlab.pretraining.pretrain`` with the course BERT's recipe (BERT-mini, MLM only on

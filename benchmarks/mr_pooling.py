@@ -7,8 +7,9 @@
 
 The course's BERT is pretrained by masked language modelling alone (no next sentence prediction), so
 its pooler and its ``[CLS]`` summary never received a gradient before fine-tuning; every token's
-vector did. ``BertForSequenceClassification(pooling=...)`` offers both: "cls", BERT's pooled ``[CLS]``,
-and "mean", the mean of the final hidden states over the real tokens (Reimers and Gurevych, 2019).
+vector did. ``BertConfig.classifier_pooling`` offers both to ``BertForSequenceClassification``: "cls",
+BERT's pooled ``[CLS]``, and "mean", the mean of the final hidden states over the real tokens (Reimers
+and Gurevych, 2019).
 
 ``run`` fine-tunes every combination of model (pretrained folders given by ``--model``, and the same
 architecture from random weights with ``--random-init``), pooling, number of labelled training examples
@@ -25,6 +26,7 @@ standard deviation, into ``--out`` and as a Markdown table.
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -55,9 +57,10 @@ def classifier(job: dict) -> BertForSequenceClassification:
     """A new classifier for the job: the pretrained folder's weights, or random ones of the same shape."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the expected warning of from_pretrained: a new head
-        model = BertForSequenceClassification.from_pretrained(job["folder"], pooling=job["pooling"])
-    if job["model"] == RANDOM_INIT:  # seeded by the caller
-        model = BertForSequenceClassification(model.config, pooling=job["pooling"])
+        pretrained = BertForSequenceClassification.from_pretrained(job["folder"])
+    model = BertForSequenceClassification(dataclasses.replace(pretrained.config, classifier_pooling=job["pooling"]))
+    if job["model"] != RANDOM_INIT:  # else the random weights of the caller's seed
+        model.load_state_dict(pretrained.state_dict())
     return model
 
 
@@ -133,6 +136,7 @@ def report(args: argparse.Namespace) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "command": "python benchmarks/mr_pooling.py run ...; python benchmarks/mr_pooling.py report",
+        "note": args.note,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "protocol": PROTOCOL, "devices": sorted({result["device"] for result in results}),
         "rows": sorted(rows, key=lambda row: (row["model"], row["pooling"], row["size"])), "runs": results,
@@ -159,6 +163,7 @@ def main() -> int:
     for command in (run_parser, commands.add_parser("report", help="choose each learning rate on dev, tabulate")):
         command.add_argument("--log", type=Path, required=True, help="the JSON lines of the runs")
     commands.choices["report"].add_argument("--out", type=Path, default=Path("benchmarks/results/mr-pooling.json"))
+    commands.choices["report"].add_argument("--note", default="", help="how the runs were made, for the record")
     args = parser.parse_args()
     return run(args) if args.command == "run" else report(args)
 

@@ -67,7 +67,10 @@ class BertConfig:
     ``config.json``. The defaults are BERT-base (uncased); see :meth:`preset` for the other sizes.
 
     ``hidden_act`` is one of :data:`bertlab.transformer.ACTIVATIONS` ("gelu" is the exact erf GELU
-    of BERT); ``position_embedding_type`` is "learned" (BERT) or "sinusoidal" (a fixed table).
+    of BERT); ``position_embedding_type`` is "learned" (BERT) or "sinusoidal" (a fixed table);
+    ``classifier_pooling``, the text vector ``BertForSequenceClassification`` classifies, "cls" (BERT's
+    pooled [CLS]) or "mean" (the mean of the final hidden states over the real tokens), is bertlab's
+    own field: Hugging Face's class ignores it and always reads the pooled [CLS].
     """
 
     vocab_size: int = 30522
@@ -84,6 +87,7 @@ class BertConfig:
     pad_token_id: int | None = 0
     position_embedding_type: str = "learned"
     initializer_range: float = 0.02
+    classifier_pooling: str = "cls"
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -108,6 +112,9 @@ class BertConfig:
                 f"unknown position_embedding_type {self.position_embedding_type!r}; expected one of "
                 f"{', '.join(map(repr, POSITION_EMBEDDING_TYPES))}"
             )
+        if self.classifier_pooling not in POOLINGS:
+            raise ValueError(f"unknown classifier_pooling {self.classifier_pooling!r}; expected one of "
+                             f"{', '.join(map(repr, POOLINGS))}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"pad_token_id ({self.pad_token_id}) must be in [0, vocab_size={self.vocab_size})")
         if not self.layer_norm_eps > 0 or not self.initializer_range > 0:
@@ -712,7 +719,7 @@ class BertForPreTraining(BertPreTrainedModel):
 class BertForSequenceClassification(BertPreTrainedModel):
     """BERT with a classifier on a vector of the whole text: logits = W Dropout(v) + b, (B, num_labels).
 
-    ``pooling`` chooses v:
+    ``config.classifier_pooling`` chooses v:
 
     - "cls": BERT's pooled [CLS], v = tanh(W_p h_L[CLS] + b_p) (Devlin et al., 2019), as Hugging Face;
     - "mean": the mean of the final hidden states over the n real tokens, v = (1/n) sum_i h_L[i]
@@ -720,21 +727,17 @@ class BertForSequenceClassification(BertPreTrainedModel):
       its pooler or its [CLS] summary; every token's vector was trained by masked language modelling.
 
     As in BERT's fine-tuning, the dropout probability is ``hidden_dropout_prob`` and all weights
-    train. ``from_pretrained`` reads ``num_labels`` from Hugging Face's ``id2label`` when present, and
-    the pooling from ``classifier_pooling`` (written by ``save_pretrained``; Hugging Face's class
-    ignores it and always reads the pooled [CLS], so a "mean" classifier must be loaded here).
+    train. ``from_pretrained`` reads ``num_labels`` from Hugging Face's ``id2label`` when present.
     """
 
     hf_architecture = "BertForSequenceClassification"
     head_prefixes = ("bert.pooler.", "classifier.")
 
-    def __init__(self, config: BertConfig, num_labels: int = 2, pooling: str = "cls"):
+    def __init__(self, config: BertConfig, num_labels: int = 2):
         super().__init__(config)
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 2:
             raise ValueError(f"num_labels must be an integer >= 2, got {num_labels!r}")
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-        self.num_labels, self.pooling = num_labels, pooling
+        self.num_labels = num_labels
         self.bert = BertModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
@@ -742,16 +745,14 @@ class BertForSequenceClassification(BertPreTrainedModel):
 
     @classmethod
     def _init_kwargs_from_json(cls, values: dict) -> dict:
-        kwargs = {"pooling": values["classifier_pooling"]} if "classifier_pooling" in values else {}
         if "id2label" in values:
-            return {**kwargs, "num_labels": len(values["id2label"])}
-        return {**kwargs, "num_labels": values["num_labels"]} if "num_labels" in values else kwargs
+            return {"num_labels": len(values["id2label"])}
+        return {"num_labels": values["num_labels"]} if "num_labels" in values else {}
 
     def _hf_config_dict(self) -> dict:
         id2label = {str(index): f"LABEL_{index}" for index in range(self.num_labels)}
         label2id = {label: int(index) for index, label in id2label.items()}
-        return {**super()._hf_config_dict(), "id2label": id2label, "label2id": label2id,
-                "classifier_pooling": self.pooling}
+        return {**super()._hf_config_dict(), "id2label": id2label, "label2id": label2id}
 
     def forward(
         self,
@@ -763,7 +764,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         """Inputs as for :meth:`BertModel.forward`; ``labels`` (B,) class indices in [0, num_labels).
         The loss is the mean cross-entropy."""
         sequence_output, pooled_output = self.bert(input_ids, token_type_ids, attention_mask)  # (B, N, H), (B, H)
-        if self.pooling == "mean":
+        if self.config.classifier_pooling == "mean":
             real = (torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None
                     else attention_mask.bool()).unsqueeze(-1).to(sequence_output.dtype)  # (B, N, 1)
             pooled_output = (sequence_output * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)  # (B, H)

@@ -17,7 +17,7 @@ on several with ``torchrun`` (DistributedDataParallel).
 
 Scale: BERT trained 1M steps at batch 256 (sequences of up to 512 tokens); RoBERTa trained 500K steps
 at batch 8K. The course's BERT (``course_bert``), which the later chapters fine-tune and distil, was
-pretrained once with this code on a 2-core CPU (``tools/course_bert.py``) and ships with the package;
+pretrained once with this code on a GPU (``tools/course_bert.py``) and ships with the package;
 ``evaluate_masked_lm`` and ``unigram_masked_lm`` score it on held-out text.
 
 This module gathers the chapter's names in one place; the code lives in one module per job:

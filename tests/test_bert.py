@@ -213,6 +213,26 @@ def test_sequence_classification_matches_hugging_face(tmp_path, batch):
     assert ours(**batch).loss is None
 
 
+def test_mean_pooling_classifies_the_mean_of_the_real_tokens(tmp_path, batch):
+    """With classifier_pooling "mean", v = (1/n) sum_i h_L[i] over the n real tokens: Hugging Face's encoder
+    gives h_L; the classifier's own weights give the logits. Padding changes nothing."""
+    config = BertConfig(**TINY, classifier_pooling="mean")
+    ours = perturb(BertForSequenceClassification(config)).eval()
+    ours.save_pretrained(tmp_path)
+    encoder = transformers.BertModel.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    with torch.no_grad():
+        hidden = encoder(**batch).last_hidden_state  # (B, N, H)
+        real = batch["attention_mask"].unsqueeze(-1).float()  # (B, N, 1)
+        expected = ours.classifier((hidden * real).sum(1) / real.sum(1))
+        assert_close(ours(**batch).logits, expected)
+        padded = {name: torch.cat([tensor, torch.zeros_like(tensor[:, :3])], dim=1) for name, tensor in batch.items()}
+        assert_close(ours(**padded).logits, expected)
+    reloaded = BertForSequenceClassification.from_pretrained(tmp_path)
+    assert reloaded.config.classifier_pooling == "mean"
+    with pytest.raises(ValueError, match="unknown classifier_pooling 'max'"):
+        BertConfig(**TINY, classifier_pooling="max")
+
+
 @pytest.mark.parametrize(
     "our_class, our_output, hf_class, their_output",
     [
