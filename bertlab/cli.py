@@ -314,9 +314,6 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--weight-decay", type=non_negative_float, default=0.01, help="AdamW weight decay (default: 0.01)")
     parser.add_argument("--grad-accum-steps", type=positive_int, default=1, metavar="N",
                         help="micro-batches per optimizer step (default: 1)")
-    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
-                        help="the forward pass's precision: auto is bf16 or fp16 on CUDA and float32 on the CPU; "
-                        "bfloat16 also runs on a CPU (benchmarks/cpu_precision.py measures it) (default: auto)")
     parser.add_argument("--compile", action="store_true", help="run the model through torch.compile")
     parser.add_argument("--vocab-size", type=positive_int, default=4096,
                         help="size of the WordPiece vocabulary learned from the corpus (default: 4096)")
@@ -371,10 +368,10 @@ def run_finetune(args: argparse.Namespace) -> int:
         model, tokenizer, splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size, encoder_lr=lr,
         head_lr=args.head_lr, weight_decay=args.weight_decay, layer_decay=args.layer_decay,
         warmup_ratio=args.warmup_ratio, max_length=args.seq_len, device=device, seed=args.seed,
-        progress=not args.no_progress, output_dir=args.output,
+        progress=not args.no_progress, output_dir=args.output, precision=args.precision,
     )
     tokenizer.save_vocabulary(args.output)
-    test = evaluate(model, tokenizer, splits.test, max_length=args.seq_len)
+    test = evaluate(model, tokenizer, splits.test, max_length=args.seq_len, precision=args.precision)
     say(format_record({f"test_{name}": value for name, value in test.items()}))
     write_results(args.output, {"command": "finetune", "settings": settings(args), "lr": lr, "dataset": splits.name,
                                 "source": splits.source, "history": history, "test": test})
@@ -434,7 +431,7 @@ def run_distill(args: argparse.Namespace) -> int:
         teacher, student, tokenizer, splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size,
         lr=args.lr, alpha=args.alpha, temperature=args.temperature, weight_decay=args.weight_decay,
         warmup_ratio=args.warmup_ratio, max_length=args.seq_len, device=device, seed=args.seed,
-        progress=not args.no_progress, output_dir=args.output,
+        progress=not args.no_progress, output_dir=args.output, precision=args.precision,
     )
     tokenizer.save_vocabulary(args.output)
     comparison = compare_models(teacher, student, tokenizer, splits.test, batch_size=args.batch_size,
@@ -514,6 +511,10 @@ def build_parser() -> ArgumentParser:
     common.add_argument("--threads", type=positive_int, metavar="N",
                         help="CPU threads of torch (default: torch's choice; 1 is faster on a busy machine)")
     common.add_argument("--seed", type=int, default=0, help="seed of the weights, data order and masks (default: 0)")
+    common.add_argument("--precision", choices=PRECISIONS, default="auto",
+                        help="the forward pass's precision: auto is bf16 or fp16 on CUDA, bf16 on a CPU that computes "
+                        "it natively (AVX-512 BF16, AMX; benchmarks/cpu_precision.py) and float32 on other CPUs "
+                        "(default: auto)")
     common.add_argument("--no-progress", action="store_true", help="no progress bars")
     common.add_argument("--debug", action="store_true", help="show the traceback of an error")
 

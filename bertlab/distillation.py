@@ -32,7 +32,7 @@ from bertlab.finetuning import (
     model_device,
     model_inputs,
 )
-from bertlab.utils import compute_dtype, resolve_device, seed_everything
+from bertlab.utils import check_precision, compute_dtype, resolve_device, seed_everything
 
 
 def distillation_loss(
@@ -160,14 +160,16 @@ def distill(
     seed: int = 0,
     progress: bool = True,
     output_dir: str | Path | None = None,
+    precision: str = "auto",
 ) -> list[dict[str, float]]:
     """Train ``student`` on ``train`` with :func:`distillation_loss` against ``teacher``; return the history.
 
     The teacher is put in eval mode and run once over ``train`` without gradients (its logits do not
     change from one epoch to the next); the student then minimises
     alpha * CE(s, y) + (1 - alpha) * T^2 * KL(softmax(t / T) || softmax(s / T)) with AdamW at ``lr``,
-    linear warm-up and decay, gradient clipping, and mixed precision on CUDA (``bertlab.utils.autocast``). Both models are moved to
-    ``device`` (None: CUDA when available). With ``output_dir`` the student and ``history.json`` are saved.
+    linear warm-up and decay, gradient clipping, both models' forward passes in ``precision``
+    (``bertlab.utils.autocast``: "auto" is bf16 or fp16 on CUDA, bf16 on a CPU that computes it natively,
+    else float32). Both models are moved to ``device`` (None: CUDA when available). With ``output_dir`` the student and ``history.json`` are saved.
 
     Returns:
         One dict per epoch: ``epoch``, ``train_loss`` and, with ``dev``, the student's ``dev_accuracy``,
@@ -176,6 +178,7 @@ def distill(
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     check_distillation_options(alpha, temperature)
+    check_precision(precision)
     device = resolve_device(device)
     seed_everything(seed)
     teacher.to(device).eval()
@@ -183,10 +186,10 @@ def distill(
     batches = labelled_batches(
         train, tokenizer, batch_size=batch_size, max_length=max_length, shuffle=True, seed=seed, what="train"
     )
-    teacher_logits = compute_logits(teacher, batches, device).to(device)  # (num_train, C), in order
+    teacher_logits = compute_logits(teacher, batches, device, precision).to(device)  # (num_train, C), in order
     if dev is not None:
         dev_batches = labelled_batches(dev, tokenizer, max_length=max_length, what="dev")
-        dev_teacher_logits = compute_logits(teacher, dev_batches, device)
+        dev_teacher_logits = compute_logits(teacher, dev_batches, device, precision)
     optimizer, scheduler = make_optimizer(
         student,
         num_steps=epochs * len(batches),
@@ -204,7 +207,7 @@ def distill(
         )
 
     def dev_metrics(student: nn.Module) -> dict[str, float]:
-        student_logits = compute_logits(student, dev_batches, device)
+        student_logits = compute_logits(student, dev_batches, device, precision)
         metrics = classification_metrics(student_logits, dev_batches.labels)
         metrics["agreement"] = agreement(student_logits, dev_teacher_logits)
         return metrics
@@ -212,7 +215,7 @@ def distill(
     return fit(
         student, batches, loss_fn, optimizer, scheduler, device,
         epochs=epochs, dev_metrics=None if dev is None else dev_metrics, max_grad_norm=max_grad_norm,
-        progress=progress, description="distill", output_dir=output_dir,
+        progress=progress, description="distill", output_dir=output_dir, precision=precision,
     )
 
 

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from bertlab.bert import BertModel
 from bertlab.optimization import get_linear_schedule
 from bertlab.tokenization import BasicTokenizer
-from bertlab.utils import autocast, grad_scaler, resolve_device, seed_everything
+from bertlab.utils import autocast, check_precision, grad_scaler, resolve_device, seed_everything
 
 Example = tuple[str, int]  # (text, label)
 Batch = dict[str, torch.Tensor]
@@ -253,16 +253,18 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 @torch.inference_mode()
-def compute_logits(model: nn.Module, batches: Iterable[Batch], device: torch.device | None = None) -> torch.Tensor:
-    """The model's logits (num_texts, C) in eval mode, float32 on the CPU, in the order of the texts
-    (whether or not ``batches`` shuffles). The model's training mode is restored afterwards."""
+def compute_logits(model: nn.Module, batches: Iterable[Batch], device: torch.device | None = None,
+                   precision: str = "auto") -> torch.Tensor:
+    """The model's logits (num_texts, C) in eval mode, as float32 on the CPU, in the order of the texts
+    (whether or not ``batches`` shuffles), the forward pass in ``autocast(device, precision=precision)``.
+    The model's training mode is restored afterwards."""
     device = model_device(model) if device is None else device
     was_training = model.training
     model.eval()
     try:
         indices, logits = [], []
         for batch in batches:
-            with autocast(device):
+            with autocast(device, precision=precision):
                 logits.append(model(**model_inputs(batch, device)).logits.float().cpu())
             indices.append(batch["index"].cpu())  # the logits are on the CPU
     finally:
@@ -278,15 +280,17 @@ def predict(
     batch_size: int = 64,
     max_length: int = 128,
     device: str | torch.device | None = None,
+    precision: str = "auto",
 ) -> torch.Tensor:
     """Predicted labels y = argmax_c p(c | x), a (len(texts),) long tensor on the CPU.
 
-    ``device`` None keeps the model where it is; otherwise the model is moved there.
+    ``device`` None keeps the model where it is; otherwise the model is moved there. ``precision``:
+    the forward pass's, as in ``bertlab.utils.autocast``.
     """
     device = _evaluation_device(model, device)
     model.to(device)
     batches = SentimentBatches(texts, tokenizer, batch_size=batch_size, max_length=max_length)
-    return compute_logits(model, batches, device).argmax(dim=-1)
+    return compute_logits(model, batches, device, precision).argmax(dim=-1)
 
 
 def confusion_matrix(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -334,15 +338,17 @@ def evaluate(
     batch_size: int = 64,
     max_length: int = 128,
     device: str | torch.device | None = None,
+    precision: str = "auto",
 ) -> dict[str, float]:
     """Accuracy, macro-F1 and mean cross-entropy loss of ``model`` on (text, label) ``examples``.
 
-    ``device`` None keeps the model where it is; otherwise the model is moved there.
+    ``device`` None keeps the model where it is; otherwise the model is moved there. ``precision``:
+    the forward pass's, as in ``bertlab.utils.autocast``.
     """
     device = _evaluation_device(model, device)
     model.to(device)
     batches = labelled_batches(examples, tokenizer, batch_size=batch_size, max_length=max_length)
-    return classification_metrics(compute_logits(model, batches, device), batches.labels)
+    return classification_metrics(compute_logits(model, batches, device, precision), batches.labels)
 
 
 def _evaluation_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
@@ -371,21 +377,22 @@ def train_epoch(
     max_grad_norm: float = 1.0,
     progress: bool = True,
     description: str = "train",
+    precision: str = "auto",
 ) -> float:
     """One pass over ``batches``: loss_fn(model, batch), backward, clip, step; return the mean loss.
 
-    The forward pass runs under ``autocast(device)`` (bf16 or fp16 on CUDA, with a gradient scaler
-    for fp16; float32 on the CPU); the gradient norm is clipped to ``max_grad_norm`` and the learning
+    The forward pass runs under ``autocast(device, precision=precision)`` ("auto": bf16, or fp16 with a
+    gradient scaler, on CUDA; bf16 on a CPU that computes it natively; else float32); the gradient norm is clipped to ``max_grad_norm`` and the learning
     rate follows ``scheduler`` (one step per batch). The losses are summed on the device, so the host
     waits for the device only every ``PROGRESS_EVERY`` batches, to show the loss, and at the end.
     """
     model.train()
-    scaler = grad_scaler(device)
+    scaler = grad_scaler(device, precision)
     parameters = [p for p in model.parameters() if p.requires_grad]
     total_loss, num_examples = torch.zeros((), device=device), 0
     bar = tqdm(batches, desc=description, disable=not progress, leave=False)
     for step, batch in enumerate(bar, start=1):
-        with autocast(device):
+        with autocast(device, precision=precision):
             loss = loss_fn(model, batch)
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
@@ -416,6 +423,7 @@ def fit(
     progress: bool = True,
     description: str = "epoch",
     output_dir: str | Path | None = None,
+    precision: str = "auto",
 ) -> list[dict[str, float]]:
     """The epoch loop of :func:`finetune` and :func:`bertlab.distillation.distill`; return the history.
 
@@ -430,6 +438,7 @@ def fit(
         train_loss = train_epoch(
             model, batches, loss_fn, optimizer, scheduler, device,
             max_grad_norm=max_grad_norm, progress=progress, description=f"{description} {epoch}/{epochs}",
+            precision=precision,
         )
         record = {"epoch": epoch, "train_loss": train_loss}
         if dev_metrics is not None:
@@ -481,6 +490,7 @@ def finetune(
     seed: int = 0,
     progress: bool = True,
     output_dir: str | Path | None = None,
+    precision: str = "auto",
 ) -> list[dict[str, float]]:
     """Fine-tune a sequence classifier on (text, label) pairs, as BERT does; return the history.
 
@@ -491,8 +501,9 @@ def finetune(
     a pretrained model; a model trained from scratch needs a larger rate (about 1e-3 for a tiny one).
     All trainable weights are updated (call :func:`freeze_layers` first to freeze some).
 
-    The model is moved to ``device`` (None: CUDA when available) and trained under mixed precision on
-    CUDA (bf16, or fp16 with a gradient scaler where bf16 is not native: ``bertlab.utils.autocast``).
+    The model is moved to ``device`` (None: CUDA when available) and trained in ``precision``
+    (``bertlab.utils.autocast``; "auto": bf16 on CUDA, or fp16 with a gradient scaler where bf16 is not
+    native, and bf16 on a CPU that computes it natively; else float32), evaluated in it too.
     With ``output_dir`` the final model (``save_pretrained``) and ``history.json`` are written there.
 
     Returns:
@@ -501,6 +512,7 @@ def finetune(
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
+    check_precision(precision)
     device = resolve_device(device)
     seed_everything(seed)
     model.to(device)
@@ -519,12 +531,12 @@ def finetune(
     )
 
     def dev_metrics(model: nn.Module) -> dict[str, float]:
-        return classification_metrics(compute_logits(model, dev_batches, device), dev_batches.labels)
+        return classification_metrics(compute_logits(model, dev_batches, device, precision), dev_batches.labels)
 
     return fit(
         model, batches, classification_loss, optimizer, scheduler, device,
         epochs=epochs, dev_metrics=None if dev is None else dev_metrics, max_grad_norm=max_grad_norm,
-        progress=progress, description="epoch", output_dir=output_dir,
+        progress=progress, description="epoch", output_dir=output_dir, precision=precision,
     )
 
 

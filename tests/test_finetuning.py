@@ -27,7 +27,9 @@ from bertlab.finetuning import (
     texts_and_labels,
     train_bag_of_words,
 )
+from bertlab import finetuning
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
+from bertlab.utils import autocast_dtype, cpu_computes_bfloat16
 
 NUM_LAYERS = 4
 
@@ -272,6 +274,33 @@ def test_finetune_learns_the_synthetic_task(tokenizer, examples, device, tmp_pat
     assert json.loads((tmp_path / "history.json").read_text()) == history
     reloaded = BertForSequenceClassification.from_pretrained(tmp_path).to(device)
     assert evaluate(reloaded, tokenizer, dev) == pytest.approx(evaluate(model, tokenizer, dev))
+
+
+def test_finetune_computes_in_the_precision_it_is_given(tokenizer, examples, monkeypatch):
+    """finetune passes its precision to every forward pass, training and evaluation; bfloat16 learns as
+    float32 does, and "auto" on a CPU is bfloat16 exactly where the CPU computes it natively."""
+    seen = []
+    original = finetuning.autocast
+
+    def recording_autocast(device, enabled=True, precision="auto"):
+        seen.append(autocast_dtype(device, precision))
+        return original(device, enabled, precision)
+
+    monkeypatch.setattr(finetuning, "autocast", recording_autocast)
+    histories = {}
+    for precision in ("float32", "bfloat16", "auto"):
+        seen.clear()
+        torch.manual_seed(0)
+        model = BertForSequenceClassification(tiny_config(tokenizer, num_layers=1), num_labels=2)
+        histories[precision] = finetune(model, tokenizer, examples[:96], examples[400:464], epochs=2, batch_size=16,
+                                        encoder_lr=3e-3, device="cpu", seed=0, progress=False, precision=precision)
+        expected = {"float32": None, "bfloat16": torch.bfloat16,
+                    "auto": torch.bfloat16 if cpu_computes_bfloat16() else None}[precision]
+        assert seen and set(seen) == {expected}, precision
+    float32, bfloat16 = (histories[name][-1]["train_loss"] for name in ("float32", "bfloat16"))
+    assert float32 != bfloat16 and abs(float32 - bfloat16) < 0.05
+    with pytest.raises(ValueError, match="precision must be one of auto, float32, bfloat16, float16"):
+        finetune(model, tokenizer, examples[:16], device="cpu", progress=False, precision="half")
 
 
 def test_fit_runs_one_train_epoch_per_epoch_and_records_the_dev_metrics(model, tokenizer, examples, tmp_path):

@@ -1,5 +1,7 @@
 """Tests for bertlab.utils: the device picked by default and the mixed precision chosen by device."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -36,7 +38,6 @@ def test_mixed_precision_is_bf16_where_native_else_fp16(monkeypatch, native_bf16
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
     assert autocast_dtype(torch.device("cuda")) == expected
     assert calls == [False]  # emulated bf16 does not count
-    assert autocast_dtype(torch.device("cpu")) is None
 
 
 @pytest.mark.parametrize("native_bf16, scaled", [(True, False), (False, True)])
@@ -49,13 +50,23 @@ def test_the_gradient_scaler_is_on_for_fp16_only(monkeypatch, native_bf16, scale
     assert made == [("cuda", scaled), ("cpu", False)]
 
 
-def test_on_the_cpu_autocast_changes_nothing_and_the_scaler_passes_through():
+@pytest.mark.parametrize("native_bf16, expected", [(True, torch.bfloat16), (False, torch.float32)])
+def test_on_the_cpu_auto_is_bf16_where_it_is_native_else_float32(monkeypatch, native_bf16, expected):
+    monkeypatch.setattr(utils, "cpu_computes_bfloat16", lambda: native_bf16)
     a, b = torch.randn(4, 4), torch.randn(4, 4)
     with autocast(torch.device("cpu")):
-        assert (a @ b).dtype == torch.float32
+        assert (a @ b).dtype == expected
     scaler = grad_scaler(torch.device("cpu"))
     loss = (a * 2).sum()
     assert not scaler.is_enabled() and scaler.scale(loss) is loss
+
+
+def test_cpu_bfloat16_is_what_onednn_reports():
+    """The rule reads oneDNN's own test of the CPU (AVX-512 BF16 or AMX), which this machine answers."""
+    assert utils.cpu_computes_bfloat16() == torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        assert utils.cpu_computes_bfloat16()
 
 
 @pytest.mark.parametrize("precision, dtype", [("float32", None), ("bfloat16", torch.bfloat16), ("float16", torch.float16)])

@@ -1123,7 +1123,9 @@ def _compare_training(exercise: Exercise, student_fn, case: TrainingCase, contex
                      {"max_grad_norm": case.setup.max_grad_norm})
     actual = run_student(_with_gradients(student_fn), arguments, check=check, forbidden=forbidden,
                          parameter_names=exercise.parameter_names, context=context)
-    expected = _run_training(lambda *args, **kwargs: exercise.reference(*args, **kwargs, progress=False), case)
+    # float32, as the exercise's loop computes: "auto" would choose bfloat16 on a CPU that has it
+    expected = _run_training(lambda *args, **kwargs: exercise.reference(*args, **kwargs, progress=False,
+                                                                        precision="float32"), case)
     if isinstance(actual, torch.Tensor) and actual.numel() == 1:
         fail(check, context, f"you returned a tensor ({actual.item():.6g}), expected a float.",
              "return a Python float: accumulate loss.item() (a tensor would also keep the graph alive).")
