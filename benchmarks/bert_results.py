@@ -59,7 +59,7 @@ from bertlab.distillation import compare_models, distill, init_student_from_teac
 from bertlab.finetuning import choose_learning_rate, evaluate, finetune, freeze_layers, train_bag_of_words
 from bertlab.pretraining import course_bert_folder, course_bert_sha256
 from bertlab.tokenization import BertTokenizer
-from bertlab.utils import resolve_device, seed_everything
+from bertlab.utils import PRECISIONS, autocast_dtype, resolve_device, seed_everything
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COURSE_BERT_RESULTS = RESULTS / "course-bert.json"
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> dict:
     print(f"MR: {len(train)} train, {len(dev)} dev, {len(test)} test ({splits.source})")
     folder = course_bert_folder()
     weights_sha256 = course_bert_sha256()
-    stages = Stages(args.work_dir, {"course_bert_sha256": weights_sha256,
+    stages = Stages(args.work_dir, {"course_bert_sha256": weights_sha256, "precision": computed_in(device, args),
                                     "dataset": [splits.source, len(train), len(dev), len(test)]})
     training = {key: settings[key] for key in ("epochs", "batch_size", "max_length", "min_steps")}
     teacher_weights = args.work_dir / "teacher.pt"
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> dict:
         return BertForSequenceClassification(pretrained_classifier().config)  # seeded by the caller
 
     def test_accuracy(model) -> float:
-        return evaluate(model, tokenizer, test, max_length=settings["max_length"])["accuracy"]
+        return evaluate(model, tokenizer, test, max_length=settings["max_length"], precision=args.precision)["accuracy"]
 
     def train_bert(make_model, examples, lr, seed, epochs, head_only=False):
         seed_everything(seed)
@@ -170,7 +170,8 @@ def run(args: argparse.Namespace) -> dict:
         if head_only:
             freeze_layers(model, 0)
         finetune(model, tokenizer, examples, epochs=epochs, batch_size=settings["batch_size"], encoder_lr=lr,
-                 max_length=settings["max_length"], device=device, seed=seed, progress=not args.no_progress)
+                 max_length=settings["max_length"], device=device, seed=seed, progress=not args.no_progress,
+                 precision=args.precision)
         return model
 
     def compare(name, make_model, examples, learning_rates, seeds, head_only=False, keep_first=None):
@@ -181,7 +182,7 @@ def run(args: argparse.Namespace) -> dict:
         def compute() -> dict:
             tuned = choose_learning_rate(
                 lambda lr: train_bert(make_model, examples, lr, seeds[0], epochs, head_only), learning_rates,
-                tokenizer, dev, max_length=settings["max_length"])
+                tokenizer, dev, max_length=settings["max_length"], precision=args.precision)
             if keep_first is not None:
                 torch.save(tuned.model.state_dict(), keep_first)
             accuracies = [test_accuracy(tuned.model)] + [
@@ -231,7 +232,7 @@ def run(args: argparse.Namespace) -> dict:
         seed_everything(0)
         model = init_student_from_teacher(pretrained_classifier())
         options = dict(epochs=settings["epochs"], batch_size=settings["batch_size"], max_length=settings["max_length"],
-                       device=device, seed=0, progress=not args.no_progress)
+                       device=device, seed=0, progress=not args.no_progress, precision=args.precision)
         if teacher_model is None:
             finetune(model, tokenizer, train, encoder_lr=lr, **options)
         else:
@@ -241,7 +242,7 @@ def run(args: argparse.Namespace) -> dict:
 
     def distillation_and_comparison() -> dict:
         distilled = choose_learning_rate(lambda lr: student(lr, teacher), grid, tokenizer, dev,
-                                         max_length=settings["max_length"])
+                                         max_length=settings["max_length"], precision=args.precision)
         comparison = compare_models(teacher, distilled.model, tokenizer, test, batch_size=32,
                                     max_length=settings["max_length"], repeats=settings["repeats"],
                                     names=("teacher: course BERT, 4 layers", "distilled student, 2 layers"))
@@ -251,7 +252,8 @@ def run(args: argparse.Namespace) -> dict:
                 "comparison_markdown": comparison.to_markdown()}
 
     def labels_alone() -> dict:
-        tuned = choose_learning_rate(student, grid, tokenizer, dev, max_length=settings["max_length"])
+        tuned = choose_learning_rate(student, grid, tokenizer, dev, max_length=settings["max_length"],
+                                     precision=args.precision)
         return {"learning_rate": tuned.learning_rate, "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
                 "test_accuracy": test_accuracy(tuned.model)}
 
@@ -272,7 +274,7 @@ def run(args: argparse.Namespace) -> dict:
         "command": " ".join(["python", *sys.argv]),
         "mode": "quick" if args.quick else "full",
         "settings": settings,
-        "machine": machine(device),
+        "machine": {**machine(device), "precision": computed_in(device, args)},
         "dataset": {"name": splits.name, "source": splits.source, "train": len(train), "dev": len(dev),
                     "test": len(test)},
         "course_bert_sha256": weights_sha256,  # the chapters show this run only beside these weights
@@ -284,6 +286,12 @@ def run(args: argparse.Namespace) -> dict:
     }
     results["checks"] = check_expectations(results)
     return results
+
+
+def computed_in(device: torch.device, args: argparse.Namespace) -> str:
+    """The dtype the forward passes compute in, "float32" where autocast is off: every stage depends on it."""
+    dtype = autocast_dtype(device, args.precision)
+    return "float32" if dtype is None else str(dtype).removeprefix("torch.")
 
 
 def machine(device: torch.device) -> dict:
@@ -388,6 +396,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a small check of the script: 500 examples, 1 seed")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--precision", default="auto", choices=PRECISIONS,
+                        help="of every forward pass (bertlab.utils.autocast; default: auto, bfloat16 on a CPU that "
+                        "computes it natively)")
     parser.add_argument("--out", type=Path, help="JSON file (default: benchmarks/results/bert-DEVICE[-quick].json)")
     parser.add_argument("--work-dir", type=Path,
                         help="the finished stages and the teacher's weights, for resuming (default: "

@@ -561,8 +561,10 @@ def choose_learning_rate(
     dev: Sequence[Example],
     *,
     max_length: int = 128,
+    precision: str = "auto",
 ) -> TunedRun:
-    """Train one model per learning rate with ``train_with(lr)`` and keep the one best on ``dev``.
+    """Train one model per learning rate with ``train_with(lr)`` and keep the one best on ``dev``
+    (evaluated in ``precision``).
 
     The fair protocol for comparing training methods: every method gets the same data and the same
     number of steps, and its own learning rate, chosen on the development set from the same grid,
@@ -573,7 +575,7 @@ def choose_learning_rate(
     best, accuracies = None, {}
     for lr in learning_rates:
         model = train_with(lr)
-        metrics = evaluate(model, tokenizer, dev, max_length=max_length)
+        metrics = evaluate(model, tokenizer, dev, max_length=max_length, precision=precision)
         accuracies[lr] = metrics["accuracy"]
         if best is None or metrics["accuracy"] > best.dev["accuracy"]:
             best = TunedRun(model, lr, metrics, accuracies)  # accuracies fills up as the search goes on
