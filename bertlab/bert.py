@@ -716,32 +716,15 @@ class BertForPreTraining(BertPreTrainedModel):
         return BertPreTrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits, mlm_targets)
 
 
-class BertForSequenceClassification(BertPreTrainedModel):
-    """BERT with a classifier on a vector of the whole text: logits = W Dropout(v) + b, (B, num_labels).
-
-    ``config.classifier_pooling`` chooses v:
-
-    - "cls": BERT's pooled [CLS], v = tanh(W_p h_L[CLS] + b_p) (Devlin et al., 2019), as Hugging Face;
-    - "mean": the mean of the final hidden states over the n real tokens, v = (1/n) sum_i h_L[i]
-      (Reimers and Gurevych, 2019). A model pretrained without next sentence prediction never trained
-      its pooler or its [CLS] summary; every token's vector was trained by masked language modelling.
-
-    As in BERT's fine-tuning, the dropout probability is ``hidden_dropout_prob`` and all weights
-    train. ``from_pretrained`` reads ``num_labels`` from Hugging Face's ``id2label`` when present.
-    """
-
-    hf_architecture = "BertForSequenceClassification"
-    head_prefixes = ("bert.pooler.", "classifier.")
+class _LabelledModel(BertPreTrainedModel):
+    """A BERT whose head scores ``num_labels`` classes; ``num_labels`` goes to and comes from
+    ``config.json`` as in Hugging Face (its ``id2label``)."""
 
     def __init__(self, config: BertConfig, num_labels: int = 2):
         super().__init__(config)
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 2:
             raise ValueError(f"num_labels must be an integer >= 2, got {num_labels!r}")
         self.num_labels = num_labels
-        self.bert = BertModel(config)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, num_labels)
-        init_bert_weights(self.classifier, config.initializer_range)
 
     @classmethod
     def _init_kwargs_from_json(cls, values: dict) -> dict:
@@ -753,6 +736,32 @@ class BertForSequenceClassification(BertPreTrainedModel):
         id2label = {str(index): f"LABEL_{index}" for index in range(self.num_labels)}
         label2id = {label: int(index) for index, label in id2label.items()}
         return {**super()._hf_config_dict(), "id2label": id2label, "label2id": label2id}
+
+
+class BertForSequenceClassification(_LabelledModel):
+    """BERT with a classifier on a vector of the whole text: logits = W Dropout(v) + b, (B, num_labels).
+
+    ``config.classifier_pooling`` chooses v:
+
+    - "cls": BERT's pooled [CLS], v = tanh(W_p h_L[CLS] + b_p) (Devlin et al., 2019), as Hugging Face;
+    - "mean": the mean of the final hidden states over the n real tokens, v = (1/n) sum_i h_L[i]
+      (Reimers and Gurevych, 2019). A model pretrained without next sentence prediction never trained
+      its pooler or its [CLS] summary; every token's vector was trained by masked language modelling.
+
+    A sentence pair is one text, [CLS] A [SEP] B [SEP] with token types 0 and 1 (natural language
+    inference, paraphrase). As in BERT's fine-tuning, the dropout probability is ``hidden_dropout_prob``
+    and all weights train. ``from_pretrained`` reads ``num_labels`` from Hugging Face's ``id2label``.
+    """
+
+    hf_architecture = "BertForSequenceClassification"
+    head_prefixes = ("bert.pooler.", "classifier.")
+
+    def __init__(self, config: BertConfig, num_labels: int = 2):
+        super().__init__(config, num_labels)
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        init_bert_weights(self.classifier, config.initializer_range)
 
     def forward(
         self,
@@ -775,3 +784,110 @@ class BertForSequenceClassification(BertPreTrainedModel):
                 raise ValueError(f"labels must have shape ({logits.shape[0]},), got {tuple(labels.shape)}")
             loss = F.cross_entropy(logits, labels)
         return SequenceClassifierOutput(loss, logits)
+
+
+@dataclasses.dataclass
+class TokenClassifierOutput:
+    """Output of :class:`BertForTokenClassification`: the cross-entropy ``loss`` over the labelled
+    positions (None without labels) and the ``logits`` (B, N, num_labels)."""
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+
+
+class BertForTokenClassification(_LabelledModel):
+    """BERT with a classifier on every token: logits_i = W Dropout(h_L[i]) + b, (B, N, num_labels).
+
+    For tagging (parts of speech, named entities; Devlin et al., 2019, section 4 and figure 4): a word
+    cut into several word pieces is labelled on its first piece, and the other pieces, the special
+    tokens and the padding carry the label -100, which the loss skips:
+    L = -(1/|P|) sum_{i in P} log softmax(logits_i)_{y_i} over the labelled positions P. No pooler, as in
+    Hugging Face's class, whose weight names and ``config.json`` this one shares.
+    """
+
+    hf_architecture = "BertForTokenClassification"
+    head_prefixes = ("classifier.",)
+
+    def __init__(self, config: BertConfig, num_labels: int = 2):
+        super().__init__(config, num_labels)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        init_bert_weights(self.classifier, config.initializer_range)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> TokenClassifierOutput:
+        """Inputs as for :meth:`BertModel.forward`; ``labels`` (B, N) class indices, -100 where nothing
+        is predicted."""
+        sequence_output, _ = self.bert(input_ids, token_type_ids, attention_mask)  # (B, N, H)
+        logits = self.classifier(self.dropout(sequence_output))  # (B, N, num_labels)
+        loss = None
+        if labels is not None:
+            if labels.shape != logits.shape[:2]:
+                raise ValueError(f"labels must have the shape of input_ids, {tuple(logits.shape[:2])}, "
+                                 f"got {tuple(labels.shape)}")
+            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+        return TokenClassifierOutput(loss, logits)
+
+
+@dataclasses.dataclass
+class QuestionAnsweringOutput:
+    """Output of :class:`BertForQuestionAnswering`: the ``loss`` (None without answer positions) and
+    the ``start_logits`` and ``end_logits``, each (B, N)."""
+
+    loss: torch.Tensor | None
+    start_logits: torch.Tensor
+    end_logits: torch.Tensor
+
+
+class BertForQuestionAnswering(BertPreTrainedModel):
+    """BERT for extractive question answering (SQuAD; Devlin et al., 2019, section 4.2).
+
+    The input is [CLS] question [SEP] context [SEP]; two vectors S, E (the rows of ``qa_outputs``, with
+    biases) score every token as the answer's start and end: start_logits_i = S . h_L[i] + b_S,
+    end_logits_i = E . h_L[i] + b_E, and p(start = i) = softmax(start_logits)_i. Training minimises
+    L = (CE(start_logits, s) + CE(end_logits, e)) / 2 for the answer's first and last token positions
+    s, e; a window of the context without the answer points both at [CLS] (position 0). Positions
+    outside [0, N) are ignored, as in Hugging Face's class, whose weight names this one shares (no pooler).
+    """
+
+    hf_architecture = "BertForQuestionAnswering"
+    head_prefixes = ("qa_outputs.",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        init_bert_weights(self.qa_outputs, config.initializer_range)
+
+    def _hf_config_dict(self) -> dict:  # Hugging Face's class reads its 2 outputs from num_labels
+        return {**super()._hf_config_dict(), "num_labels": 2}
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+    ) -> QuestionAnsweringOutput:
+        """Inputs as for :meth:`BertModel.forward`; ``start_positions`` and ``end_positions`` (B,) the
+        answer's token positions, both given or neither."""
+        sequence_output, _ = self.bert(input_ids, token_type_ids, attention_mask)  # (B, N, H)
+        start_logits, end_logits = self.qa_outputs(sequence_output).unbind(dim=-1)  # (B, N) each
+        loss = None
+        if (start_positions is None) != (end_positions is None):
+            raise ValueError("give both start_positions and end_positions, or neither")
+        if start_positions is not None:
+            for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+                if positions.shape != start_logits.shape[:1]:
+                    raise ValueError(f"{name} must have shape ({start_logits.shape[0]},), got {tuple(positions.shape)}")
+            length = start_logits.shape[1]  # positions beyond the sequence are ignored, as in Hugging Face
+            loss = (F.cross_entropy(start_logits, start_positions.clamp(0, length), ignore_index=length)
+                    + F.cross_entropy(end_logits, end_positions.clamp(0, length), ignore_index=length)) / 2
+        return QuestionAnsweringOutput(loss, start_logits.contiguous(), end_logits.contiguous())

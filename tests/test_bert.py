@@ -11,7 +11,9 @@ from bertlab.bert import (
     PRESETS,
     BertConfig,
     BertForPreTraining,
+    BertForQuestionAnswering,
     BertForSequenceClassification,
+    BertForTokenClassification,
     BertModel,
     count_parameters,
     hf_parameter_name,
@@ -213,6 +215,41 @@ def test_sequence_classification_matches_hugging_face(tmp_path, batch):
     assert ours(**batch).loss is None
 
 
+def test_token_classification_matches_hugging_face(tmp_path, batch):
+    """A label per token; the loss skips the positions labelled -100 (later pieces of a word, specials)."""
+    theirs = save_hf(transformers.BertForTokenClassification, tmp_path, num_labels=5)
+    ours = BertForTokenClassification.from_pretrained(tmp_path)
+    assert ours.num_labels == 5 and ours.bert.pooler is None
+    labels = torch.randint(0, 5, batch["input_ids"].shape, generator=torch.Generator().manual_seed(2))
+    labels[:, 0] = -100
+    labels[batch["attention_mask"] == 0] = -100
+    with torch.no_grad():
+        expected = theirs(**batch, labels=labels)
+        output = ours(**batch, labels=labels)
+    assert output.logits.shape == (3, 10, 5)
+    assert_close(output.logits, expected.logits)
+    assert_close(output.loss, expected.loss)
+    with pytest.raises(ValueError, match=r"labels must have the shape of input_ids, \(3, 10\), got \(3,\)"):
+        ours(**batch, labels=labels[:, 0])
+
+
+def test_question_answering_matches_hugging_face(tmp_path, batch):
+    """Start and end logits per token; the loss averages the two cross-entropies, and a position past the
+    sequence (here 12 of 10) is ignored, as in Hugging Face."""
+    theirs = save_hf(transformers.BertForQuestionAnswering, tmp_path)
+    ours = BertForQuestionAnswering.from_pretrained(tmp_path)
+    positions = {"start_positions": torch.tensor([3, 0, 12]), "end_positions": torch.tensor([5, 0, 2])}
+    with torch.no_grad():
+        expected = theirs(**batch, **positions)
+        output = ours(**batch, **positions)
+    assert_close(output.start_logits, expected.start_logits)
+    assert_close(output.end_logits, expected.end_logits)
+    assert_close(output.loss, expected.loss)
+    assert ours(**batch).loss is None
+    with pytest.raises(ValueError, match="both start_positions and end_positions"):
+        ours(**batch, start_positions=positions["start_positions"])
+
+
 def test_mean_pooling_classifies_the_mean_of_the_real_tokens(tmp_path, batch):
     """With classifier_pooling "mean", v = (1/n) sum_i h_L[i] over the n real tokens: Hugging Face's encoder
     gives h_L; the classifier's own weights give the logits. Padding changes nothing."""
@@ -239,6 +276,9 @@ def test_mean_pooling_classifies_the_mean_of_the_real_tokens(tmp_path, batch):
         (BertModel, itemgetter(0), "BertModel", "last_hidden_state"),
         (BertForPreTraining, attrgetter("mlm_logits"), "BertForPreTraining", "prediction_logits"),
         (BertForSequenceClassification, attrgetter("logits"), "BertForSequenceClassification", "logits"),
+        (BertForTokenClassification, attrgetter("logits"), "BertForTokenClassification", "logits"),
+        (BertForQuestionAnswering, attrgetter("start_logits"), "BertForQuestionAnswering", "start_logits"),
+        (BertForQuestionAnswering, attrgetter("end_logits"), "BertForQuestionAnswering", "end_logits"),
     ],
 )
 def test_save_pretrained_is_read_by_hugging_face(tmp_path, batch, our_class, our_output, hf_class, their_output):
