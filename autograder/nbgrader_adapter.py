@@ -173,7 +173,8 @@ def render_feedback(nbgrader_course: Path, notebook, result: NotebookResult, not
     ``nbgrader_course``, a private nbgrader course holding the chapter's source and a gradebook that knows it.
 
     nbgrader's feedback converter renders it with nbconvert's HTML sanitizer on
-    (``HTMLExporter.sanitize_html``) and with the template ``autograder/templates/sanitized_feedback``,
+    (``HTMLExporter.sanitize_html``; the exporter is :class:`~autograder.feedback_exporter.FeedbackExporter`,
+    nbconvert's without its second pass over the page) and with the template ``autograder/templates/sanitized_feedback``,
     nbgrader's own feedback template whose Markdown cells are rendered by the filter ``book_markdown``
     and sanitized by ``sanitized_html``, two of the template's ``filters``.
     """
@@ -181,6 +182,8 @@ def render_feedback(nbgrader_course: Path, notebook, result: NotebookResult, not
     import nbgrader
     from nbgrader.api import Gradebook
     from nbgrader.converters import GenerateFeedback
+
+    from autograder.feedback_exporter import FeedbackExporter
     from nbgrader.utils import capture_log
     from traitlets.config import Config
 
@@ -190,6 +193,7 @@ def render_feedback(nbgrader_course: Path, notebook, result: NotebookResult, not
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, path)
     config = Config()
+    config.GenerateFeedback.exporter_class = FeedbackExporter  # nbconvert's HTMLExporter, one pass
     config.HTMLExporter.sanitize_html = True
     config.HTMLExporter.template_name = "sanitized_feedback"
     config.HTMLExporter.template_file = "sanitized_feedback.html.j2"
