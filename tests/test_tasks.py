@@ -172,7 +172,8 @@ def _hugging_face_windows(hugging_face, question, context, max_length, stride):
 
 
 def _long_context():
-    sentences = [f"Paragraph {i}: the Denver Broncos, in 19{i:02d}, beat café owners {i * 7} times." for i in range(40)]
+    sentences = [f"Paragraph {i}: the Denver Broncos, in 19{i:02d}, beat café owners {i * 7} times."
+                 for i in range(40)]
     return "  ".join(sentences)
 
 
