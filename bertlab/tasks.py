@@ -133,9 +133,12 @@ def word_piece_offsets(text: str, tokenizer: BertTokenizer) -> tuple[list[str], 
     (``do_lower_case``) a character c becomes strip_accents(lower(c)), which may be several
     characters (all from c) or none (a combining accent). The words are then cut into pieces by
     WordPiece; a piece spans from the first original character of its first normalized character
-    to the last one of its last, and a word that becomes [UNK] spans the whole word. The pieces are
-    those of ``tokenizer.tokenize(text)`` and the spans those of Hugging Face's
-    ``return_offsets_mapping=True`` (for text without the special tokens written out, "[MASK]").
+    to the last one of its last, and a word that becomes [UNK] spans the whole word. The pieces and
+    spans are those of Hugging Face's ``return_offsets_mapping=True``, and the pieces those of
+    ``tokenizer.tokenize(text)``, for text without the special tokens written out ("[MASK]"). One
+    exception: a capital sigma ending a Greek word, which Python's ``str.lower`` of a whole word
+    makes a final sigma (ς) and ``tokenizer.tokenize`` keeps so, is lowered to σ here one character
+    at a time, as Hugging Face does.
 
     Returns:
         ``(pieces, offsets)``: the word pieces and their ``(start, end)`` character spans, end excluded.

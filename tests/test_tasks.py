@@ -59,7 +59,10 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def hugging_face(tmp_path_factory):
-    """Hugging Face's BERT tokenizer built from the same vocab.txt (a local folder: no download)."""
+    """Hugging Face's BERT tokenizer built from the same vocab.txt (a local folder: no download).
+
+    ``from_pretrained`` of a folder, as tests/test_tokenization.py does: in transformers 5.24,
+    ``BertTokenizerFast(vocab_file=...)`` builds a tokenizer with the 5 special tokens only."""
     folder = tmp_path_factory.mktemp("hf_vocab")
     shutil.copy(VOCAB, folder / "vocab.txt")
     return transformers.BertTokenizerFast.from_pretrained(str(folder))
@@ -149,6 +152,19 @@ def test_word_piece_offsets_by_hand():
     pieces, offsets = word_piece_offsets(text, tokenizer)
     assert pieces == ["hello", ",", "wor", "##ld", "[UNK]", "!"]
     assert [text[start:end] for start, end in offsets] == ["Héllo", ",", "WOR", "LD", "Ωmega", "!"]
+
+
+def test_word_piece_offsets_lower_capital_sigma_as_hugging_face(tmp_path):
+    """Python lowers a word-final "Σ" to "ς" in ``str.lower`` of a word; Hugging Face lowers one
+    character at a time, to "σ", and so does word_piece_offsets (bertlab's ``tokenize`` does not)."""
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "οδος", "οδοσ", "##ος", "##οσ", "οδ"]
+    (tmp_path / "vocab.txt").write_text("".join(token + "\n" for token in tokens), encoding="utf-8")
+    hugging_face = transformers.BertTokenizerFast.from_pretrained(str(tmp_path))
+    text = "ΟΔΟΣ οδος"
+    pieces, offsets = word_piece_offsets(text, BertTokenizer(tmp_path / "vocab.txt"))
+    theirs = hugging_face(text, add_special_tokens=False, return_offsets_mapping=True)
+    assert pieces == hugging_face.convert_ids_to_tokens(theirs["input_ids"]) == ["οδοσ", "οδος"]
+    assert offsets == [tuple(span) for span in theirs["offset_mapping"]] == [(0, 4), (5, 9)]
 
 
 def test_char_span_to_token_span_by_hand():
