@@ -36,7 +36,7 @@ from bertlab.norm import LayerNorm
 from bertlab.positional import LearnedPositionalEmbedding, sinusoidal_positional_encoding
 from bertlab.transformer import ACTIVATIONS, EncoderLayer
 
-IGNORE_INDEX = -100  # label of the positions that the MLM loss skips, as in Hugging Face
+IGNORE_INDEX = -100  # label of the positions a loss skips (masked language modelling, tagging), as in Hugging Face
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
 PYTORCH_FILE = "pytorch_model.bin"

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from bertlab.bert import IGNORE_INDEX  # label of the positions that are not predicted
 from bertlab.tokenization import BertTokenizer
 
-IGNORE_INDEX = -100  # label of the positions that are not predicted (ignored by cross-entropy)
 IS_NEXT, NOT_NEXT = 0, 1  # NSP labels, as in BERT and Hugging Face's BertForPreTraining
 MASKING_KINDS = ("dynamic", "static")
 

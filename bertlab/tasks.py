@@ -2,7 +2,7 @@
 
 Sentence-pair classification (natural language inference, SNLI) needs nothing new: the two
 sentences are encoded as a pair, [CLS] A [SEP] B [SEP], with ``BertTokenizer.encode(a, b)``, and
-the [CLS] vector is classified as in chapter 08. The two other task types need their inputs and
+the text vector is classified as in chapter 08. The two other task types need their inputs and
 outputs mapped between words or characters and word pieces:
 
 - **Token tagging** (part-of-speech tags, named entities): the data gives one label per word, BERT
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bertlab.bert import IGNORE_INDEX  # the label of the word pieces the loss and the metric skip
 from bertlab.tokenization import (
     BertTokenizer,
     _is_control,
@@ -34,7 +35,6 @@ from bertlab.tokenization import (
     _strip_accents,
 )
 
-IGNORE_INDEX = -100  # the label of the word pieces the loss and the metric skip (cross_entropy's default)
 
 # --------------------------------------------------------------------------------------------------
 # Token tagging: one label per word, spread over word pieces
