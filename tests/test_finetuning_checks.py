@@ -525,7 +525,7 @@ def test_mistakes_are_far_from_the_right_answer():
     tolerance = checks.TRAIN_EPOCH_TOLERANCE
     largest = {mistake.hint: 0.0 for mistake in checks.TRAIN_EPOCH_MISTAKES}
     for case in checks.train_epoch_cases():
-        right = checks._run_training(lambda *args, **kwargs: bertlab.finetuning.train_epoch(*args, **kwargs, progress=False), case)
+        right = checks._run_training(lambda *args, **kwargs: float32_train_epoch(*args, **kwargs, progress=False), case)
         allowed = tolerance.atol + tolerance.rtol * abs(right)
         for mistake in checks.TRAIN_EPOCH_MISTAKES:
             distance = abs(checks._run_training(mistake.implementation, case) - right) / allowed
