@@ -9,6 +9,7 @@ below.
 import collections
 import gzip
 import json
+import random
 import re
 import shutil
 import string
@@ -443,3 +444,47 @@ def test_every_squad_dev_answer_is_recovered_from_its_token_span(squad_dev, toke
         assert answer_text in decoded, f"{question_id}: {answer_text!r} decoded as {decoded!r}"
     assert recovered / answers > 0.99, f"{len(failures)} of {answers} answers not recovered: {failures[:5]}"
     print(f"{recovered} of {answers} answers recovered in {time.perf_counter() - begin:.1f} s")
+
+
+def predictions_near_the_answers(questions: list[dict], seed: int = 0) -> dict[str, str]:
+    """Answers a reader might give: the right span, the span moved or stretched by a few characters into
+    the context (cut words, extra words, punctuation), another stretch of the context, or nothing."""
+    rng = random.Random(seed)
+    predictions = {}
+    for question in questions:
+        context, answer = question["context"], question["answers"][0]
+        start, end = answer["answer_start"], answer["answer_start"] + len(answer["text"])
+        kind = rng.randrange(5)
+        if kind == 1:
+            start, end = max(0, start - rng.randint(1, 12)), min(len(context), end + rng.randint(0, 12))
+        elif kind == 2:
+            start, end = start + rng.randint(0, len(answer["text"]) // 2), end
+        elif kind == 3:
+            start = rng.randrange(len(context))
+            end = min(len(context), start + rng.randint(1, 40))
+        predictions[question["id"]] = "" if kind == 4 else context[start:end]
+    return predictions
+
+
+def torchmetrics_squad(predictions: dict[str, str], questions: list[dict]) -> dict[str, float]:
+    from torchmetrics.text import SQuAD
+
+    metric = SQuAD()
+    scores = metric([{"prediction_text": text, "id": question_id} for question_id, text in predictions.items()],
+                    [{"answers": {"answer_start": [a["answer_start"] for a in q["answers"]],
+                                  "text": [a["text"] for a in q["answers"]]}, "id": q["id"]} for q in questions])
+    return {name: float(value) for name, value in scores.items()}
+
+
+def test_squad_scores_agree_with_torchmetrics_on_the_dev_set(squad_dev):
+    """torchmetrics' SQuAD metric, an independent implementation of the official script, on predictions
+    near the answers of every question of the real dev set."""
+    pytest.importorskip("torchmetrics")
+    questions = [{"id": q["id"], "context": p["context"], "answers": q["answers"]}
+                 for article in squad_dev for p in article["paragraphs"] for q in p["qas"]]
+    predictions = predictions_near_the_answers(questions)
+    ours = squad_scores(predictions, {q["id"]: [a["text"] for a in q["answers"]] for q in questions})
+    theirs = torchmetrics_squad(predictions, questions)
+    assert 20 < ours.exact_match < 60
+    assert ours.exact_match == pytest.approx(theirs["exact_match"], abs=1e-3)
+    assert ours.f1 == pytest.approx(theirs["f1"], abs=1e-3)
