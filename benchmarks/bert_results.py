@@ -20,9 +20,9 @@ trained at that rate; test accuracy reported as mean and standard deviation over
     bertlab's bag-of-words logistic regression, BERT-mini from random weights (the course vocabulary),
     the course BERT with its encoder frozen (head only), and the course BERT fine-tuned whole.
 (b) A learning curve: test accuracy against the number of labelled examples (250, 1000, 4000, all),
-    pretrained against random init, every size with every seed; smaller sets get more epochs (at least ``min_steps`` steps), the
-    same for both, and a wider grid of learning rates (``curve_learning_rates``: the best rate moves
-    with the number of steps and examples).
+    pretrained against random init, every size with every seed; smaller sets get more epochs (at least
+    ``min_steps`` steps), the same for both, and a wider grid of learning rates
+    (``curve_learning_rates``: the best rate moves with the number of steps and examples).
 (c) Distillation: the fine-tuned course BERT (seed 0) teaches a half-depth student (Hinton et al.'s
     loss, alpha 0.5, T = 2); the same student trained on the labels alone shows what the teacher adds.
     Both students start from the course BERT's pretrained layers 0 and 2 and a new head.
@@ -31,8 +31,8 @@ trained at that rate; test accuracy reported as mean and standard deviation over
 The JSON holds the settings, the machine, every run and the checks of the expectations; a Markdown
 table is printed and written next to it (``.md``).
 
-The full run takes about 3 hours on a 2-core CPU (1.8 hours when the learning curve had one seed). It is resumable: each finished stage (and the
-fine-tuned teacher's weights) is kept in ``--work-dir`` (default ``runs/bert-results-<device>``), and the
+The full run takes several hours on a 2-core CPU (1.8 hours when the learning curve had one seed and
+the CPU computed in float32). It is resumable: each finished stage (and the fine-tuned teacher's weights) is kept in ``--work-dir`` (default ``runs/bert-results-<device>``), and the
 same command started again goes on after the last finished stage. Each stage is kept with what it
 depends on (the course BERT's weights, the data and the settings it reads): a run with other settings
 computes again only the stages they change, and another course BERT or other data all of them.

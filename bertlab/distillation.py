@@ -169,7 +169,8 @@ def distill(
     alpha * CE(s, y) + (1 - alpha) * T^2 * KL(softmax(t / T) || softmax(s / T)) with AdamW at ``lr``,
     linear warm-up and decay, gradient clipping, both models' forward passes in ``precision``
     (``bertlab.utils.autocast``: "auto" is bf16 or fp16 on CUDA, bf16 on a CPU that computes it natively,
-    else float32). Both models are moved to ``device`` (None: CUDA when available). With ``output_dir`` the student and ``history.json`` are saved.
+    else float32). Both models are moved to ``device`` (None: CUDA when available). With ``output_dir``
+    the student and ``history.json`` are saved.
 
     Returns:
         One dict per epoch: ``epoch``, ``train_loss`` and, with ``dev``, the student's ``dev_accuracy``,

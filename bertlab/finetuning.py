@@ -382,7 +382,8 @@ def train_epoch(
     """One pass over ``batches``: loss_fn(model, batch), backward, clip, step; return the mean loss.
 
     The forward pass runs under ``autocast(device, precision=precision)`` ("auto": bf16, or fp16 with a
-    gradient scaler, on CUDA; bf16 on a CPU that computes it natively; else float32); the gradient norm is clipped to ``max_grad_norm`` and the learning
+    gradient scaler, on CUDA; bf16 on a CPU that computes it natively; else float32); the gradient
+    norm is clipped to ``max_grad_norm`` and the learning
     rate follows ``scheduler`` (one step per batch). The losses are summed on the device, so the host
     waits for the device only every ``PROGRESS_EVERY`` batches, to show the loss, and at the end.
     """

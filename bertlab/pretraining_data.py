@@ -227,9 +227,9 @@ class PackedSegments:
         """Pack ``documents`` with ``pack_full_sentences`` and keep the result as arrays."""
         segments = pack_full_sentences(tokenizer, documents, seq_len)
         lengths = np.array([len(segment) for segment in segments], dtype=np.int64)
-        ids = np.fromiter((token for segment in segments for token in segment), dtype=np.int64, count=lengths.sum())
         dtype = np.uint16 if tokenizer.vocab_size <= 2 ** 16 else np.int32
-        return cls(ids.astype(dtype), np.concatenate([[0], np.cumsum(lengths)]), seq_len,
+        ids = np.fromiter((token for segment in segments for token in segment), dtype=dtype, count=lengths.sum())
+        return cls(ids, np.concatenate([[0], np.cumsum(lengths)]), seq_len,
                    tuple(tokenizer.ids_to_tokens), tokenizer.do_lower_case)
 
     def __len__(self) -> int:

@@ -361,8 +361,9 @@ def pretrain(
     norm to max_grad_norm, and takes an AdamW step (Loshchilov and Hutter, 2019; betas (0.9, 0.999),
     eps 1e-6 as in BERT; no weight decay on biases and LayerNorm weights) with a learning rate that
     rises linearly over warmup_steps and falls linearly to 0 at max_steps. The forward pass runs in
-bf16 autocast on CUDA (fp16 with a gradient scaler on GPUs without native bf16) and on a CPU that
-    computes bf16 natively, in float32 on other CPUs (``precision``). One step sees batch_size * grad_accum_steps * world_size examples.
+    bf16 autocast on CUDA (fp16 with a gradient scaler on GPUs without native bf16) and on a CPU that
+    computes bf16 natively, in float32 on other CPUs (``precision``). One step sees
+    batch_size * grad_accum_steps * world_size examples.
 
     Multi-GPU: launched with ``torchrun --nproc_per_node P script.py``, each process trains a
     DistributedDataParallel replica on its own share of every epoch (``DistributedSampler``); NCCL on
@@ -408,8 +409,9 @@ bf16 autocast on CUDA (fp16 with a gradient scaler on GPUs without native bf16) 
         resume: continue from output_dir's checkpoint when there is one.
         progress: show a tqdm progress bar.
         precision: the forward pass's precision (``bertlab.utils.autocast_dtype``): "auto" (bf16 or fp16
-            on CUDA, bf16 on a CPU that computes it natively, else float32), or "float32", "bfloat16", "float16" explicitly. A speed choice,
-            not a setting of the run: a run may resume in another precision.
+            on CUDA, bf16 on a CPU that computes it natively, else float32), or "float32", "bfloat16",
+            "float16" explicitly. A speed choice, not a setting of the run: a run may resume in another
+            precision.
         compile_model: run the forward and backward passes through ``torch.compile`` (the first steps
             are slower while it compiles; the weights and the checkpoints are the model's own).
 

@@ -2,6 +2,7 @@
 recorded results of the course's benchmarks."""
 
 import contextlib
+import functools
 import json
 import random
 from collections.abc import Mapping, Sequence
@@ -58,6 +59,7 @@ def check_precision(precision: str) -> None:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
 
 
+@functools.cache  # the processor does not change while the program runs; autocast asks at every step
 def cpu_computes_bfloat16() -> bool:
     """True when this CPU has bfloat16 arithmetic in hardware (x86 AVX-512 BF16 or AMX, as oneDNN, which
     PyTorch's CPU kernels use, reports it); False on CPUs that would emulate it, and where PyTorch was
