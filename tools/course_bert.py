@@ -4,6 +4,7 @@
     python tools/course_bert.py pretrain [--packed FILE] [--work runs/course-bert] [--device cuda]
     python tools/course_bert.py sweep --lrs 5e-4 1e-3 --seconds 300 [--packed FILE] [--work runs/course-bert-sweep]
     python tools/course_bert.py score --data-root DIR [--work runs/course-bert]
+    python tools/course_bert.py record --work RUN [RUN ...] [--out benchmarks/results/course-bert-sweep-gpu.json]
     python tools/course_bert.py export --data-root DIR [--work runs/course-bert] [--machine "..."]
 
 ``pack`` tokenizes the 75,000 unlabelled and training reviews of the Large Movie Review Dataset (Maas et
@@ -21,7 +22,7 @@ every 500 steps: if it stops, the same command continues where it stopped.
 ``sweep`` runs ``pretrain`` with several learning rates side by side (one process each, on one GPU), for
 as many steps as fit in ``--seconds``: a calibration of 150 steps of every run, side by side, measures the
 steps per second first. ``score`` gives each run's masked-token loss and accuracy on held-out test
-reviews, to choose by.
+reviews, to choose by; ``record`` puts the scored runs side by side in one file.
 
 ``export`` writes what the package ships: the weights in float16 (``model.safetensors``), ``config.json``,
 ``vocab.txt``, ``tokenizer_config.json``, the token counts of the training text (for the unigram
@@ -103,9 +104,10 @@ def pretrain(args: argparse.Namespace) -> int:
     argv = [*PRETRAIN_ARGUMENTS, "--packed", str(args.packed), "--steps", str(args.steps), "--lr", f"{args.lr:g}",
             "--output", str(args.work), "--device", args.device]
     print("bertlab " + " ".join(argv), flush=True)
-    args.work.mkdir(parents=True, exist_ok=True)
-    (args.work / COMMAND_FILE).write_text(json.dumps(argv) + "\n")
-    return cli.main(argv)
+    status = cli.main(argv)
+    if status == 0:  # the command of a run that exists, for export's model card
+        (args.work / COMMAND_FILE).write_text(json.dumps(argv) + "\n")
+    return status
 
 
 def run_side_by_side(args: argparse.Namespace, folder: Path, steps: int) -> list[Path]:
@@ -245,6 +247,31 @@ def score(args: argparse.Namespace) -> int:
     return 0
 
 
+def record(args: argparse.Namespace) -> int:
+    """The candidates of a sweep, side by side: each run's command, training time and losses and its held-out
+    scores (``score``'s ``held_out.json``), with the sweep's calibration, into ``--out``."""
+    runs = []
+    for work in args.work:
+        history, settings = finished_run(work)
+        held_out = work / "held_out.json"
+        if not held_out.is_file():
+            sys.exit(f"{work} has no held_out.json: run 'python tools/course_bert.py score --work {work}' first")
+        runs.append({"folder": work.name, "command": placeholders(json.loads((work / COMMAND_FILE).read_text())),
+                     "settings": settings, "training_seconds": sum(record["seconds"] for record in history),
+                     "final_train_mlm_loss": history[-1]["mlm_loss"],
+                     "final_train_mlm_accuracy": history[-1]["mlm_accuracy"],
+                     "held_out": json.loads(held_out.read_text())})
+    sweeps = [json.loads((work / "sweep.json").read_text()) for work in args.work if (work / "sweep.json").is_file()]
+    args.out.write_text(json.dumps({
+        "command": "python tools/course_bert.py record --work " + " ".join(str(work) for work in args.work),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "sweep": sweeps[0] if sweeps else None, "runs": runs,
+        "held_out_reviews": 2 * HELD_OUT_REVIEWS, "evaluation_seed": EVALUATION_SEED,
+    }, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
 def export(args: argparse.Namespace) -> int:
     work = args.work
     history, settings = finished_run(work)
@@ -305,6 +332,7 @@ def main() -> int:
     pretrain_parser = steps.add_parser("pretrain", help="pretrain on the packed segments (re-run to resume)")
     sweep_parser = steps.add_parser("sweep", help="pretrain with several learning rates side by side, in a time budget")
     score_parser = steps.add_parser("score", help="a finished run's masked-token scores on held-out reviews")
+    record_parser = steps.add_parser("record", help="the scored runs of a sweep, side by side, in one JSON file")
     export_parser = steps.add_parser("export", help="score a finished run and write bertlab/course_bert/")
     for step in (pack_parser, score_parser, export_parser):
         step.add_argument("--data-root", type=Path, required=True, help="folder holding aclImdb/")
@@ -319,12 +347,15 @@ def main() -> int:
                           help=f"the run's folder: checkpoint, metrics, final weights (default: runs/{folder})")
     pretrain_parser.add_argument("--lr", type=float, default=LEARNING_RATE, help=f"default: {LEARNING_RATE:g}")
     pretrain_parser.add_argument("--steps", type=int, default=STEPS, help=f"default: {STEPS}")
+    record_parser.add_argument("--work", type=Path, nargs="+", required=True, help="the scored run folders")
+    record_parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "course-bert-sweep-gpu.json")
     sweep_parser.add_argument("--lrs", type=float, nargs="+", required=True, help="the learning rates to compare")
     sweep_parser.add_argument("--seconds", type=float, required=True,
                               help="wall-clock budget of the sweep, calibration included")
     export_parser.add_argument("--machine", help="the hardware to name in the model card (default: this CPU)")
     args = parser.parse_args()
-    return {"pack": pack, "pretrain": pretrain, "sweep": sweep, "score": score, "export": export}[args.step](args)
+    return {"pack": pack, "pretrain": pretrain, "sweep": sweep, "score": score, "record": record,
+            "export": export}[args.step](args)
 
 
 if __name__ == "__main__":
