@@ -42,12 +42,7 @@ Delete the folder to start afresh otherwise.
 import argparse
 import json
 import math
-import os
-import platform
-import statistics
 import sys
-import time
-import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -59,7 +54,8 @@ from bertlab.distillation import compare_models, distill, init_student_from_teac
 from bertlab.finetuning import choose_learning_rate, evaluate, finetune, freeze_layers, train_bag_of_words
 from bertlab.pretraining import course_bert_folder, course_bert_sha256
 from bertlab.tokenization import BertTokenizer
-from bertlab.utils import PRECISIONS, autocast_dtype, resolve_device, seed_everything
+from bertlab.utils import PRECISIONS, resolve_device, seed_everything
+from benchmark_runs import Stages, computed_in, machine, quietly, summary
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COURSE_BERT_RESULTS = RESULTS / "course-bert.json"
@@ -74,45 +70,6 @@ SETTINGS = {
                   curve_learning_rates=[3e-4, 1e-3],
                   tfidf_c=[1.0], alpha=0.5, temperature=2.0, repeats=2, max_train_examples=500),
 }
-
-
-class Stages:
-    """The named stages of a run, each finished one kept in ``folder/stages.json`` with its wall-clock
-    seconds and its ``identity``: the course BERT's weights, the data and the settings that stage
-    depends on. A run resumes after its last finished stage, and a run with other settings computes
-    again only the stages that depend on them."""
-
-    def __init__(self, folder: Path, common: dict):
-        self.path = folder / "stages.json"
-        self.common = common
-        saved = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        self.saved: dict[str, dict] = saved.get("stages", {})  # a file of an older format: nothing to reuse
-        self.seconds: dict[str, float] = {}
-
-    def run(self, name: str, compute, **depends_on) -> dict:
-        """``compute()``'s record (a JSON-serialisable dict), or the record of an earlier run of this
-        stage with the same identity (``depends_on``, the settings it reads, and the common identity)."""
-        identity = {**self.common, **depends_on}
-        saved = self.saved.get(name)
-        if saved is not None and saved["identity"] == identity:
-            print(f"== {name}: finished by an earlier run ({saved['seconds']:.0f} s)", flush=True)
-        else:
-            print(f"\n== {name}", flush=True)
-            start = time.perf_counter()
-            saved = {"identity": identity, "record": compute(), "seconds": round(time.perf_counter() - start, 1)}
-            self.saved[name] = saved
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps({"stages": self.saved}, indent=2) + "\n")
-            print(f"== {name}: {saved['seconds']:.0f} s", flush=True)
-        self.seconds[name] = saved["seconds"]
-        return saved["record"]
-
-
-def quietly(function, *args, **kwargs):
-    """``function(*args, **kwargs)`` without the expected warnings of ``from_pretrained`` (a new head)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return function(*args, **kwargs)
 
 
 def tfidf_logistic_regression(train, dev, test, c_grid) -> dict:
@@ -133,11 +90,6 @@ def tfidf_logistic_regression(train, dev, test, c_grid) -> dict:
     dev_accuracy = {c: accuracy(model, dev) for c, model in runs.items()}
     best = max(c_grid, key=lambda c: dev_accuracy[c])
     return {"C": best, "dev_accuracy_by_C": dev_accuracy, "test_accuracy": accuracy(runs[best], test)}
-
-
-def summary(accuracies: list[float]) -> dict:
-    return {"test_accuracies": accuracies, "mean": statistics.mean(accuracies),
-            "std": statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -286,28 +238,6 @@ def run(args: argparse.Namespace) -> dict:
     }
     results["checks"] = check_expectations(results)
     return results
-
-
-def computed_in(device: torch.device, args: argparse.Namespace) -> str:
-    """The dtype the forward passes compute in, "float32" where autocast is off: every stage depends on it."""
-    dtype = autocast_dtype(device, args.precision)
-    return "float32" if dtype is None else str(dtype).removeprefix("torch.")
-
-
-def machine(device: torch.device) -> dict:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    return {"device": str(device), "device_name": name, "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(),
-            "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None}
-
-
-def cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def check_expectations(results: dict) -> list[dict]:
