@@ -2,11 +2,13 @@
 
     bertlab pretrain --preset mini --steps 1000 --output runs/pretrain
     bertlab finetune --model runs/pretrain --dataset mr --output runs/finetune
+    bertlab finetune --model runs/pretrain --task pairs|tagging|spans --data-root DIR --output runs/snli
     bertlab distill --teacher runs/finetune --dataset mr --output runs/distill
     torchrun --nproc_per_node 2 -m bertlab pretrain ...       (DistributedDataParallel, rank 0 prints)
 
 Each subcommand runs the library function of the same name (``bertlab.pretraining.pretrain``,
-``bertlab.finetuning.finetune``, ``bertlab.distillation.distill``), which writes the config, weights,
+``bertlab.finetuning.finetune``, or ``bertlab.task_finetuning.finetune_task`` for the task types of
+``--task``, ``bertlab.distillation.distill``), which writes the config, weights,
 checkpoints, metrics and plots into ``--output``; the command adds the vocabulary and a
 ``results.json`` of its own. The output folders chain: ``pretrain`` writes a model folder that
 ``finetune --model`` reads (as it reads a Hugging Face BERT checkpoint folder), and ``finetune``
@@ -18,6 +20,7 @@ traceback instead.
 """
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import math
@@ -33,6 +36,8 @@ from bertlab.data import PRETRAINING_CORPORA, SENTIMENT_DATASETS, load_sentiment
 from bertlab.distillation import compare_models, distill, init_student_from_teacher
 from bertlab.finetuning import encoder_layers, evaluate, finetune, format_record, freeze_layers
 from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, PackedSegments, pretrain
+from bertlab.task_data import TASK_DATASETS, load_task_splits
+from bertlab.task_finetuning import TASKS, evaluate_task, finetune_task, span_task
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
 
@@ -141,15 +146,22 @@ def check_data_root(args: argparse.Namespace) -> None:
                          "(rt-polaritydata/, aclImdb/, ...)")
 
 
-def load_dataset(name: str, args: argparse.Namespace):
-    """The train/dev/test splits (``SentimentSplits``) of the dataset ``name``, train cut to ``--max-train-examples``."""
+def load_dataset(name: str, args: argparse.Namespace, max_eval_examples: int | None = None):
+    """The train/dev/test splits (``SentimentSplits``) of the dataset ``name``, train cut to
+    ``--max-train-examples``, dev and test to ``max_eval_examples``."""
     check_data_root(args)
     try:
         splits = load_sentiment(name, root=args.data_root, download=args.download, seed=args.split_seed)
     except FileNotFoundError as error:
         raise CommandLineError(f"{error} Or pass --data-root, --download, or --dataset synthetic.") from error
-    if args.max_train_examples is not None:
-        splits.train = splits.train[: args.max_train_examples]
+    return cut_splits(splits, args.max_train_examples, max_eval_examples)
+
+
+def cut_splits(splits, max_train_examples: int | None, max_eval_examples: int | None):
+    """``splits`` (sentiment or task splits) with train cut to its first ``max_train_examples`` examples and
+    dev and test to their first ``max_eval_examples`` (None: all), said in one line."""
+    splits.train = splits.train[:max_train_examples]  # [:None] keeps all
+    splits.dev, splits.test = splits.dev[:max_eval_examples], splits.test[:max_eval_examples]
     say(f"dataset: {splits.source}; {len(splits.train)} train, {len(splits.dev)} dev, {len(splits.test)} test")
     return splits
 
@@ -165,22 +177,44 @@ def load_tokenizer(folder: Path) -> BertTokenizer:
     return BertTokenizer(vocab, do_lower_case=do_lower_case)
 
 
-def load_classifier(folder: Path, *, must_be_fine_tuned: bool) -> tuple[BertForSequenceClassification, BertTokenizer]:
-    """A ``BertForSequenceClassification`` and its tokenizer from a checkpoint folder.
+def load_model(folder: Path, model_class: type = BertForSequenceClassification, *, must_be_fine_tuned: bool,
+               **options) -> tuple[torch.nn.Module, BertTokenizer]:
+    """A ``model_class`` (default ``BertForSequenceClassification``) and its tokenizer from a checkpoint
+    folder; ``options`` go to the constructor (``num_labels``).
 
-    The warnings of ``from_pretrained`` (a classifier newly initialised, heads skipped) are printed as
+    The warnings of ``from_pretrained`` (a head newly initialised, weights skipped) are printed as
     one-line notes; with ``must_be_fine_tuned`` they are an error instead: a teacher must be a trained
     classifier.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = BertForSequenceClassification.from_pretrained(folder)
+        model = model_class.from_pretrained(folder, **options)
     tokenizer = load_tokenizer(folder)
     for warning in caught:
         if must_be_fine_tuned:
             raise CommandLineError(f"{folder} is not a fine-tuned classifier (run bertlab finetune first): "
                                    f"{warning.message}")
         say(f"note: {warning.message}")
+    return model, tokenizer
+
+
+@contextlib.contextmanager
+def warnings_as_notes():
+    """Inside the block, a warning (words cut off by --seq-len, ...) is printed at once as a one-line note."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *details: say(f"note: {message}")
+        yield
+
+
+def random_model(args: argparse.Namespace, model_class: type, texts: list[str], **options):
+    """A randomly initialised ``model_class`` of size --preset and its tokenizer: --vocab, or a vocabulary
+    learned from ``texts``; ``options`` go to the constructor."""
+    tokenizer = BertTokenizer(args.vocab) if args.vocab else learn_tokenizer(texts, args.vocab_size)
+    seed_everything(args.seed)
+    preset = args.preset or "mini"
+    model = model_class(BertConfig.preset(preset, vocab_size=tokenizer.vocab_size), **options)
+    say(f"model: BERT-{preset}, randomly initialised")
     return model, tokenizer
 
 
@@ -346,48 +380,107 @@ def run_finetune(args: argparse.Namespace) -> int:
     if args.model is not None and (args.preset is not None or args.vocab is not None):
         raise UsageError("--preset and --vocab describe a randomly initialised model; --model's folder sets both")
     check_file("--vocab", args.vocab)
+    if args.task != "sentence":
+        return run_task_finetune(args)
     device = resolve_device(args.device)
     if args.model is not None:  # before the dataset: a wrong folder is told at once
-        model, tokenizer = load_classifier(args.model, must_be_fine_tuned=False)
+        model, tokenizer = load_model(args.model, must_be_fine_tuned=False)
         say(f"model: {args.model} ({model.config.num_hidden_layers} layers, hidden size {model.config.hidden_size})")
-    splits = load_dataset(args.dataset, args)
+    splits = load_dataset(args.dataset or "mr", args, args.max_eval_examples)
     if args.model is None:
-        tokenizer = (BertTokenizer(args.vocab) if args.vocab
-                     else learn_tokenizer([text for text, _ in splits.train], args.vocab_size))
-        seed_everything(args.seed)
-        preset = args.preset or "mini"
-        model = BertForSequenceClassification(BertConfig.preset(preset, vocab_size=tokenizer.vocab_size))
-        say(f"model: BERT-{preset}, randomly initialised")
+        model, tokenizer = random_model(args, BertForSequenceClassification, [text for text, _ in splits.train])
+    freeze(model, args)
+    lr, max_length = learning_rate(args), args.seq_len or 128
+    history = finetune(
+        model, tokenizer, splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size, encoder_lr=lr,
+        head_lr=args.head_lr, weight_decay=args.weight_decay, layer_decay=args.layer_decay,
+        warmup_ratio=args.warmup_ratio, max_length=max_length, device=device, seed=args.seed,
+        progress=not args.no_progress, output_dir=args.output, precision=args.precision,
+    )
+    tokenizer.save_vocabulary(args.output)
+    test = evaluate(model, tokenizer, splits.test, max_length=max_length, precision=args.precision)
+    say(format_record({f"test_{name}": value for name, value in test.items()}))
+    write_results(args.output, {"command": "finetune", "task": "sentence", "settings": settings(args), "lr": lr,
+                                "max_length": max_length, "dataset": splits.name, "source": splits.source,
+                                "history": history, "test": test})
+    say(f"wrote the classifier, vocab.txt, history.json and {RESULTS_FILE} to {args.output}")
+    return 0
+
+
+def run_task_finetune(args: argparse.Namespace) -> int:
+    """``bertlab finetune --task pairs|tagging|spans``: the dataset of the task type from --data-root."""
+    if args.dataset is not None:
+        raise UsageError(f"--dataset names a sentiment dataset, for --task sentence; --task {args.task} reads its "
+                         "dataset from --data-root")
+    if args.download:
+        raise UsageError(f"--download fetches the sentiment datasets only: put the files of --task {args.task} in "
+                         "--data-root")
+    device = resolve_device(args.device)
+    task = span_task(stride=args.stride) if args.task == "spans" else TASKS[args.task]
+    check_data_root(args)
+    try:
+        splits = load_task_splits(args.task, args.data_root, seed=args.split_seed)
+    except FileNotFoundError as error:
+        raise CommandLineError(f"{error}. Or pass --data-root.") from error
+    labels = task.labels(splits.train) if task.labels is not None else None  # of the whole split, before a cut
+    splits = cut_splits(splits, args.max_train_examples, args.max_eval_examples)
+    options = {} if labels is None else {"num_labels": len(labels)}
+    if args.model is not None:
+        model, tokenizer = load_model(args.model, task.model_class, must_be_fine_tuned=False, **options)
+        say(f"model: {args.model} ({model.config.num_hidden_layers} layers, hidden size {model.config.hidden_size})")
+    else:
+        model, tokenizer = random_model(args, task.model_class, task.texts(splits.train), **options)
+    freeze(model, args)
+    lr, max_length = learning_rate(args), args.seq_len or task.max_length
+    with warnings_as_notes():
+        history = finetune_task(
+            task, model, tokenizer, splits.train, splits.dev, labels=labels, epochs=args.epochs,
+            batch_size=args.batch_size, encoder_lr=lr, head_lr=args.head_lr, weight_decay=args.weight_decay,
+            layer_decay=args.layer_decay, warmup_ratio=args.warmup_ratio, max_length=max_length, device=device,
+            seed=args.seed, progress=not args.no_progress, output_dir=args.output, precision=args.precision,
+        )
+        tokenizer.save_vocabulary(args.output)
+        test = evaluate_task(task, model, tokenizer, splits.test, labels=labels, max_length=max_length,
+                             precision=args.precision, what="test")
+    say(format_record({f"test_{name}": value for name, value in test.items()}))
+    write_results(args.output, {"command": "finetune", "task": args.task, "settings": settings(args), "lr": lr,
+                                "max_length": max_length, "dataset": splits.name, "source": splits.source,
+                                "labels": None if labels is None else list(labels.names), "history": history,
+                                "test": test})
+    say(f"wrote the model, vocab.txt, history.json and {RESULTS_FILE} to {args.output}")
+    return 0
+
+
+def freeze(model: torch.nn.Module, args: argparse.Namespace) -> None:
+    """--freeze N: the embeddings and the N lowest encoder layers stop training."""
     if args.freeze is not None:
         num_layers = len(encoder_layers(model))
         if args.freeze > num_layers:
             raise CommandLineError(f"--freeze {args.freeze}: the model has only {num_layers} encoder layers")
         freeze_layers(model, num_layers - args.freeze)
-    lr = args.lr if args.lr is not None else (5e-5 if args.model is not None else 1e-4)
-    history = finetune(
-        model, tokenizer, splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size, encoder_lr=lr,
-        head_lr=args.head_lr, weight_decay=args.weight_decay, layer_decay=args.layer_decay,
-        warmup_ratio=args.warmup_ratio, max_length=args.seq_len, device=device, seed=args.seed,
-        progress=not args.no_progress, output_dir=args.output, precision=args.precision,
-    )
-    tokenizer.save_vocabulary(args.output)
-    test = evaluate(model, tokenizer, splits.test, max_length=args.seq_len, precision=args.precision)
-    say(format_record({f"test_{name}": value for name, value in test.items()}))
-    write_results(args.output, {"command": "finetune", "settings": settings(args), "lr": lr, "dataset": splits.name,
-                                "source": splits.source, "history": history, "test": test})
-    say(f"wrote the classifier, vocab.txt, history.json and {RESULTS_FILE} to {args.output}")
-    return 0
+
+
+def learning_rate(args: argparse.Namespace) -> float:
+    """--lr, else 5e-5 for a pretrained --model and 1e-4 from random weights."""
+    return args.lr if args.lr is not None else (5e-5 if args.model is not None else 1e-4)
 
 
 def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
     parser = subcommands.add_parser(
-        "finetune", parents=[common], help="fine-tune a BERT for sentiment classification",
-        description="Fine-tune all the weights of a BERT sentence classifier (Devlin et al., 2019) on a sentiment "
-        "dataset, from a pretrained model folder (bertlab pretrain's output or a Hugging Face BERT checkpoint "
-        "folder with config.json, model.safetensors or pytorch_model.bin, and vocab.txt) or from random weights. "
-        "The output folder receives config.json, model.safetensors, vocab.txt, history.json (dev metrics per "
-        f"epoch) and {RESULTS_FILE} (with the test metrics).",
+        "finetune", parents=[common], help="fine-tune a BERT: sentiment, sentence pairs, tagging or spans",
+        description="Fine-tune all the weights of a BERT (Devlin et al., 2019) from a pretrained model folder "
+        "(bertlab pretrain's output or a Hugging Face BERT checkpoint folder with config.json, model.safetensors "
+        "or pytorch_model.bin, and vocab.txt) or from random weights, for one of BERT's task types (--task): "
+        "sentence classification on a sentiment dataset (--dataset), or, from the datasets' folders in "
+        "--data-root, natural language inference on sentence pairs (pairs: snli_1.0/, train and dev carved from "
+        "the official dev split by premise, test the official test split), part-of-speech tagging (tagging: "
+        "UD_English-EWT/, its own splits) or question answering by span extraction (spans: squad-v1.1/, the "
+        "official dev set split by article 80/10/10). The output folder receives config.json, model.safetensors, "
+        f"vocab.txt, history.json (dev metrics per epoch) and {RESULTS_FILE} (with the test metrics).",
     )
+    parser.add_argument("--task", choices=["sentence", *TASK_DATASETS], default="sentence",
+                        help="sentence (sentiment classification, the default), pairs (SNLI), tagging (UPOS of "
+                        "the English Web Treebank) or spans (SQuAD v1.1)")
     parser.add_argument("--model", type=Path, metavar="DIR",
                         help="pretrained model folder (default: none, a randomly initialised --preset model)")
     parser.add_argument("--preset", choices=list(PRESETS), default=None,
@@ -398,7 +491,9 @@ def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
                         help="without --model or --vocab: size of the vocabulary to learn (default: 4096)")
     parser.add_argument("--output", type=Path, default=Path("runs/finetune"), metavar="DIR",
                         help="output folder (default: runs/finetune)")
-    add_dataset_arguments(parser)
+    add_dataset_arguments(parser, default=None)
+    parser.add_argument("--max-eval-examples", type=positive_int, metavar="N",
+                        help="use only the first N dev and the first N test examples (default: all)")
     parser.add_argument("--epochs", type=positive_int, default=3, help="default: 3")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="default: 32")
     parser.add_argument("--lr", type=positive_float, default=None,
@@ -409,7 +504,10 @@ def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
                         help="layer-wise learning-rate decay factor, 1 for none (default: 1)")
     parser.add_argument("--weight-decay", type=non_negative_float, default=0.01, help="default: 0.01")
     parser.add_argument("--warmup-ratio", type=fraction, default=0.1, help="share of steps of warm-up (default: 0.1)")
-    parser.add_argument("--seq-len", type=positive_int, default=128, help="maximum tokens per text (default: 128)")
+    parser.add_argument("--seq-len", type=positive_int, default=None,
+                        help="maximum tokens per example (default: 128, and 384 for --task spans)")
+    parser.add_argument("--stride", type=positive_int, default=128,
+                        help="--task spans: context pieces that two windows of a long context share (default: 128)")
     parser.add_argument("--freeze", type=non_negative_int, metavar="N",
                         help="freeze the embeddings and the N lowest encoder layers (default: train all weights, "
                         "as BERT does)")
@@ -422,7 +520,7 @@ def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
 
 def run_distill(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
-    teacher, tokenizer = load_classifier(args.teacher, must_be_fine_tuned=True)  # before the dataset, as finetune
+    teacher, tokenizer = load_model(args.teacher, must_be_fine_tuned=True)  # before the dataset, as finetune
     splits = load_dataset(args.dataset, args)
     student = init_student_from_teacher(teacher, args.layers)
     say(f"student: {student.config.num_hidden_layers} of the teacher's {teacher.config.num_hidden_layers} layers "
@@ -489,10 +587,11 @@ def add_dataset_location_arguments(parser: argparse.ArgumentParser) -> None:
                         help="use only the first N training examples (default: all)")
 
 
-def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", choices=SENTIMENT_DATASETS, default="mr",
+def add_dataset_arguments(parser: argparse.ArgumentParser, default: str | None = "mr") -> None:
+    """--dataset (None as ``default``: mr, and only for finetune's sentence task) and the data folder's options."""
+    parser.add_argument("--dataset", choices=SENTIMENT_DATASETS, default=default,
                         help="mr (sentence polarity v1.0), sst2, imdb or synthetic (generated sentences, no data "
-                        "needed) (default: mr)")
+                        "needed) (default: mr" + (")" if default else "; --task sentence only)"))
     add_dataset_location_arguments(parser)
 
 

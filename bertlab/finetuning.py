@@ -12,6 +12,7 @@ The helpers work for any model with BERT's layout: a :class:`~bertlab.bert.BertM
 :class:`~bertlab.bert.BertForSequenceClassification` (``.bert`` and ``.classifier``).
 """
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -175,14 +176,60 @@ def texts_and_labels(examples: Sequence[Example], what: str = "examples") -> tup
     return texts, labels
 
 
-class SentimentBatches:
-    """Tokenized texts (and labels), served in batches of tensors.
+class PaddedBatches:
+    """Encoded examples, served in batches cut to their longest sequence (dynamic padding).
 
-    The texts are tokenized once, at construction, to at most ``max_length`` tokens; each batch is then
-    cut to the length of its longest sequence (dynamic padding). A batch is a dict with ``input_ids``,
-    ``token_type_ids``, ``attention_mask`` (B, N), ``labels`` (B,) when labels were given, and ``index``
-    (B,), the position of each example in ``texts``. With ``shuffle=True`` each pass draws a new order
-    from a generator seeded with ``seed``, so a run is reproducible.
+    ``tensors`` maps names to tensors whose first dimension indexes the examples: per-token values
+    (num_examples, N), padded to a common length N, and per-example values (num_examples,). A batch of
+    examples I is a dict with every tensor's rows I, each per-token one cut to the batch's longest
+    sequence n = max_{i in I} sum_t attention_mask[i, t], so (B, n) or (B,), and ``index`` (B,), the
+    positions I of the examples. With ``shuffle=True`` each pass draws a new order from a generator
+    seeded with ``seed``, so a run is reproducible.
+    """
+
+    def __init__(self, tensors: dict[str, torch.Tensor], *, batch_size: int = 32, shuffle: bool = False, seed: int = 0):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if "attention_mask" not in tensors:
+            raise ValueError(f"tensors needs an attention_mask (num_examples, N); got {sorted(tensors)}")
+        num_examples, length = tensors["attention_mask"].shape
+        for name, values in tensors.items():
+            if values.shape not in ((num_examples,), (num_examples, length)):
+                raise ValueError(f"{name} has shape {tuple(values.shape)}: expected ({num_examples},) or "
+                                 f"({num_examples}, {length}), as the attention_mask")
+        self.tensors = dict(tensors)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.tensors["attention_mask"])
+
+    def __len__(self) -> int:
+        return math.ceil(self.num_examples / self.batch_size)
+
+    def __iter__(self) -> Iterator[Batch]:
+        num_examples = self.num_examples
+        order = torch.randperm(num_examples, generator=self.generator) if self.shuffle else torch.arange(num_examples)
+        for index in order.split(self.batch_size):
+            length = int(self.tensors["attention_mask"][index].sum(dim=1).max())
+            batch = {name: values[index, :length] if values.dim() == 2 else values[index]
+                     for name, values in self.tensors.items()}
+            batch["index"] = index
+            yield batch
+
+
+class SentimentBatches(PaddedBatches):
+    """Tokenized texts, or pairs of texts (and labels), served in batches of tensors.
+
+    The texts are tokenized once, at construction, to at most ``max_length`` tokens: [CLS] text [SEP],
+    or with ``text_pairs`` [CLS] text [SEP] pair [SEP] (token types 0 then 1), the longer of the two
+    trimmed first. Each batch is then cut to the length of its longest sequence (dynamic padding). A
+    batch is a dict with ``input_ids``, ``token_type_ids``, ``attention_mask`` (B, N), ``labels`` (B,)
+    when labels were given, and ``index`` (B,), the position of each example in ``texts``. With
+    ``shuffle=True`` each pass draws a new order from a generator seeded with ``seed``, so a run is
+    reproducible.
     """
 
     def __init__(
@@ -191,37 +238,22 @@ class SentimentBatches:
         tokenizer,
         labels: Sequence[int] | None = None,
         *,
+        text_pairs: Sequence[str] | None = None,
         batch_size: int = 32,
         max_length: int = 128,
         shuffle: bool = False,
         seed: int = 0,
     ):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if labels is not None and len(labels) != len(texts):
             raise ValueError(f"got {len(texts)} texts but {len(labels)} labels")
         encoded = tokenizer.batch_encode(
-            list(texts), max_length=max_length, padding=True, truncation=True, return_tensors="pt"
+            list(texts), None if text_pairs is None else list(text_pairs),
+            max_length=max_length, padding=True, truncation=True, return_tensors="pt",
         )
         self.encoded = {name: encoded[name] for name in MODEL_INPUTS}  # each (num_texts, N)
         self.labels = None if labels is None else torch.tensor(list(labels), dtype=torch.long)
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.encoded["input_ids"]) / self.batch_size)
-
-    def __iter__(self) -> Iterator[Batch]:
-        num_texts = len(self.encoded["input_ids"])
-        order = torch.randperm(num_texts, generator=self.generator) if self.shuffle else torch.arange(num_texts)
-        for index in order.split(self.batch_size):
-            length = int(self.encoded["attention_mask"][index].sum(dim=1).max())
-            batch = {name: values[index, :length] for name, values in self.encoded.items()}
-            if self.labels is not None:
-                batch["labels"] = self.labels[index]
-            batch["index"] = index
-            yield batch
+        tensors = self.encoded if self.labels is None else {**self.encoded, "labels": self.labels}
+        super().__init__(tensors, batch_size=batch_size, shuffle=shuffle, seed=seed)
 
 
 def labelled_batches(
@@ -252,6 +284,17 @@ def model_device(model: nn.Module) -> torch.device:
 # Inference and metrics
 
 
+@contextlib.contextmanager
+def evaluation_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode (no dropout) for the block, its training mode restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 @torch.inference_mode()
 def compute_logits(model: nn.Module, batches: Iterable[Batch], device: torch.device | None = None,
                    precision: str = "auto") -> torch.Tensor:
@@ -259,16 +302,12 @@ def compute_logits(model: nn.Module, batches: Iterable[Batch], device: torch.dev
     (whether or not ``batches`` shuffles), the forward pass in ``autocast(device, precision=precision)``.
     The model's training mode is restored afterwards."""
     device = model_device(model) if device is None else device
-    was_training = model.training
-    model.eval()
-    try:
-        indices, logits = [], []
+    indices, logits = [], []
+    with evaluation_mode(model):
         for batch in batches:
             with autocast(device, precision=precision):
                 logits.append(model(**model_inputs(batch, device)).logits.float().cpu())
             indices.append(batch["index"].cpu())  # the logits are on the CPU
-    finally:
-        model.train(was_training)
     logits = torch.cat(logits)
     return logits[torch.cat(indices).argsort()]  # back to the order of the texts
 
@@ -287,7 +326,7 @@ def predict(
     ``device`` None keeps the model where it is; otherwise the model is moved there. ``precision``:
     the forward pass's, as in ``bertlab.utils.autocast``.
     """
-    device = _evaluation_device(model, device)
+    device = evaluation_device(model, device)
     model.to(device)
     batches = SentimentBatches(texts, tokenizer, batch_size=batch_size, max_length=max_length)
     return compute_logits(model, batches, device, precision).argmax(dim=-1)
@@ -321,14 +360,28 @@ def macro_f1(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int |
     return float(f1[present].mean())
 
 
-def classification_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    """``accuracy``, ``macro_f1`` and the mean cross-entropy ``loss`` of logits (B, C) against labels (B,)."""
-    predictions = logits.argmax(dim=-1)
+def prediction_metrics(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int) -> dict[str, float]:
+    """``accuracy`` = mean_i [y_hat_i = y_i] and ``macro_f1`` (:func:`macro_f1`) of predicted labels
+    (B,) against labels (B,): the scores of a model and of a baseline that predicts labels directly."""
     return {
         "accuracy": float((predictions == labels).double().mean()),
-        "macro_f1": macro_f1(predictions, labels, num_classes=logits.shape[-1]),
+        "macro_f1": macro_f1(predictions, labels, num_classes=num_classes),
+    }
+
+
+def classification_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """``accuracy``, ``macro_f1`` and the mean cross-entropy ``loss`` of logits (B, C) against labels (B,)."""
+    return {
+        **prediction_metrics(logits.argmax(dim=-1), labels, num_classes=logits.shape[-1]),
         "loss": float(F.cross_entropy(logits.float(), labels)),
     }
+
+
+def classifier_metrics(model: nn.Module, batches: SentimentBatches, device: torch.device,
+                       precision: str = "auto") -> dict[str, float]:
+    """:func:`classification_metrics` of a sequence classifier on labelled ``batches``, the forward
+    pass on ``device`` in ``precision``: the dev metrics of :func:`finetune`."""
+    return classification_metrics(compute_logits(model, batches, device, precision), batches.labels)
 
 
 def evaluate(
@@ -345,13 +398,14 @@ def evaluate(
     ``device`` None keeps the model where it is; otherwise the model is moved there. ``precision``:
     the forward pass's, as in ``bertlab.utils.autocast``.
     """
-    device = _evaluation_device(model, device)
+    device = evaluation_device(model, device)
     model.to(device)
     batches = labelled_batches(examples, tokenizer, batch_size=batch_size, max_length=max_length)
-    return classification_metrics(compute_logits(model, batches, device, precision), batches.labels)
+    return classifier_metrics(model, batches, device, precision)
 
 
-def _evaluation_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
+def evaluation_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
+    """Where to evaluate ``model``: ``device``, or with None the device that holds the model."""
     return model_device(model) if device is None else resolve_device(device)
 
 
@@ -361,14 +415,16 @@ def _evaluation_device(model: nn.Module, device: str | torch.device | None) -> t
 
 def classification_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     """The mean cross-entropy -log p(y | x) of a sequence classifier over ``batch`` (a dict from
-    :class:`SentimentBatches`, moved to the model's device): the loss :func:`finetune` minimises."""
+    :class:`SentimentBatches`, moved to the model's device): the loss :func:`finetune` minimises. A
+    token classifier given per-token labels (B, N) returns its own loss the same way, the mean over
+    the labelled positions."""
     device = model_device(model)
     return model(**model_inputs(batch, device), labels=batch["labels"].to(device)).loss
 
 
 def train_epoch(
     model: nn.Module,
-    batches: SentimentBatches,
+    batches: PaddedBatches,
     loss_fn: Callable[[nn.Module, Batch], torch.Tensor],
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
@@ -384,8 +440,9 @@ def train_epoch(
     The forward pass runs under ``autocast(device, precision=precision)`` ("auto": bf16, or fp16 with a
     gradient scaler, on CUDA; bf16 on a CPU that computes it natively; else float32); the gradient
     norm is clipped to ``max_grad_norm`` and the learning
-    rate follows ``scheduler`` (one step per batch). The losses are summed on the device, so the host
-    waits for the device only every ``PROGRESS_EVERY`` batches, to show the loss, and at the end.
+    rate follows ``scheduler`` (one step per batch). The mean is over examples, each batch's loss
+    weighted by its number of examples. The losses are summed on the device, so the host waits for the
+    device only every ``PROGRESS_EVERY`` batches, to show the loss, and at the end.
     """
     model.train()
     scaler = grad_scaler(device, precision)
@@ -412,7 +469,7 @@ def train_epoch(
 
 def fit(
     model: nn.Module,
-    batches: SentimentBatches,
+    batches: PaddedBatches,
     loss_fn: Callable[[nn.Module, Batch], torch.Tensor],
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
@@ -472,6 +529,67 @@ def make_optimizer(
     return optimizer, get_linear_schedule(optimizer, round(warmup_ratio * num_steps), num_steps)
 
 
+def finetune_batches(
+    model: nn.Module,
+    batches: PaddedBatches,
+    loss_fn: Callable[[nn.Module, Batch], torch.Tensor],
+    dev_batches: PaddedBatches | None = None,
+    metrics_fn: Callable[[nn.Module, PaddedBatches, torch.device, str], dict[str, float]] | None = None,
+    *,
+    epochs: int = 3,
+    encoder_lr: float = 5e-5,
+    head_lr: float | None = None,
+    weight_decay: float = 0.01,
+    layer_decay: float = 1.0,
+    warmup_ratio: float = 0.1,
+    max_grad_norm: float = 1.0,
+    device: str | torch.device | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    output_dir: str | Path | None = None,
+    precision: str = "auto",
+) -> list[dict[str, float]]:
+    """BERT's fine-tuning recipe on any batches and loss; return the history of :func:`fit`.
+
+    Minimises ``loss_fn(model, batch)`` over ``batches`` for ``epochs`` epochs with AdamW
+    (:func:`param_groups`: ``encoder_lr`` for the encoder, ``head_lr`` for the rest, default
+    ``encoder_lr``), a linear warm-up over ``warmup_ratio`` of the steps then linear decay to zero, and
+    gradient clipping; after each epoch, ``metrics_fn(model, dev_batches, device, precision)`` gives
+    the ``dev_`` entries of the history. :func:`finetune` calls it for sentence classification,
+    ``bertlab.task_finetuning.finetune_task`` for the other task types.
+
+    The model is seeded with ``seed``, moved to ``device`` (None: CUDA when available) and trained and
+    evaluated in ``precision`` (``bertlab.utils.autocast``). With ``output_dir`` the final model
+    (``save_pretrained``) and ``history.json`` are written there.
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    if (dev_batches is None) != (metrics_fn is None):
+        raise ValueError("give both dev_batches and metrics_fn, or neither")
+    check_precision(precision)
+    device = resolve_device(device)
+    seed_everything(seed)
+    model.to(device)
+    optimizer, scheduler = make_optimizer(
+        model,
+        num_steps=epochs * len(batches),
+        encoder_lr=encoder_lr,
+        head_lr=encoder_lr if head_lr is None else head_lr,
+        weight_decay=weight_decay,
+        layer_decay=layer_decay,
+        warmup_ratio=warmup_ratio,
+    )
+
+    def dev_metrics(model: nn.Module) -> dict[str, float]:
+        return metrics_fn(model, dev_batches, device, precision)
+
+    return fit(
+        model, batches, loss_fn, optimizer, scheduler, device,
+        epochs=epochs, dev_metrics=None if dev_batches is None else dev_metrics, max_grad_norm=max_grad_norm,
+        progress=progress, description="epoch", output_dir=output_dir, precision=precision,
+    )
+
+
 def finetune(
     model: nn.Module,
     tokenizer,
@@ -511,33 +629,15 @@ def finetune(
         One dict per epoch: ``epoch``, ``train_loss`` and, with ``dev``, ``dev_accuracy``,
         ``dev_macro_f1`` and ``dev_loss``.
     """
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}")
-    check_precision(precision)
-    device = resolve_device(device)
-    seed_everything(seed)
-    model.to(device)
     batches = labelled_batches(
         train, tokenizer, batch_size=batch_size, max_length=max_length, shuffle=True, seed=seed, what="train"
     )
     dev_batches = None if dev is None else labelled_batches(dev, tokenizer, max_length=max_length, what="dev")
-    optimizer, scheduler = make_optimizer(
-        model,
-        num_steps=epochs * len(batches),
-        encoder_lr=encoder_lr,
-        head_lr=encoder_lr if head_lr is None else head_lr,
-        weight_decay=weight_decay,
-        layer_decay=layer_decay,
-        warmup_ratio=warmup_ratio,
-    )
-
-    def dev_metrics(model: nn.Module) -> dict[str, float]:
-        return classification_metrics(compute_logits(model, dev_batches, device, precision), dev_batches.labels)
-
-    return fit(
-        model, batches, classification_loss, optimizer, scheduler, device,
-        epochs=epochs, dev_metrics=None if dev is None else dev_metrics, max_grad_norm=max_grad_norm,
-        progress=progress, description="epoch", output_dir=output_dir, precision=precision,
+    return finetune_batches(
+        model, batches, classification_loss, dev_batches, None if dev is None else classifier_metrics,
+        epochs=epochs, encoder_lr=encoder_lr, head_lr=head_lr, weight_decay=weight_decay, layer_decay=layer_decay,
+        warmup_ratio=warmup_ratio, max_grad_norm=max_grad_norm, device=device, seed=seed, progress=progress,
+        output_dir=output_dir, precision=precision,
     )
 
 
@@ -545,41 +645,57 @@ def finetune(
 class TunedRun:
     """The run of a learning-rate search that scored best on the dev set.
 
-    ``model`` is that run's model; ``learning_rate`` its rate; ``dev`` its dev metrics (accuracy,
-    macro_f1, loss); ``dev_accuracy_by_learning_rate`` every rate tried and its dev accuracy.
+    ``model`` is that run's model; ``learning_rate`` its rate; ``dev`` its dev metrics; ``metric`` the
+    one the search maximised (a key of ``dev``); ``dev_score_by_learning_rate`` every rate tried and
+    its dev score on that metric.
     """
 
     model: nn.Module
     learning_rate: float
     dev: dict[str, float]
-    dev_accuracy_by_learning_rate: dict[float, float]
+    metric: str
+    dev_score_by_learning_rate: dict[float, float]
+
+    @property
+    def dev_accuracy_by_learning_rate(self) -> dict[float, float]:
+        """The dev accuracy of every rate tried, for a search on accuracy (chapters 08 and 09)."""
+        if self.metric != "accuracy":
+            raise AttributeError(f"this search maximised {self.metric}, not accuracy: read dev_score_by_learning_rate")
+        return self.dev_score_by_learning_rate
 
 
 def choose_learning_rate(
     train_with: Callable[[float], nn.Module],
     learning_rates: Sequence[float],
     tokenizer,
-    dev: Sequence[Example],
+    dev: Sequence,
     *,
     max_length: int = 128,
     precision: str = "auto",
+    evaluate_fn: Callable[..., dict[str, float]] = evaluate,
+    metric: str = "accuracy",
 ) -> TunedRun:
-    """Train one model per learning rate with ``train_with(lr)`` and keep the one best on ``dev``
-    (evaluated in ``precision``).
+    """Train one model per learning rate with ``train_with(lr)`` and keep the one best on ``dev``.
 
-    The fair protocol for comparing training methods: every method gets the same data and the same
-    number of steps, and its own learning rate, chosen on the development set from the same grid,
-    never on the test set. Ties go to the first rate of ``learning_rates``.
+    Each model is scored by ``evaluate_fn(model, tokenizer, dev, max_length=max_length,
+    precision=precision)[metric]`` (by default :func:`evaluate`'s accuracy of a sentence classifier;
+    ``bertlab.task_finetuning.choose_task_learning_rate`` passes a task's evaluation and metric), and
+    the rate with the highest score wins. The fair protocol for comparing training methods: every
+    method gets the same data and the same number of steps, and its own learning rate, chosen on the
+    development set from the same grid, never on the test set. Ties go to the first rate of
+    ``learning_rates``.
     """
     if not learning_rates:
         raise ValueError("learning_rates is empty: give at least one rate to try")
-    best, accuracies = None, {}
+    best, scores = None, {}
     for lr in learning_rates:
         model = train_with(lr)
-        metrics = evaluate(model, tokenizer, dev, max_length=max_length, precision=precision)
-        accuracies[lr] = metrics["accuracy"]
-        if best is None or metrics["accuracy"] > best.dev["accuracy"]:
-            best = TunedRun(model, lr, metrics, accuracies)  # accuracies fills up as the search goes on
+        metrics = evaluate_fn(model, tokenizer, dev, max_length=max_length, precision=precision)
+        if metric not in metrics:
+            raise ValueError(f"the evaluation gives {sorted(metrics)}, not the metric {metric!r}")
+        scores[lr] = metrics[metric]
+        if best is None or metrics[metric] > best.dev[metric]:
+            best = TunedRun(model, lr, metrics, metric, scores)  # scores fills up as the search goes on
     return best
 
 
@@ -622,10 +738,14 @@ class BagOfWordsClassifier(nn.Module):
 
     def featurize(self, texts: Sequence[str]) -> list[torch.Tensor]:
         """The indices of the distinct known words of each text."""
+        return self.word_indices([self.basic_tokenizer.tokenize(text) for text in texts])
+
+    def word_indices(self, word_lists: Sequence[Sequence[str]]) -> list[torch.Tensor]:
+        """The indices of the distinct known words of each list of words (features already split into
+        words, such as those of a sentence pair: ``bertlab.task_baselines.pair_words``)."""
         features = []
-        for text in texts:
-            words = dict.fromkeys(self.basic_tokenizer.tokenize(text))  # distinct, in order
-            indices = [self.word_to_index[word] for word in words if word in self.word_to_index]
+        for words in word_lists:
+            indices = [self.word_to_index[word] for word in dict.fromkeys(words) if word in self.word_to_index]
             features.append(torch.tensor(indices, dtype=torch.long))
         return features
 
@@ -660,20 +780,47 @@ def train_bag_of_words(
 ) -> BagOfWordsClassifier:
     """Fit a :class:`BagOfWordsClassifier` on (text, label) pairs; return it (in eval mode).
 
-    The vocabulary is every word seen at least ``min_count`` times in ``train``; the weights minimise
-    the mean cross-entropy plus the L2 penalty ``weight_decay`` * ||W||^2 / 2 (Adam, minibatches).
+    The words of each text are BERT's basic tokens (lower-cased, punctuation split off); the rest is
+    :func:`fit_bag_of_words`.
     """
     texts, labels = texts_and_labels(train, "train")
-    generator = seed_everything(seed)
     basic_tokenizer = BasicTokenizer(do_lower_case=True)
-    counts = Counter(word for text in texts for word in basic_tokenizer.tokenize(text))
+    return fit_bag_of_words([basic_tokenizer.tokenize(text) for text in texts], labels, num_labels=num_labels,
+                            min_count=min_count, epochs=epochs, batch_size=batch_size, lr=lr,
+                            weight_decay=weight_decay, seed=seed)
+
+
+def fit_bag_of_words(
+    word_lists: Sequence[Sequence[str]],
+    labels: Sequence[int],
+    *,
+    num_labels: int | None = None,
+    min_count: int = 1,
+    epochs: int = 10,
+    batch_size: int = 64,
+    lr: float = 0.05,
+    weight_decay: float = 1e-4,
+    seed: int = 0,
+) -> BagOfWordsClassifier:
+    """Fit a :class:`BagOfWordsClassifier` on examples given as lists of words, with their labels.
+
+    The vocabulary is every word seen at least ``min_count`` times in ``word_lists``; the weights
+    minimise the mean cross-entropy plus the L2 penalty ``weight_decay`` * ||W||^2 / 2 (Adam,
+    minibatches of ``batch_size``, ``epochs`` passes in an order seeded with ``seed``).
+    """
+    if len(word_lists) != len(labels):
+        raise ValueError(f"got {len(word_lists)} lists of words but {len(labels)} labels")
+    if not word_lists:
+        raise ValueError("there is no example to fit")
+    generator = seed_everything(seed)
+    counts = Counter(word for words in word_lists for word in words)
     vocabulary = sorted(word for word, count in counts.items() if count >= min_count)
     model = BagOfWordsClassifier(vocabulary, num_labels or max(labels) + 1)
-    features = model.featurize(texts)
-    targets = torch.tensor(labels)
+    features = model.word_indices(word_lists)
+    targets = torch.tensor(list(labels))
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(epochs):
-        for index in torch.randperm(len(texts), generator=generator).split(batch_size):
+        for index in torch.randperm(len(word_lists), generator=generator).split(batch_size):
             logits = model([features[i] for i in index])
             loss = F.cross_entropy(logits, targets[index]) + weight_decay / 2 * model.word_weights.weight.square().sum()
             optimizer.zero_grad(set_to_none=True)

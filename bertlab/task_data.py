@@ -7,6 +7,8 @@
 - ``read_squad``: the questions of the Stanford Question Answering Dataset v1.1 (Rajpurkar et al.,
   2016), ``train-v1.1.json`` or ``dev-v1.1.json`` (span extraction), and ``split_squad_by_article``
   to split them with no article in two splits.
+- ``load_task_splits``: the train, dev and test splits of each task type's dataset, found in a data
+  folder, as the course uses them (``bertlab finetune --task``).
 
 Every reader also takes the file gzip-compressed (a name ending in ``.gz``), and raises
 ``ValueError`` naming the file (and the line, for line-based formats) when the content is not what
@@ -21,6 +23,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
+
+from bertlab.data import data_root
 
 # --------------------------------------------------------------------------------------------------
 # Files
@@ -264,3 +268,104 @@ def split_squad_by_article(
     for record in records:
         splits[split_of[record.title]].append(record)
     return splits
+
+
+# --------------------------------------------------------------------------------------------------
+# The splits of each task type
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskSplits:
+    """The train, dev and test examples of a task type's dataset; ``source`` names the files read."""
+
+    name: str
+    train: list
+    dev: list
+    test: list
+    source: str
+
+    def __repr__(self) -> str:
+        return (f"TaskSplits(name={self.name!r}, train={len(self.train)}, dev={len(self.dev)}, "
+                f"test={len(self.test)}, source={self.source!r})")
+
+
+def find_dataset_file(root: Path, folder: str, name: str, title: str) -> Path:
+    """``root/folder/name``, else ``root/name``, each plain or gzip-compressed (``name.gz``).
+
+    Raises:
+        FileNotFoundError: naming the data folder, the dataset and the file expected.
+    """
+    for candidate in (root / folder / name, root / folder / f"{name}.gz", root / name, root / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"{title} was not found in the data folder {root}: expected {name} (or {name}.gz) "
+                            f"in {root / folder} (or in {root} itself)")
+
+
+def split_pairs_by_premise(
+    pairs: Sequence[SentencePair], seed: int, dev_fraction: float = 0.1
+) -> tuple[list[SentencePair], list[SentencePair]]:
+    """Split sentence pairs into ``(train, dev)`` so that no premise is in both.
+
+    SNLI gives each premise (an image caption) several hypotheses, so a split of pairs at random
+    would show a dev premise in training. Instead the P distinct premises are sorted, shuffled with
+    ``random.Random(seed)``, and the pairs of the first round(P * dev_fraction) go to dev, the others
+    to train; each pair keeps its order in ``pairs``.
+    """
+    if not 0 < dev_fraction < 1:
+        raise ValueError(f"dev_fraction must be in (0, 1), got {dev_fraction}")
+    premises = sorted({pair.premise for pair in pairs})
+    random.Random(seed).shuffle(premises)
+    dev_premises = set(premises[: round(len(premises) * dev_fraction)])
+    return ([pair for pair in pairs if pair.premise not in dev_premises],
+            [pair for pair in pairs if pair.premise in dev_premises])
+
+
+def load_snli_splits(root: Path, seed: int = 0) -> TaskSplits:
+    """SNLI from ``root/snli_1.0/``: train and dev carved from the official dev split by premise
+    (:func:`split_pairs_by_premise`, 90% and 10% of the premises), test = the official test split.
+    The official training split is not used: the course's copy of SNLI lacks it."""
+    title = "SNLI 1.0"
+    official_dev = find_dataset_file(root, "snli_1.0", "snli_1.0_dev.jsonl", title)
+    official_test = find_dataset_file(root, "snli_1.0", "snli_1.0_test.jsonl", title)
+    train, dev = split_pairs_by_premise(read_snli(official_dev), seed)
+    source = (f"{official_dev} split by premise with seed {seed} (train 90%, dev 10% of the premises); "
+              f"test {official_test}")
+    return TaskSplits("snli", train, dev, read_snli(official_test), source)
+
+
+def load_ewt_splits(root: Path, seed: int = 0) -> TaskSplits:
+    """The English Web Treebank from ``root/UD_English-EWT/``: its own train, dev and test files
+    (``seed`` is not used: the splits are the treebank's)."""
+    title = "UD English EWT"
+    paths = [find_dataset_file(root, "UD_English-EWT", f"en_ewt-ud-{split}.conllu", title)
+             for split in ("train", "dev", "test")]
+    train, dev, test = (read_conllu(path) for path in paths)
+    return TaskSplits("ud-english-ewt", train, dev, test, ", ".join(map(str, paths)))
+
+
+def load_squad_splits(root: Path, seed: int = 0) -> TaskSplits:
+    """SQuAD v1.1 from ``root/squad-v1.1/``: the 48 articles of the official dev set split into train,
+    dev and test by article (:func:`split_squad_by_article`, 80/10/10% of the articles). The official
+    training set is not used: the course's copy of SQuAD lacks it."""
+    path = find_dataset_file(root, "squad-v1.1", "dev-v1.1.json", "SQuAD v1.1")
+    train, dev, test = split_squad_by_article(read_squad(path), seed)
+    return TaskSplits("squad-v1.1", train, dev, test,
+                      f"{path} split by article with seed {seed} (80/10/10% of the articles)")
+
+
+TASK_DATASETS = {"pairs": load_snli_splits, "tagging": load_ewt_splits, "spans": load_squad_splits}
+
+
+def load_task_splits(task: str, root: str | os.PathLike | None = None, seed: int = 0) -> TaskSplits:
+    """The splits of the dataset of a task type: "pairs" (SNLI), "tagging" (UD English EWT, UPOS) or
+    "spans" (SQuAD v1.1), read from the data folder ``root`` (default ``$BERTLAB_DATA``, else
+    ``~/.cache/bertlab``); ``seed`` seeds the splits carved from an official one.
+
+    Raises:
+        FileNotFoundError: naming the data folder and the file it lacks.
+    """
+    if task not in TASK_DATASETS:
+        raise ValueError(f"unknown task type {task!r}; choose one of {list(TASK_DATASETS)}")
+    return TASK_DATASETS[task](data_root(root), seed)

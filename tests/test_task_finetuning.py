@@ -1,0 +1,477 @@
+"""Tests of bertlab.task_finetuning: batches, evaluation and fine-tuning of sentence pairs, tagging and spans.
+
+The independent implementations: Hugging Face's tokenizer for the pair encoding and for the
+alignment of tags to word pieces (``is_split_into_words`` and ``word_ids()``, first piece labelled,
+as its token-classification examples do), scikit-learn and torchmetrics for accuracy and macro-F1,
+and hand-computed values. The models are tiny random BERTs on the CPU; each test takes seconds.
+"""
+
+import gzip
+import json
+import shutil
+
+import pytest
+import torch
+import transformers
+from torch import nn
+
+from bertlab.bert import (
+    IGNORE_INDEX,
+    BertConfig,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    QuestionAnsweringOutput,
+    TokenClassifierOutput,
+)
+from bertlab.finetuning import PaddedBatches
+from bertlab.task_data import (
+    SNLI_LABELS,
+    SentencePair,
+    SquadAnswer,
+    SquadQuestion,
+    TaggedSentence,
+    load_task_splits,
+    split_pairs_by_premise,
+)
+from bertlab.task_finetuning import (
+    PAIRS,
+    SPANS,
+    TAGGING,
+    TASKS,
+    LabelVocabulary,
+    SpanBatches,
+    TaggingBatches,
+    choose_task_learning_rate,
+    evaluate_task,
+    finetune_task,
+    pair_batches,
+    predict_answers,
+    predict_tags,
+    span_metrics,
+    span_task,
+    tag_vocabulary,
+    task_model,
+    word_accuracy,
+)
+from bertlab.tasks import squad_windows
+from bertlab.tokenization import BertTokenizer
+from tests.conftest import REPO_ROOT, SHARED_DATASETS
+
+VOCAB = REPO_ROOT / "bertlab" / "course_bert" / "vocab.txt"
+CPU = torch.device("cpu")
+SHORT_SPANS = span_task(stride=16)  # windows of 64 tokens, the tests' max_length, cannot share 128 pieces
+
+PAIRS_DATA = [
+    SentencePair("A man plays a guitar on stage.", "A man is playing music.", 0),
+    SentencePair("A man plays a guitar on stage.", "The man is asleep at home.", 2),
+    SentencePair("A man plays a guitar on stage.", "The man is a famous singer.", 1),
+    SentencePair("Two dogs run through the snow.", "Animals are outside.", 0),
+    SentencePair("Two dogs run through the snow.", "The dogs are sleeping indoors.", 2),
+    SentencePair("Two dogs run through the snow.", "The dogs chase a ball.", 1),
+]
+SENTENCES = [
+    TaggedSentence(["The", "cat", "is", "playing", "."], ["DET", "NOUN", "AUX", "VERB", "PUNCT"]),
+    TaggedSentence(["Dogs", "bark", "loudly", "!"], ["NOUN", "VERB", "ADV", "PUNCT"]),
+    TaggedSentence(["She", "reads", "unaffable", "books"], ["PRON", "VERB", "ADJ", "NOUN"]),
+    TaggedSentence(["Go", "home", "."], ["VERB", "ADV", "PUNCT"]),
+]
+
+
+def squad_question(identifier, title, context, question, answer):
+    return SquadQuestion(identifier, title, context, question, [SquadAnswer(answer, context.index(answer))])
+
+
+QUESTIONS = [
+    squad_question("q1", "A", "The Chicago Bulls won the game in London.", "Who won the game?", "Chicago Bulls"),
+    squad_question("q2", "A", "The Chicago Bulls won the game in London.", "Where was the game?", "London"),
+    squad_question("q3", "B", "Rain falls from the clouds over Berlin.", "Where does rain fall?", "Berlin"),
+    squad_question("q4", "B", "Rain falls from the clouds over Berlin.", "What falls from the clouds?", "Rain"),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from a second thread, and lose a lot on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BertTokenizer(VOCAB)
+
+
+@pytest.fixture(scope="module")
+def hugging_face(tmp_path_factory):
+    """Hugging Face's fast BERT tokenizer from the same vocab.txt (a local folder: no download)."""
+    folder = tmp_path_factory.mktemp("hf_vocab")
+    shutil.copy(VOCAB, folder / "vocab.txt")
+    return transformers.BertTokenizerFast.from_pretrained(str(folder))
+
+
+def tiny_config(tokenizer, num_layers=2):
+    return BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=num_layers,
+                      num_attention_heads=2, intermediate_size=64, max_position_embeddings=128,
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Batches
+
+
+def test_padded_batches_cut_per_token_tensors_and_keep_per_example_ones():
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0]])
+    batches = PaddedBatches({"attention_mask": mask, "values": torch.arange(12).reshape(3, 4),
+                             "labels": torch.tensor([7, 8, 9])}, batch_size=2)
+    first, second = list(batches)
+    assert torch.equal(first["values"], torch.tensor([[0, 1, 2], [4, 5, 6]]))  # longest of the batch: 3
+    assert torch.equal(first["labels"], torch.tensor([7, 8])) and torch.equal(first["index"], torch.tensor([0, 1]))
+    assert torch.equal(second["values"], torch.tensor([[8]])) and len(batches) == 2
+    with pytest.raises(ValueError, match=r"values has shape \(3, 5\): expected \(3,\) or \(3, 4\)"):
+        PaddedBatches({"attention_mask": mask, "values": torch.zeros(3, 5)})
+
+
+def test_pair_batches_are_hugging_faces_pair_encoding(tokenizer, hugging_face):
+    labels = LabelVocabulary(SNLI_LABELS)
+    for max_length in (128, 12):  # 12: both sentences trimmed, the longer first
+        batch = next(iter(pair_batches(PAIRS_DATA, tokenizer, labels, max_length=max_length, batch_size=6)))
+        expected = hugging_face([pair.premise for pair in PAIRS_DATA], [pair.hypothesis for pair in PAIRS_DATA],
+                                truncation="longest_first", max_length=max_length, padding=True, return_tensors="pt")
+        for name in ("input_ids", "token_type_ids", "attention_mask"):
+            assert torch.equal(batch[name], expected[name]), (name, max_length)
+        assert batch["labels"].tolist() == [pair.label for pair in PAIRS_DATA]
+    with pytest.raises(ValueError, match=r"dev\[1\] has the label 3, not one of the ids 0 .. 2"):
+        pair_batches([PAIRS_DATA[0], SentencePair("a", "b", 3)], tokenizer, labels, what="dev")
+
+
+def hugging_face_tag_labels(hugging_face, sentence, tags):
+    """Hugging Face's token-classification recipe: the tag on the first piece of each word (word_ids())."""
+    encoding = hugging_face(sentence.words, is_split_into_words=True)
+    labels, previous = [], None
+    for word in encoding.word_ids():
+        labels.append(IGNORE_INDEX if word is None or word == previous else tags.id_of[sentence.tags[word]])
+        previous = word
+    return encoding["input_ids"], labels
+
+
+def test_tagging_batches_label_first_pieces_as_hugging_face_does(tokenizer, hugging_face):
+    tags = tag_vocabulary(SENTENCES)
+    assert tags.names == ("ADJ", "ADV", "AUX", "DET", "NOUN", "PRON", "PUNCT", "VERB")  # sorted, distinct
+    batches = TaggingBatches(SENTENCES, tokenizer, tags, batch_size=4)
+    batch = next(iter(batches))
+    for row, sentence in enumerate(SENTENCES):
+        length = int(batch["attention_mask"][row].sum())
+        input_ids, labels = hugging_face_tag_labels(hugging_face, sentence, tags)
+        assert batch["input_ids"][row, :length].tolist() == input_ids
+        assert batch["labels"][row, :length].tolist() == labels
+        assert (batch["labels"][row, length:] == IGNORE_INDEX).all() and (batch["word_index"][row, length:] == -1).all()
+        first_pieces = batch["word_index"][row] >= 0  # the labelled positions, word 0, 1, 2, ... in order
+        assert torch.equal(first_pieces, batch["labels"][row] != IGNORE_INDEX)
+        assert batch["word_index"][row][first_pieces].tolist() == list(range(len(sentence.words)))
+        assert (batch["token_type_ids"][row] == 0).all()
+    assert batches.num_words_without_piece == 0
+
+
+def test_a_tag_unseen_in_training_is_a_clear_error(tokenizer):
+    tags = tag_vocabulary(SENTENCES)
+    dev = [SENTENCES[0], TaggedSentence(["Hmm", "..."], ["INTJ", "PUNCT"])]
+    with pytest.raises(ValueError, match=r"dev\[1\]: the label 'INTJ' is not one of the 8 labels of the training"):
+        TaggingBatches(dev, tokenizer, tags, what="dev")
+    with pytest.raises(ValueError, match="at least 2 labels"):
+        LabelVocabulary(("NOUN",))
+
+
+class PieceTagger(nn.Module):
+    """A stand-in token classifier: the logits of a token are a row of a table indexed by its id."""
+
+    def __init__(self, table: torch.Tensor):
+        super().__init__()
+        self.table = nn.Parameter(table)
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
+        return TokenClassifierOutput(None, self.table[input_ids])
+
+
+def test_words_cut_off_by_max_length_count_as_errors(tokenizer):
+    """A tagger right on every piece it sees: the accuracy is the share of words that kept a piece."""
+    tags = tag_vocabulary(SENTENCES)
+    table = torch.zeros(tokenizer.vocab_size, len(tags))
+    for sentence in SENTENCES:
+        for word, tag in zip(sentence.words, sentence.tags):
+            table[tokenizer.convert_tokens_to_ids(tokenizer.tokenize(word)[0]), tags.id_of[tag]] = 1.0
+    model = PieceTagger(table)
+    full = TaggingBatches(SENTENCES, tokenizer, tags)
+    assert word_accuracy(predict_tags(model, full, CPU), SENTENCES) == 1.0
+    # 5 tokens: [CLS], 3 pieces, [SEP]. Cut: "playing" and "." of sentence 0 (the cat is playing .),
+    # "!" of sentence 1 (dogs bark loud ##ly !), "books" of sentence 2 (she reads un ##aff ##able books).
+    with pytest.warns(UserWarning, match="4 of the 16 words of sentences have no word piece within max_length=5"):
+        cut = TaggingBatches(SENTENCES, tokenizer, tags, max_length=5)
+    predictions = predict_tags(model, cut, CPU)
+    assert predictions[0] == ["DET", "NOUN", "AUX", None, None] and predictions[2][-1] is None
+    assert word_accuracy(predictions, SENTENCES) == pytest.approx(12 / 16)
+    assert cut.num_words_without_piece == 4
+
+
+def test_word_accuracy_by_hand():
+    sentences = [TaggedSentence(["a", "b"], ["X", "Y"]), TaggedSentence(["c"], ["Z"])]
+    assert word_accuracy([["X", "X"], ["Z"]], sentences) == pytest.approx(2 / 3)
+    assert word_accuracy([["X", None], [None]], sentences) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="sentence 1 has 1 words but 2 predicted tags"):
+        word_accuracy([["X", "Y"], ["Z", "Z"]], sentences)
+
+
+def test_span_batches_label_the_window_that_holds_the_answer(tokenizer):
+    context = "Rain and snow fall from clouds. " * 4 + "The answer is the Chicago Bulls. " + "Wind blows. " * 4
+    question = squad_question("long", "T", context, "Who?", "Chicago Bulls")
+    batches = SpanBatches([question, QUESTIONS[2]], tokenizer, max_length=24, stride=6, batch_size=64)
+    windows = squad_windows("Who?", context, question.answers[0].answer_start, "Chicago Bulls", tokenizer, 24, 6)
+    assert len(windows) > 2 and batches.num_examples == len(windows) + 1
+    assert batches.question_of_window == [0] * len(windows) + [1]
+    batch = next(iter(batches))
+    holding = [index for index, window in enumerate(windows) if window.start_position > 0]
+    assert holding and holding == [i for i in range(len(windows)) if batch["start_positions"][i] > 0]
+    for index, window in enumerate(windows):
+        start, end = int(batch["start_positions"][index]), int(batch["end_positions"][index])
+        if index in holding:
+            assert tokenizer.convert_ids_to_tokens(batch["input_ids"][index, start : end + 1]) == \
+                tokenizer.tokenize("Chicago Bulls")
+            assert context[window.offsets[start][0] : window.offsets[end][1]] == "Chicago Bulls"
+        else:
+            assert (start, end) == (0, 0)
+        length = len(window.input_ids)
+        assert batch["context_mask"][index, :length].tolist() == window.context_mask
+        assert not batch["context_mask"][index, length:].any()  # padding: never an answer
+
+
+class TableReader(nn.Module):
+    """A stand-in span extractor: the start and end logits of a token are entries of tables indexed by its id."""
+
+    def __init__(self, start_table: torch.Tensor, end_table: torch.Tensor):
+        super().__init__()
+        self.start_table, self.end_table = nn.Parameter(start_table), nn.Parameter(end_table)
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
+        return QuestionAnsweringOutput(None, self.start_table[input_ids], self.end_table[input_ids])
+
+
+def reader(tokenizer, start_scores: dict[str, float], end_scores: dict[str, float]) -> TableReader:
+    start, end = torch.zeros(tokenizer.vocab_size), torch.zeros(tokenizer.vocab_size)
+    for table, scores in ((start, start_scores), (end, end_scores)):
+        for token, score in scores.items():
+            table[tokenizer.convert_tokens_to_ids(token)] = score
+    return TableReader(start, end)
+
+
+def test_predicted_answer_is_the_best_window_s_span_in_the_original_text(tokenizer):
+    filler = "Rain falls on the hills. " * 3
+    context = f"Paris  London is near. {filler}The  Café  Berlin is far. {filler}"
+    question = squad_question("q", "T", context, "Which?", "Paris  London")
+    batches = SpanBatches([question], tokenizer, max_length=24, stride=4)
+    first_window = batches.offsets[0]
+    assert len(batches.offsets) >= 3 and not any(span and context[span[0]:span[1]] == "Berlin" for span in first_window)
+    # "paris london" (start 2 + end 2) only in the first window, "ca ##fe berlin" (3 + 3) in a later one
+    berlin = reader(tokenizer, {"paris": 2.0, "ca": 3.0}, {"london": 2.0, "berlin": 3.0})
+    assert predict_answers(berlin, batches, CPU) == {"q": "Café  Berlin"}  # characters of the context
+    paris = reader(tokenizer, {"paris": 4.0, "ca": 3.0}, {"london": 4.0, "berlin": 3.0})
+    assert predict_answers(paris, batches, CPU) == {"q": "Paris  London"}
+    # an end before its start is no span: (paris, paris) scores 1 + 9, more than (london, london), 9 + 0
+    backwards = reader(tokenizer, {"london": 9.0, "paris": 1.0}, {"paris": 9.0})
+    assert predict_answers(backwards, batches, CPU) == {"q": "Paris"}
+    shuffled = SpanBatches([question], tokenizer, max_length=24, stride=4, batch_size=1, shuffle=True)
+    assert predict_answers(berlin, shuffled, CPU) == {"q": "Café  Berlin"}
+
+
+def test_span_metrics_grade_the_predicted_answers_by_hand(tokenizer):
+    # "Chicago Bulls" (chicago bull ##s) for both questions: right for q1, wrong for q2 (London)
+    model = reader(tokenizer, {"chicago": 5.0}, {"##s": 5.0})
+    batches = SpanBatches(QUESTIONS[:2], tokenizer, max_length=64, stride=16)
+    assert span_metrics(model, batches, CPU) == {"exact_match": 50.0, "f1": 50.0}
+    q5 = squad_question("q5", "A", "The Chicago Bulls won.", "Who won?", "The Chicago Bulls won")
+    # prediction "Chicago Bulls" against "Chicago Bulls won" (articles dropped): P = 1, R = 2/3, F1 = 0.8
+    assert span_metrics(model, SpanBatches([q5], tokenizer, max_length=64, stride=16), CPU) == \
+        pytest.approx({"exact_match": 0.0, "f1": 80.0})
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation against independent implementations
+
+
+def test_pair_evaluation_matches_scikit_learn_and_torchmetrics(tokenizer):
+    metrics = pytest.importorskip("sklearn.metrics")
+    torchmetrics = pytest.importorskip("torchmetrics.functional")
+    labels = LabelVocabulary(SNLI_LABELS)
+    torch.manual_seed(1)
+    model = task_model(PAIRS, tiny_config(tokenizer), labels).eval()
+    with torch.no_grad():  # one pair at a time, no padding
+        logits = torch.cat([model(**tokenizer.batch_encode([pair.premise], [pair.hypothesis])).logits
+                            for pair in PAIRS_DATA])
+    predictions, truth = logits.argmax(-1), torch.tensor([pair.label for pair in PAIRS_DATA])
+    scores = evaluate_task(PAIRS, model, tokenizer, PAIRS_DATA, labels=labels, batch_size=4, device="cpu",
+                           precision="float32")
+    assert scores["accuracy"] == pytest.approx(metrics.accuracy_score(truth, predictions))
+    assert scores["macro_f1"] == pytest.approx(metrics.f1_score(truth, predictions, average="macro"))
+    assert scores["loss"] == pytest.approx(float(nn.functional.cross_entropy(logits, truth)), rel=1e-5)
+    assert scores["accuracy"] == pytest.approx(float(torchmetrics.accuracy(predictions, truth, task="multiclass",
+                                                                          num_classes=3)))
+
+
+def test_tagging_evaluation_matches_hugging_face_alignment_and_torchmetrics(tokenizer, hugging_face):
+    torchmetrics = pytest.importorskip("torchmetrics.functional")
+    tags = tag_vocabulary(SENTENCES)
+    torch.manual_seed(2)
+    model = task_model(TAGGING, tiny_config(tokenizer), tags).eval()
+    predicted, gold = [], []
+    with torch.no_grad():  # each sentence on its own, encoded by Hugging Face; the first piece of each word
+        for sentence in SENTENCES:
+            encoding = hugging_face(sentence.words, is_split_into_words=True, return_tensors="pt")
+            tag_ids = model(encoding["input_ids"], encoding["token_type_ids"]).logits.argmax(-1)[0]
+            word_ids = encoding.word_ids()
+            firsts = [position for position, word in enumerate(word_ids)
+                      if word is not None and word != word_ids[position - 1]]
+            predicted += tag_ids[firsts].tolist()
+            gold += [tags.id_of[tag] for tag in sentence.tags]
+    expected = float(torchmetrics.accuracy(torch.tensor(predicted), torch.tensor(gold), task="multiclass",
+                                           num_classes=len(tags), average="micro"))
+    scores = evaluate_task(TAGGING, model, tokenizer, SENTENCES, labels=tags, batch_size=3, device="cpu",
+                           precision="float32")
+    assert scores == {"accuracy": pytest.approx(expected)}
+
+
+# --------------------------------------------------------------------------------------------------
+# Fine-tuning
+
+
+@pytest.mark.parametrize("task, examples", [(PAIRS, PAIRS_DATA), (TAGGING, SENTENCES), (SHORT_SPANS, QUESTIONS)],
+                         ids=["pairs", "tagging", "spans"])
+def test_a_tiny_model_learns_a_handful_of_examples(tokenizer, task, examples, tmp_path):
+    labels = task.labels(examples) if task.labels else None
+    torch.manual_seed(0)
+    model = task_model(task, tiny_config(tokenizer), labels)
+    history = finetune_task(task, model, tokenizer, examples, examples, labels=labels, epochs=60,
+                            batch_size=len(examples), encoder_lr=3e-3, warmup_ratio=0.0, max_length=64, device="cpu",
+                            seed=0, progress=False, output_dir=tmp_path, precision="float32")
+    assert [record["epoch"] for record in history] == list(range(1, 61))
+    assert history[-1]["train_loss"] < 0.25 * history[0]["train_loss"]
+    best = {"pairs": "accuracy", "tagging": "accuracy", "spans": "exact_match"}[task.name]
+    assert history[-1][f"dev_{best}"] == {"accuracy": 1.0, "exact_match": 100.0}[best]
+    assert set(history[-1]) == {"epoch", "train_loss", *(f"dev_{name}" for name in
+                                                           {"pairs": ["accuracy", "macro_f1", "loss"],
+                                                            "tagging": ["accuracy"],
+                                                            "spans": ["exact_match", "f1"]}[task.name])}
+    assert json.loads((tmp_path / "history.json").read_text()) == history
+    reloaded = task.model_class.from_pretrained(tmp_path)
+    scores = evaluate_task(task, reloaded, tokenizer, examples, labels=labels, max_length=64, device="cpu",
+                           precision="float32")
+    assert scores == pytest.approx({name[len("dev_"):]: value for name, value in history[-1].items()
+                                    if name.startswith("dev_")}, rel=1e-4)
+
+
+@pytest.mark.parametrize("task, examples", [(PAIRS, PAIRS_DATA), (TAGGING, SENTENCES), (SHORT_SPANS, QUESTIONS)],
+                         ids=["pairs", "tagging", "spans"])
+def test_fine_tuning_and_evaluation_run_on_the_device(tokenizer, task, examples, device):
+    labels = task.labels(examples) if task.labels else None
+    model = task_model(task, tiny_config(tokenizer, num_layers=1), labels)
+    history = finetune_task(task, model, tokenizer, examples, examples, labels=labels, epochs=2, batch_size=2,
+                            max_length=64, device=device, progress=False)
+    assert next(model.parameters()).device.type == device.type
+    assert evaluate_task(task, model, tokenizer, examples, labels=labels, max_length=64) == \
+        pytest.approx({name[len("dev_"):]: value for name, value in history[-1].items() if name.startswith("dev_")})
+
+
+def test_fine_tuning_is_seeded(tokenizer):
+    histories = []
+    for _ in range(2):
+        torch.manual_seed(5)
+        model = task_model(SHORT_SPANS, tiny_config(tokenizer, num_layers=1), None)
+        histories.append(finetune_task(SHORT_SPANS, model, tokenizer, QUESTIONS, epochs=2, batch_size=2, max_length=64,
+                                       device="cpu", seed=3, progress=False))
+    assert histories[0] == histories[1]
+
+
+def test_labels_must_fit_the_task_and_the_model(tokenizer):
+    tags = tag_vocabulary(SENTENCES)
+    tagger = task_model(TAGGING, tiny_config(tokenizer, num_layers=1), tags)
+    assert isinstance(tagger, BertForTokenClassification) and tagger.num_labels == 8
+    with pytest.raises(ValueError, match="the tagging task needs labels=task.labels"):
+        evaluate_task(TAGGING, tagger, tokenizer, SENTENCES)
+    with pytest.raises(ValueError, match="the model scores 8 labels but there are 3"):
+        evaluate_task(TAGGING, tagger, tokenizer, SENTENCES, labels=LabelVocabulary(("A", "B", "C")))
+    reader = task_model(SPANS, tiny_config(tokenizer, num_layers=1), None)
+    assert isinstance(reader, BertForQuestionAnswering)
+    with pytest.raises(ValueError, match="the spans task has no label names"):
+        finetune_task(SPANS, reader, tokenizer, QUESTIONS, labels=tags, device="cpu", progress=False)
+    assert isinstance(task_model(PAIRS, tiny_config(tokenizer, num_layers=1), LabelVocabulary(SNLI_LABELS)),
+                      BertForSequenceClassification)
+    assert TASKS == {"pairs": PAIRS, "tagging": TAGGING, "spans": SPANS}
+
+
+def test_span_task_windows_with_its_stride(tokenizer):
+    """A stride the windows cannot hold is refused by squad_windows; span_task carries its own."""
+    model = task_model(SPANS, tiny_config(tokenizer, num_layers=1), None)
+    with pytest.raises(ValueError, match="which must exceed stride=128"):
+        evaluate_task(SPANS, model, tokenizer, QUESTIONS, max_length=64, device="cpu")
+    assert set(evaluate_task(span_task(stride=16), model, tokenizer, QUESTIONS, max_length=64, device="cpu")) == \
+        {"exact_match", "f1"}
+
+
+def test_the_learning_rate_is_chosen_on_the_task_s_metric(tokenizer):
+    def train_with(lr):
+        torch.manual_seed(0)
+        model = task_model(SHORT_SPANS, tiny_config(tokenizer), None)
+        finetune_task(SHORT_SPANS, model, tokenizer, QUESTIONS, epochs=40, batch_size=4, encoder_lr=lr,
+                      warmup_ratio=0.0, max_length=64, device="cpu", progress=False, precision="float32")
+        return model
+
+    tuned = choose_task_learning_rate(SHORT_SPANS, train_with, [1e-9, 1e-2], tokenizer, QUESTIONS, max_length=64,
+                                      precision="float32")
+    assert tuned.metric == "f1" and tuned.learning_rate == 1e-2 and tuned.dev["f1"] == 100.0
+    assert list(tuned.dev_score_by_learning_rate) == [1e-9, 1e-2] and tuned.dev_score_by_learning_rate[1e-9] < 100
+    with pytest.raises(AttributeError, match="maximised f1, not accuracy"):
+        tuned.dev_accuracy_by_learning_rate
+
+
+# --------------------------------------------------------------------------------------------------
+# The splits
+
+
+def test_pairs_are_split_by_premise():
+    pairs = [SentencePair(f"premise {index // 3}", f"hypothesis {index}", index % 3) for index in range(60)]
+    train, dev = split_pairs_by_premise(pairs, seed=0)
+    assert len(dev) == 6 and len(train) == 54  # 2 of the 20 premises, 3 pairs each
+    assert not {pair.premise for pair in train} & {pair.premise for pair in dev}
+    assert train == [pair for pair in pairs if pair in train]  # the order of the file
+    assert split_pairs_by_premise(pairs, seed=0) == (train, dev) != split_pairs_by_premise(pairs, seed=1)
+
+
+def test_a_missing_dataset_names_the_folder_and_the_file(tmp_path):
+    (tmp_path / "UD_English-EWT").mkdir()
+    for split in ("train", "dev"):
+        with gzip.open(tmp_path / "UD_English-EWT" / f"en_ewt-ud-{split}.conllu.gz", "wt") as file:
+            file.write("1\tHi\thi\tINTJ\tUH\t_\t0\troot\t_\t_\n\n")
+    with pytest.raises(FileNotFoundError, match=r"UD English EWT was not found in the data folder .*: expected "
+                                                r"en_ewt-ud-test.conllu \(or en_ewt-ud-test.conllu.gz\)"):
+        load_task_splits("tagging", tmp_path)
+    (tmp_path / "en_ewt-ud-test.conllu").write_text("1\tHo\tho\tINTJ\tUH\t_\t0\troot\t_\t_\n")  # in the root: found
+    splits = load_task_splits("tagging", tmp_path)
+    assert [len(split) for split in (splits.train, splits.dev, splits.test)] == [1, 1, 1]
+    with pytest.raises(FileNotFoundError, match="expected snli_1.0_dev.jsonl"):
+        load_task_splits("pairs", tmp_path)
+    with pytest.raises(ValueError, match="unknown task type 'sentence'"):
+        load_task_splits("sentence", tmp_path)
+
+
+@pytest.mark.skipif(not (SHARED_DATASETS / "squad-v1.1").is_dir(), reason=f"no datasets in {SHARED_DATASETS}")
+def test_the_splits_of_the_real_datasets():
+    snli = load_task_splits("pairs", SHARED_DATASETS)
+    assert len(snli.train) + len(snli.dev) == 9842 and len(snli.test) == 9824  # labelled pairs of dev and test
+    assert not {pair.premise for pair in snli.train} & {pair.premise for pair in snli.dev}
+    ewt = load_task_splits("tagging", SHARED_DATASETS)
+    assert [len(ewt.train), len(ewt.dev), len(ewt.test)] == [12544, 2001, 2077]
+    assert len(tag_vocabulary(ewt.train)) == 17
+    squad = load_task_splits("spans", SHARED_DATASETS)
+    assert len(squad.train) + len(squad.dev) + len(squad.test) == 10570
+    titles = [{question.title for question in split} for split in (squad.train, squad.dev, squad.test)]
+    assert [len(split) for split in titles] == [38, 5, 5] and not (titles[0] & titles[1] or titles[1] & titles[2])
