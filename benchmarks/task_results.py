@@ -1,0 +1,246 @@
+"""What the course's pretrained BERT achieves on BERT's other task types, under a fair protocol.
+
+    python benchmarks/task_results.py --data-root DIR [--tasks pairs tagging spans] [--quick]
+                                      [--device auto|cpu|cuda] [--threads T] [--work-dir DIR] [--no-progress]
+
+DIR holds ``snli_1.0/``, ``UD_English-EWT/`` and ``squad-v1.1/`` (``bertlab.task_data.load_task_splits``):
+
+- **pairs**, natural language inference on SNLI 1.0 (Bowman et al., 2015): train and dev carved from
+  the official dev split by premise (the course's copy lacks the training split), test = the official
+  test split. Scores: accuracy (and macro-F1).
+- **tagging**, universal part-of-speech tags of the UD English Web Treebank: its own train, dev and
+  test files. Score: the share of words tagged right.
+- **spans**, extractive question answering on SQuAD 1.1 (Rajpurkar et al., 2016): the 48 articles of
+  the official dev set split into train, dev and test by article. Scores: exact match and F1 (the
+  official script's), in percent.
+
+The protocol, the same for every BERT: the course's BERT (``bertlab/course_bert/``) and the same
+architecture from random weights, fine-tuned whole with the same examples, epochs and batch size;
+every window at most 128 tokens, the length the course BERT was pretrained at (its position
+embeddings beyond 128 never received a gradient; SQuAD's contexts are cut into windows of 128 that
+share ``stride`` pieces); each model's learning rate chosen on dev from the same grid with seed 0,
+then the other seeds at that rate; test scores as mean and standard deviation over the seeds. The
+simple baselines of each task: the majority class, a bag-of-words logistic regression on the pair
+and on the hypothesis alone (Gururangan et al., 2018), the most frequent tag of each word, the
+sliding window of Rajpurkar et al. (2016) (``bertlab.task_baselines``).
+
+Every fine-tuning run is a stage of its own, kept in ``--work-dir`` (default ``runs/task-results-<device>``)
+with what it depends on, so that the same command started again goes on after the last finished run
+(the full run takes several hours of a 2-core CPU, most of them SQuAD's). When every run of a task has
+finished, its record is written to ``benchmarks/results/tasks-<device>.json`` (and a Markdown table
+beside it, ``.md``), with the tasks finished so far and those of an earlier run with the same weights
+and settings (``--tasks`` runs some tasks only); chapter 10 reads it.
+"""
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from bertlab.bert import BertConfig
+from bertlab.course_model import course_bert_folder, course_bert_sha256
+from bertlab.task_baselines import (
+    majority_predictions,
+    score_pair_predictions,
+    sliding_window_answers,
+    train_most_frequent_tagger,
+    train_pair_bag_of_words,
+)
+from bertlab.task_data import load_task_splits
+from bertlab.task_finetuning import TASKS, evaluate_task, finetune_task, span_task, squad_references, task_model, word_accuracy
+from bertlab.tasks import squad_scores
+from bertlab.tokenization import BertTokenizer
+from bertlab.utils import PRECISIONS, resolve_device, seed_everything
+from benchmark_runs import Stages, computed_in, machine, quietly, summary
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SETTINGS = {
+    "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=128, stride=32, max_answer_length=30,
+                 learning_rates=[1e-4, 3e-4, 1e-3], max_train_examples=None, max_evaluation_examples=None),
+    "quick": dict(seeds=[0], epochs=1, batch_size=32, max_length=128, stride=32, max_answer_length=30,
+                  learning_rates=[1e-3], max_train_examples=200, max_evaluation_examples=200),
+}
+MODELS = ("course_bert", "random_init")
+MODEL_NAMES = {"course_bert": "course BERT, fine-tuned whole", "random_init": "same BERT from random weights"}
+DATASET_NAMES = {"pairs": "SNLI 1.0", "tagging": "UD English EWT (UPOS)", "spans": "SQuAD 1.1"}
+
+
+def task_type(name: str, settings: dict):
+    """The task type of ``bertlab.task_finetuning``, spans with the settings' stride and answer bound."""
+    return span_task(settings["stride"], settings["max_answer_length"]) if name == "spans" else TASKS[name]
+
+
+def baselines(name: str, train: list, test: list) -> dict:
+    """The simple baselines of a task, trained on ``train`` and scored on ``test`` as the BERTs are
+    (none has a setting to tune on dev)."""
+    if name == "pairs":
+        return {
+            "majority class": score_pair_predictions(majority_predictions(train, test), test),
+            "bag of words, premise and hypothesis": score_pair_predictions(
+                train_pair_bag_of_words(train, seed=0).predict(test), test),
+            "bag of words, hypothesis only": score_pair_predictions(
+                train_pair_bag_of_words(train, hypothesis_only=True, seed=0).predict(test), test),
+        }
+    if name == "tagging":
+        return {"most frequent tag of each word": {
+            "accuracy": word_accuracy(train_most_frequent_tagger(train).predict(test), test)}}
+    scores = squad_scores(sliding_window_answers(test), squad_references(test))
+    return {"sliding window": {"exact_match": scores.exact_match, "f1": scores.f1}}
+
+
+def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.device, stages: Stages) -> dict:
+    """Every stage of one task: its baselines, then each BERT's runs; the task's record."""
+    task = task_type(name, settings)
+    splits = load_task_splits(name, args.data_root)
+    train = splits.train[: settings["max_train_examples"]]
+    dev, test = (split[: settings["max_evaluation_examples"]] for split in (splits.dev, splits.test))
+    print(f"{name}: {len(train)} train, {len(dev)} dev, {len(test)} test ({splits.source})", flush=True)
+    folder = course_bert_folder()
+    tokenizer = BertTokenizer(folder / "vocab.txt")
+    labels = None if task.labels is None else task.labels(splits.train)  # all the tags, whatever the cut
+    data = {"dataset": [splits.source, len(train), len(dev), len(test)]}
+    training = {key: settings[key] for key in ("epochs", "batch_size", "max_length")}
+    if name == "spans":
+        training.update(stride=settings["stride"], max_answer_length=settings["max_answer_length"])
+
+    def make_model(model: str, seed: int):
+        seed_everything(seed)  # the head's (and the random model's) initial weights
+        source = course_bert_folder() if model == "course_bert" else BertConfig.from_dict(
+            json.loads((folder / "config.json").read_text()))
+        return quietly(task_model, task, source, labels)
+
+    def fine_tuning_run(model: str, lr: float, seed: int) -> dict:
+        network = make_model(model, seed)
+        finetune_task(task, network, tokenizer, train, labels=labels, epochs=settings["epochs"],
+                      batch_size=settings["batch_size"], encoder_lr=lr, max_length=settings["max_length"],
+                      device=device, seed=seed, progress=not args.no_progress, precision=args.precision)
+        scores = {split: evaluate_task(task, network, tokenizer, examples, labels=labels,
+                                       max_length=settings["max_length"], precision=args.precision, what=split)
+                  for split, examples in (("dev", dev), ("test", test))}
+        print(f"{name}, {model}, lr {lr:g}, seed {seed}: dev {scores['dev']}, test {scores['test']}", flush=True)
+        return scores
+
+    def run(model: str, lr: float, seed: int) -> dict:
+        return stages.run(f"{name}: {model}, lr {lr:g}, seed {seed}", lambda: fine_tuning_run(model, lr, seed),
+                          **data, **training, model=model, lr=lr, seed=seed)
+
+    record = {"dataset": DATASET_NAMES[name], "source": splits.source, "train": len(train), "dev": len(dev),
+              "test": len(test), "metric": task.metric,
+              "baselines": stages.run(f"{name}: baselines", lambda: baselines(name, train, test), **data)}
+    for model in MODELS:
+        first_seed, *other_seeds = settings["seeds"]
+        dev_score = {lr: run(model, lr, first_seed)["dev"][task.metric] for lr in settings["learning_rates"]}
+        best = max(settings["learning_rates"], key=lambda lr: dev_score[lr])  # ties: the first rate
+        runs = [run(model, best, seed) for seed in settings["seeds"]]
+        record[model] = {
+            "learning_rate": best,
+            f"dev_{task.metric}_by_learning_rate": dev_score,
+            "learning_rate_inside_grid": best not in (settings["learning_rates"][0], settings["learning_rates"][-1]),
+            "test": {metric: summary([run_scores["test"][metric] for run_scores in runs])
+                     for metric in runs[0]["test"]},
+        }
+    return record
+
+
+def check_expectations(tasks: dict) -> list[dict]:
+    """Issue 23's expectations for each finished task: the course BERT above random weights and above
+    the best simple baseline, on the task's metric (means over the seeds)."""
+    checks = []
+    for name, record in tasks.items():
+        metric = record["metric"]
+        scale = 1 if metric == "f1" else 100  # SQuAD's scores are in percent already
+        pretrained, random_init = (record[model]["test"][metric]["mean"] * scale for model in MODELS)
+        baseline_name, baseline = max(((key, scores[metric] * scale) for key, scores in record["baselines"].items()),
+                                      key=lambda item: item[1])
+        checks.append({"expectation": f"{name}: course BERT above the same BERT from random weights ({metric})",
+                       "measured": f"{pretrained:.1f} vs {random_init:.1f} ({pretrained - random_init:+.1f})",
+                       "holds": pretrained > random_init})
+        checks.append({"expectation": f"{name}: course BERT above the best simple baseline ({baseline_name})",
+                       "measured": f"{pretrained:.1f} vs {baseline:.1f} ({pretrained - baseline:+.1f})",
+                       "holds": pretrained > baseline})
+    return checks
+
+
+def markdown(results: dict) -> str:
+    """The record as Markdown tables: one per task, then the expectations."""
+    lines = [f"Course BERT `{results['course_bert_sha256'][:12]}`, {results['machine']['device_name']}, "
+             f"{results['machine']['threads']} threads, computed in {results['machine']['precision']}; "
+             f"mean ± standard deviation over {len(results['settings']['seeds'])} seed(s)."]
+    for name, record in results["tasks"].items():
+        metrics = list(record["course_bert"]["test"])
+        lines += ["", f"**{record['dataset']}** ({name}; {record['train']} train, {record['dev']} dev, "
+                  f"{record['test']} test examples; {record['source']})", "",
+                  "| model | learning rate | " + " | ".join(f"test {metric}" for metric in metrics) + " |",
+                  "|---|---:|" + "---:|" * len(metrics)]
+        for baseline, scores in record["baselines"].items():
+            lines.append(f"| {baseline} | - | " + " | ".join(
+                format_score(metric, scores[metric]) if metric in scores else "-" for metric in metrics) + " |")
+        for model in MODELS:
+            test = record[model]["test"]
+            lines.append(f"| {MODEL_NAMES[model]} | {record[model]['learning_rate']:g} | " + " | ".join(
+                f"{format_score(metric, test[metric]['mean'])} ± {format_score(metric, test[metric]['std'], unit='')}"
+                for metric in metrics) + " |")
+    lines += ["", "| expectation | measured | holds |", "|---|---|---|"]
+    lines += [f"| {c['expectation']} | {c['measured']} | {'yes' if c['holds'] else 'NO'} |" for c in results["checks"]]
+    return "\n".join(lines)
+
+
+def format_score(metric: str, value: float, unit: str = "%") -> str:
+    """A score in percent: accuracies and F1 of classifiers are fractions, SQuAD's already percents."""
+    percent = value if metric in ("exact_match", "f1") else 100 * value
+    return f"{percent:.1f}{unit}" if metric != "loss" else f"{value:.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-root", type=Path, help="folder holding the datasets (default: $BERTLAB_DATA)")
+    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    parser.add_argument("--quick", action="store_true", help="a small check of the script: 200 examples, 1 seed")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--precision", default="auto", choices=PRECISIONS,
+                        help="of every forward pass (bertlab.utils.autocast; default: auto)")
+    parser.add_argument("--out", type=Path, help="JSON file (default: benchmarks/results/tasks-DEVICE[-quick].json)")
+    parser.add_argument("--work-dir", type=Path, help="the finished runs, for resuming (default: "
+                                                      "runs/task-results-DEVICE[-quick] in the repository)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = parser.parse_args()
+    device = resolve_device(args.device)
+    run_name = f"{device.type}{'-quick' if args.quick else ''}"
+    work_dir = args.work_dir or Path(__file__).resolve().parents[1] / "runs" / f"task-results-{run_name}"
+    out = args.out or RESULTS / f"tasks-{run_name}.json"
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    settings = SETTINGS["quick" if args.quick else "full"]
+    stages = Stages(work_dir, {"course_bert_sha256": course_bert_sha256(), "precision": computed_in(device, args)})
+    results = {
+        "command": " ".join(["python", *sys.argv]),
+        "mode": "quick" if args.quick else "full",
+        "settings": settings,
+        "course_bert_sha256": course_bert_sha256(),  # chapter 10 shows this run only beside these weights
+        "tasks": {},
+    }
+    if out.is_file():  # keep the tasks of an earlier run of the same weights and settings (--tasks)
+        earlier = json.loads(out.read_text())
+        if (earlier.get("course_bert_sha256"), earlier.get("settings")) == (results["course_bert_sha256"], settings):
+            results["tasks"] = earlier["tasks"]
+    for name in args.tasks:
+        try:
+            results["tasks"][name] = run_task(name, args, settings, device, stages)
+        except FileNotFoundError as error:  # a dataset that is not there: the other tasks still run
+            print(f"{name}: skipped ({error})", flush=True)
+            continue
+        results.update(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       machine={**machine(device), "precision": computed_in(device, args)},
+                       checks=check_expectations(results["tasks"]), seconds=stages.seconds)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        out.with_suffix(".md").write_text(markdown(results) + "\n")
+        print(f"\n{markdown(results)}\n\nwrote {out} (tasks so far: {', '.join(results['tasks'])})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
