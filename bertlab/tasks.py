@@ -7,8 +7,9 @@ outputs mapped between words or characters and word pieces:
 
 - **Token tagging** (part-of-speech tags, named entities): the data gives one label per word, BERT
   reads word pieces. :func:`align_labels_to_word_pieces` gives the first piece of each word the
-  word's label and every other piece the label -100, which the cross-entropy (``ignore_index``)
-  and the metric skip, as Devlin et al. (2019, section 5.3) do.
+  word's label and every other piece the label -100 (:func:`word_piece_labels`), which the
+  cross-entropy (``ignore_index``) and the metric (:func:`tagging_accuracy`) skip, as Devlin et al.
+  (2019, section 5.3) do.
 - **Span extraction** (SQuAD v1.1; Rajpurkar et al., 2016): the answer is a span of characters of
   the context. :func:`squad_windows` encodes [CLS] question [SEP] context [SEP], cuts a long context
   into overlapping windows, and marks the answer's first and last word pieces in each window
@@ -99,23 +100,76 @@ def align_labels_to_word_pieces(
         raise ValueError(f"there are {len(words)} words but {len(labels)} labels: give one label per word")
     if max_length is not None and max_length < 2:
         raise ValueError(f"max_length={max_length} leaves no room for [CLS] and [SEP]")
-    pieces, piece_labels, word_ids = [], [], []
-    for index, (word, label) in enumerate(zip(words, labels)):
-        for position, piece in enumerate(tokenizer.tokenize(word)):
-            pieces.append(piece)
-            piece_labels.append(int(label) if position == 0 else IGNORE_INDEX)
-            word_ids.append(index)
+    pieces, piece_word_ids = [], []
+    for index, word in enumerate(words):
+        word_pieces = tokenizer.tokenize(word)
+        pieces += word_pieces
+        piece_word_ids += [index] * len(word_pieces)
     if max_length is not None:
-        budget = max_length - 2
-        pieces, piece_labels, word_ids = pieces[:budget], piece_labels[:budget], word_ids[:budget]
+        pieces, piece_word_ids = pieces[: max_length - 2], piece_word_ids[: max_length - 2]
     input_ids = [tokenizer.cls_token_id, *tokenizer.convert_tokens_to_ids(pieces), tokenizer.sep_token_id]
+    word_ids = [None, *piece_word_ids, None]
     return TaggedEncoding(
         input_ids=input_ids,
         token_type_ids=[0] * len(input_ids),
         attention_mask=[1] * len(input_ids),
-        labels=[IGNORE_INDEX, *piece_labels, IGNORE_INDEX],
-        word_ids=[None, *word_ids, None],
+        labels=word_piece_labels(word_ids, labels),
+        word_ids=word_ids,
     )
+
+
+def word_piece_labels(word_ids: Sequence[int | None], word_labels: Sequence[int]) -> list[int]:
+    """One label per token, from the word each token comes from: the first piece of a word gets the
+    word's label, every other token ``IGNORE_INDEX`` (-100).
+
+        labels[t] = word_labels[word_ids[t]]  if word_ids[t] is not None and (t = 0 or word_ids[t-1] != word_ids[t])
+                    -100                      otherwise: a later piece of a word, [CLS], [SEP], padding
+
+    The pieces of a word are consecutive, so the first piece is the one whose predecessor comes from
+    another word (or from no word, as [CLS]). This is Hugging Face's recipe for token classification
+    (``BatchEncoding.word_ids()``, labels on the first piece only), and what
+    :func:`align_labels_to_word_pieces` uses.
+
+    Args:
+        word_ids: for each token (length N), the index into ``word_labels`` of the word it comes from,
+            None for a token of no word ([CLS], [SEP], padding).
+        word_labels: one label id per word (ints >= 0).
+
+    Returns:
+        N ints: a word's label on its first piece, -100 elsewhere.
+    """
+    labels = []
+    for t, word in enumerate(word_ids):
+        first_piece = word is not None and (t == 0 or word_ids[t - 1] != word)
+        labels.append(int(word_labels[word]) if first_piece else IGNORE_INDEX)
+    return labels
+
+
+def tagging_accuracy(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+    """The share of the labelled positions whose highest-scoring class is their label.
+
+        accuracy = sum_{i in P} [argmax_c logits[i, c] = labels[i]] / |P|,   P = {i : labels[i] != ignore_index}
+
+    With the labels of :func:`word_piece_labels` (one per word, on its first piece), P holds one
+    position per word: this is the accuracy over words, the metric of part-of-speech tagging, counted
+    over all the words of the batch (a long sentence weighs as many words as it has).
+
+    Args:
+        logits: the scores of the C classes, ``(..., C)`` (``(B, N, C)`` for a batch of sentences).
+        labels: the class of each position, ``(...)``, ``ignore_index`` where nothing is predicted.
+
+    Returns:
+        A 0-d float tensor (NaN when no position is labelled).
+
+    Raises:
+        ValueError: when ``labels`` does not have the shape of ``logits`` without its last axis.
+    """
+    if labels.shape != logits.shape[:-1]:
+        raise ValueError(f"labels {tuple(labels.shape)} must have the shape of logits {tuple(logits.shape)} "
+                         "without its last axis (the classes)")
+    labelled = labels != ignore_index  # (...)
+    correct = (logits.argmax(dim=-1) == labels) & labelled  # (...)
+    return correct.sum() / labelled.sum()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from bertlab.tasks import (
     squad_normalize,
     squad_scores,
     squad_windows,
+    tagging_accuracy,
+    word_piece_labels,
     word_piece_offsets,
 )
 from bertlab.tokenization import BertTokenizer
@@ -131,6 +133,29 @@ def test_ignored_labels_are_skipped_by_cross_entropy(tokenizer):
     kept = labels != IGNORE_INDEX
     torch.testing.assert_close(torch.nn.functional.cross_entropy(logits, labels),
                                torch.nn.functional.cross_entropy(logits[kept], labels[kept]))
+
+
+def test_word_piece_labels_by_hand():
+    assert word_piece_labels([None, 0, 0, 1, None, None], [3, 5]) == [-100, 3, -100, 5, -100, -100]
+    assert word_piece_labels([0, 0, 1, 1], [7, 2]) == [7, -100, 2, -100], "no special tokens: position 0 is a word's"
+    assert word_piece_labels([0, 0, 0], [4]) == [4, -100, -100], "position 0 has no previous piece (not word_ids[-1])"
+    assert word_piece_labels([None, 0, 2, None], [1, 2, 3]) == [-100, 1, 3, -100], "word 1 has no piece"
+    assert word_piece_labels([], []) == []
+
+
+def test_tagging_accuracy_counts_the_labelled_positions_of_the_whole_batch():
+    logits = torch.tensor([[[2.0, 0.0], [0.0, 1.0], [5.0, 0.0]],
+                           [[0.0, 3.0], [1.0, 0.0], [0.0, 0.0]]])  # (B=2, N=3, C=2): predictions 0 1 0 / 1 0 0
+    labels = torch.tensor([[0, 0, -100], [1, -100, -100]])  # 2 right of 3 labelled words
+    accuracy = tagging_accuracy(logits, labels)
+    assert accuracy.shape == () and accuracy.dtype == torch.float32
+    torch.testing.assert_close(accuracy, torch.tensor(2 / 3))
+    torch.testing.assert_close(tagging_accuracy(logits[0], labels[0]), torch.tensor(0.5))  # one sentence (N, C)
+    torch.testing.assert_close(tagging_accuracy(logits, labels.masked_fill(labels == -100, -1), ignore_index=-1),
+                               torch.tensor(2 / 3))
+    assert tagging_accuracy(logits, torch.full((2, 3), -100)).isnan()
+    with pytest.raises(ValueError, match="shape of logits"):
+        tagging_accuracy(logits, labels.T)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Hints where students work: the visible test cell of every exercise of chapters 01-09 runs the
+"""Hints where students work: the visible test cell of every exercise of chapters 01-10 runs the
 exercise's check first (``visible_check``), so a typical mistake shows its hint in the student's notebook.
 
 Each mistake is put into the solution in place of the right function: every mistake of the check's
@@ -246,6 +246,8 @@ CHAPTER_MISTAKES = [
      "optimizer.step()\n        loss.backward()\n        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() "
      "if p.requires_grad], max_grad_norm)", "a step before backward uses the zeroed ones"),
     ("09_distillation", "distillation_loss", "soft = T**2 * F.kl_div(", "soft = F.kl_div(", "multiply the soft term by T^2"),
+    ("10_tasks", "best_span", "band = (span_length >= 0) & (span_length < max_answer_length)",
+     "band = span_length < max_answer_length", "a span ends at or after its start"),
 ]
 
 

@@ -68,6 +68,14 @@ WRONG_DIMENSIONS = [
        "    return e / e.sum(dim=0, keepdim=True)")], "sum to 1 along another axis than the classes"),
     ("09_distillation", "distillation_loss", [("F.log_softmax(student_logits / T, dim=-1)", "F.log_softmax(student_logits / T, dim=0)")],
      "yours are over the batch"),
+    ("10_tasks", "tagging_accuracy", [("logits.argmax(dim=-1)", "logits.argmax(dim=1)")],
+     "the classes are the last axis of logits"),
+    ("10_tasks", "best_span", [("start_logits.unsqueeze(-1) + end_logits.unsqueeze(-2)",
+                                "start_logits.unsqueeze(-2) + end_logits.unsqueeze(-1)")], "the starts index the rows"),
+    ("10_tasks", "best_span", [("positions[None, :] - positions[:, None]", "positions[:, None] - positions[None, :]")],
+     "a span ends at or after its start"),
+    ("10_tasks", "best_span", [(".flatten(-2).argmax(dim=-1)", ".flatten(-2).argmax(dim=0)")],
+     "return one span per sequence"),
 ]
 
 
