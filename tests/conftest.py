@@ -44,6 +44,26 @@ def mr_dir():
     return MR_DIR
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Run on one thread: tiny models gain nothing from a second one, and OpenMP threads crawl when the
+    cores are shared with other jobs. A module asks for it with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``; the thread count is restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``bertlab argv`` run in this process."""
+    from bertlab.cli import main
+
+    status = main([str(arg) for arg in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

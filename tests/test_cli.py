@@ -18,30 +18,15 @@ from bertlab.data import pretraining_corpus
 from bertlab.pretraining import PackedSegments, load_metrics
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import seed_everything
+from tests.conftest import REPO_ROOT, run_cli
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 # Small enough for seconds on a 2-core CPU, and pinned to it (a GPU would be picked by default).
 PRETRAIN = ["pretrain", "--preset", "tiny", "--steps", "4", "--batch-size", "8", "--seq-len", "32",
             "--vocab-size", "300", "--log-every", "2", "--no-progress", "--device", "cpu"]
 SYNTHETIC = ["--dataset", "synthetic", "--max-train-examples", "64", "--epochs", "1", "--batch-size", "16",
              "--seq-len", "32", "--no-progress", "--device", "cpu"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from a second thread, and lose a lot on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of ``bertlab argv`` run in this process."""
-    status = main([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def encoder_state(model) -> dict[str, torch.Tensor]:
@@ -83,7 +68,7 @@ def test_python_m_bertlab_help_lists_the_commands():
     ("distill", ["--teacher", "--layers", "--alpha", "--temperature", "--device", "--output"]),
 ])
 def test_each_command_has_help(capsys, command, options):
-    status, out, _ = run(capsys, command, "--help")
+    status, out, _ = run_cli(capsys, command, "--help")
     assert status == 0
     assert all(option in out for option in options)
 
@@ -91,7 +76,7 @@ def test_each_command_has_help(capsys, command, options):
 def test_pretrain_resumes_with_the_vocabulary_of_the_run(tmp_path, capsys, monkeypatch):
     """A resumed run reads the run's vocab.txt (written before training) instead of learning it again."""
     arguments = [*PRETRAIN, "--no-nsp", "--output", tmp_path]
-    status, _, _ = run(capsys, *arguments)
+    status, _, _ = run_cli(capsys, *arguments)
     assert status == 0
     vocab = (tmp_path / "vocab.txt").read_text()
 
@@ -99,7 +84,7 @@ def test_pretrain_resumes_with_the_vocabulary_of_the_run(tmp_path, capsys, monke
         raise AssertionError("the vocabulary was learned again")
 
     monkeypatch.setattr(cli, "learn_tokenizer", no_learning)
-    status, out, _ = run(capsys, *arguments)  # the run is finished: it resumes at its last step
+    status, out, _ = run_cli(capsys, *arguments)  # the run is finished: it resumes at its last step
     assert status == 0 and "resuming with the run's vocabulary" in out
     assert (tmp_path / "vocab.txt").read_text() == vocab
 
@@ -136,21 +121,21 @@ def test_pretrain_reads_packed_segments_and_their_vocabulary(tmp_path, capsys):
     PackedSegments.pack(tokenizer, documents, seq_len=32).save(tmp_path / "segments.npz")
     packed = ["pretrain", "--preset", "tiny", "--steps", "2", "--batch-size", "4", "--seq-len", "32", "--no-progress",
               "--device", "cpu", "--packed", tmp_path / "segments.npz"]
-    status, out, _ = run(capsys, *packed, "--no-nsp", "--output", tmp_path / "run")
+    status, out, _ = run_cli(capsys, *packed, "--no-nsp", "--output", tmp_path / "run")
     assert status == 0 and "packed segments" in out
     assert BertTokenizer(tmp_path / "run" / "vocab.txt").vocab == tokenizer.vocab
     for extra, message in [([], "--packed needs --no-nsp"),
                            (["--no-nsp", "--vocab", tmp_path / "run" / "vocab.txt"], "drop --vocab"),
                            (["--no-nsp", "--seq-len", "64"], "segments for --seq-len 32, not 64")]:
-        status, _, err = run(capsys, *packed, *extra, "--output", tmp_path / "refused")
+        status, _, err = run_cli(capsys, *packed, *extra, "--output", tmp_path / "refused")
         assert status == 2 and message in err and "Traceback" not in err
     (tmp_path / "foreign.npz").write_text("text")
-    status, _, err = run(capsys, *packed[:-1], tmp_path / "foreign.npz", "--no-nsp", "--output", tmp_path / "refused")
+    status, _, err = run_cli(capsys, *packed[:-1], tmp_path / "foreign.npz", "--no-nsp", "--output", tmp_path / "refused")
     assert status == 1 and "not a file of packed segments" in err
 
 
 def test_pretrain_without_masked_tokens_reports_no_mlm_loss_and_finishes(capsys, tmp_path):
-    status, out, err = run(capsys, *PRETRAIN, "--mlm-probability", "0", "--output", tmp_path / "run")
+    status, out, err = run_cli(capsys, *PRETRAIN, "--mlm-probability", "0", "--output", tmp_path / "run")
     assert status == 0, err
     assert "MLM loss" not in out and "wrote the model" in out
     assert all(record["mlm_loss"] is None for record in load_metrics(tmp_path / "run" / "metrics.jsonl"))
@@ -181,7 +166,7 @@ def test_distill_keeps_the_chosen_teacher_layers_and_compares_the_models(pipelin
 
 
 def test_finetune_from_random_weights_is_seeded_and_freezes_layers(tmp_path, capsys):
-    status, out, err = run(capsys, "finetune", "--preset", "tiny", "--vocab-size", "200", "--freeze", "2",
+    status, out, err = run_cli(capsys, "finetune", "--preset", "tiny", "--vocab-size", "200", "--freeze", "2",
                            "--seed", "3", *SYNTHETIC, "--output", tmp_path)
     assert status == 0, err
     assert "randomly initialised" in out and "test_accuracy" in out
@@ -195,7 +180,7 @@ def test_finetune_from_random_weights_is_seeded_and_freezes_layers(tmp_path, cap
 
 def test_only_rank_0_prints(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("RANK", "1")  # as in the second process that torchrun starts
-    status, out, err = run(capsys, "finetune", "--preset", "tiny", "--vocab-size", "200", *SYNTHETIC,
+    status, out, err = run_cli(capsys, "finetune", "--preset", "tiny", "--vocab-size", "200", *SYNTHETIC,
                            "--output", tmp_path)
     assert status == 0, err
     assert out == ""
@@ -222,7 +207,7 @@ def test_only_rank_0_prints(tmp_path, capsys, monkeypatch):
 def test_bad_input_gives_one_line_and_no_traceback(tmp_path, capsys, argv, status, message):
     (tmp_path / "file.txt").write_text("not a folder")
     pinned = ["--device", "cpu"] if argv else []  # a command's errors, not the device's
-    code, out, err = run(capsys, *[arg.replace("{tmp}", str(tmp_path)) for arg in argv], *pinned)
+    code, out, err = run_cli(capsys, *[arg.replace("{tmp}", str(tmp_path)) for arg in argv], *pinned)
     assert code == status
     assert err.count("\n") == 1 and err.startswith("bertlab") and "Traceback" not in err
     assert message in err
@@ -236,25 +221,25 @@ def test_a_missing_model_folder_is_told_before_the_dataset_is_read(tmp_path, cap
 
     monkeypatch.setattr(bertlab.cli, "load_sentiment", unreachable)
     for argv in (["finetune", "--model"], ["distill", "--teacher"]):
-        code, _, err = run(capsys, *argv, tmp_path / "nowhere", "--dataset", "mr", "--device", "cpu")
+        code, _, err = run_cli(capsys, *argv, tmp_path / "nowhere", "--dataset", "mr", "--device", "cpu")
         assert code == 1 and "is not a BERT checkpoint folder" in err and err.count("\n") == 1
 
 
 def test_runtime_errors_about_model_folders(pipeline, tmp_path, capsys):
     # a pretrained (not fine-tuned) model cannot teach
-    code, _, err = run(capsys, "distill", "--teacher", pipeline["pretrain"], *SYNTHETIC, "--output", tmp_path)
+    code, _, err = run_cli(capsys, "distill", "--teacher", pipeline["pretrain"], *SYNTHETIC, "--output", tmp_path)
     assert code == 1 and err.count("\n") == 1 and "is not a fine-tuned classifier" in err
     # the student's layers must exist in the teacher (2 layers)
-    code, _, err = run(capsys, "distill", "--teacher", pipeline["finetune"], "--layers", "0,5", *SYNTHETIC,
+    code, _, err = run_cli(capsys, "distill", "--teacher", pipeline["finetune"], "--layers", "0,5", *SYNTHETIC,
                        "--output", tmp_path)
     assert code == 1 and err.count("\n") == 1 and "layer_ids must be ints in [0, 2)" in err
     # more layers to freeze than the model has
-    code, _, err = run(capsys, "finetune", "--model", pipeline["finetune"], "--freeze", "3", *SYNTHETIC,
+    code, _, err = run_cli(capsys, "finetune", "--model", pipeline["finetune"], "--freeze", "3", *SYNTHETIC,
                        "--output", tmp_path)
     assert code == 1 and err.count("\n") == 1 and "only 2 encoder layers" in err
     # a model folder without its vocabulary
     BertForSequenceClassification(BertConfig.preset("tiny", vocab_size=100)).save_pretrained(tmp_path / "no-vocab")
-    code, _, err = run(capsys, "finetune", "--model", tmp_path / "no-vocab", *SYNTHETIC, "--output", tmp_path)
+    code, _, err = run_cli(capsys, "finetune", "--model", tmp_path / "no-vocab", *SYNTHETIC, "--output", tmp_path)
     assert code == 1 and err.count("\n") == 1 and "has no vocab.txt" in err
 
 
@@ -263,17 +248,17 @@ def test_corrupt_model_files_are_named_in_one_line(pipeline, tmp_path, capsys):
     shutil.copytree(pipeline["finetune"], folder)
     weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    code, _, err = run(capsys, "finetune", "--model", folder, *SYNTHETIC, "--output", tmp_path / "out")
+    code, _, err = run_cli(capsys, "finetune", "--model", folder, *SYNTHETIC, "--output", tmp_path / "out")
     assert code == 1 and err.count("\n") == 1 and f"{weights} is not a readable weights file" in err
     shutil.copy(pipeline["finetune"] / "model.safetensors", weights)
     (folder / "vocab.txt").write_bytes(b"[PAD]\n\xff\xfe\n")
-    code, _, err = run(capsys, "finetune", "--model", folder, *SYNTHETIC, "--output", tmp_path / "out")
+    code, _, err = run_cli(capsys, "finetune", "--model", folder, *SYNTHETIC, "--output", tmp_path / "out")
     assert code == 1 and err.count("\n") == 1 and f"vocabulary file {folder / 'vocab.txt'} is not UTF-8" in err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given when CUDA is missing")
 def test_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
-    code, _, err = run(capsys, *PRETRAIN, "--device", "cuda", "--output", tmp_path)
+    code, _, err = run_cli(capsys, *PRETRAIN, "--device", "cuda", "--output", tmp_path)
     assert code == 1 and err.count("\n") == 1 and "CUDA is not available" in err
 
 

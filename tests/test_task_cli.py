@@ -16,7 +16,9 @@ from bertlab.bert import (
 )
 from bertlab.cli import main
 from bertlab.task_data import UPOS_TAGS
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_cli
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 VOCAB = REPO_ROOT / "bertlab" / "course_bert" / "vocab.txt"
 SMALL = ["--epochs", "1", "--batch-size", "4", "--no-progress", "--device", "cpu"]
@@ -33,21 +35,6 @@ CONLLU = """# sent_id = {name}-1
 3\tslowly\tslowly\tADV\tRB\t_\t2\tadvmod\t_\t_
 
 """
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of ``bertlab argv`` run in this process."""
-    status = main([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def write_snli(folder, name, pairs):
@@ -111,7 +98,7 @@ def model_folder(tmp_path_factory):
 ])
 def test_finetune_a_task_from_a_pretrained_folder(capsys, data_root, model_folder, tmp_path, task, extra, model_class,
                                                   dev_keys):
-    status, out, err = run(capsys, "finetune", "--task", task, "--model", model_folder, "--data-root", data_root,
+    status, out, err = run_cli(capsys, "finetune", "--task", task, "--model", model_folder, "--data-root", data_root,
                            *SMALL, *extra, "--output", tmp_path)
     assert status == 0, err
     assert "test_" in out and "newly initialized" in out  # the head of a pretrained BERT is new: a note says so
@@ -127,13 +114,13 @@ def test_finetune_a_task_from_a_pretrained_folder(capsys, data_root, model_folde
 
 
 def test_the_splits_and_their_cuts(capsys, data_root, model_folder, tmp_path):
-    status, out, err = run(capsys, "finetune", "--task", "pairs", "--model", model_folder, "--data-root", data_root,
+    status, out, err = run_cli(capsys, "finetune", "--task", "pairs", "--model", model_folder, "--data-root", data_root,
                            *SMALL, "--output", tmp_path)
     assert status == 0, err
     assert "21 train, 3 dev, 3 test" in out  # 8 premises of 3 pairs: 7 to train, 1 to dev; the "-" pair dropped
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["labels"] == ["entailment", "neutral", "contradiction"] and results["dataset"] == "snli"
-    status, out, err = run(capsys, "finetune", "--task", "spans", "--model", model_folder, "--data-root", data_root,
+    status, out, err = run_cli(capsys, "finetune", "--task", "spans", "--model", model_folder, "--data-root", data_root,
                            *SMALL, *SPANS, "--max-train-examples", "5", "--max-eval-examples", "1",
                            "--output", tmp_path / "cut")
     assert status == 0, err
@@ -142,7 +129,7 @@ def test_the_splits_and_their_cuts(capsys, data_root, model_folder, tmp_path):
 
 def test_tagging_labels_come_from_the_whole_training_split_and_a_random_model_learns_its_vocabulary(
         capsys, data_root, tmp_path):
-    status, out, err = run(capsys, "finetune", "--task", "tagging", "--preset", "tiny", "--vocab-size", "60",
+    status, out, err = run_cli(capsys, "finetune", "--task", "tagging", "--preset", "tiny", "--vocab-size", "60",
                            "--data-root", data_root, "--max-train-examples", "1", *SMALL, "--output", tmp_path)
     assert status == 0, err
     assert "randomly initialised" in out and "1 train, 2 dev, 2 test" in out
@@ -153,7 +140,7 @@ def test_tagging_labels_come_from_the_whole_training_split_and_a_random_model_le
 
 
 def test_words_cut_off_by_the_sequence_length_are_noted(capsys, data_root, model_folder, tmp_path):
-    status, out, err = run(capsys, "finetune", "--task", "tagging", "--model", model_folder, "--data-root", data_root,
+    status, out, err = run_cli(capsys, "finetune", "--task", "tagging", "--model", model_folder, "--data-root", data_root,
                            *SMALL, "--seq-len", "4", "--output", tmp_path)
     assert status == 0, err
     # sentence 1 keeps 2 of its 4 words, sentence 2 2 of its 3: 3 of 7 words are cut in each split
@@ -163,7 +150,7 @@ def test_words_cut_off_by_the_sequence_length_are_noted(capsys, data_root, model
 @pytest.mark.parametrize("task, file", [("pairs", "snli_1.0_dev.jsonl"), ("tagging", "en_ewt-ud-train.conllu"),
                                         ("spans", "dev-v1.1.json")])
 def test_a_missing_dataset_is_one_line_that_names_the_folder_and_the_file(capsys, tmp_path, model_folder, task, file):
-    status, _, err = run(capsys, "finetune", "--task", task, "--model", model_folder, "--data-root", tmp_path, *SMALL)
+    status, _, err = run_cli(capsys, "finetune", "--task", task, "--model", model_folder, "--data-root", tmp_path, *SMALL)
     assert status == 1 and err.count("\n") == 1 and "Traceback" not in err
     assert f"the data folder {tmp_path}: expected {file} (or {file}.gz)" in err
 
@@ -178,7 +165,7 @@ def test_a_missing_dataset_is_one_line_that_names_the_folder_and_the_file(capsys
 ])
 def test_bad_input_gives_one_line(capsys, tmp_path, data_root, model_folder, argv, status, message):
     argv = [arg.replace("{tmp}", str(tmp_path)).replace("{model}", str(model_folder)) for arg in argv]
-    code, _, err = run(capsys, "finetune", *argv, "--data-root", data_root, *SMALL, "--output", tmp_path / "out")
+    code, _, err = run_cli(capsys, "finetune", *argv, "--data-root", data_root, *SMALL, "--output", tmp_path / "out")
     assert code == status and err.count("\n") == 1 and "Traceback" not in err
     assert message in err
 
@@ -188,13 +175,13 @@ def test_a_tag_of_the_test_split_unseen_in_training_is_named(capsys, tmp_path, d
     shutil.copytree(data_root / "UD_English-EWT", root / "UD_English-EWT")
     (root / "UD_English-EWT" / "en_ewt-ud-test.conllu.gz").unlink()
     (root / "UD_English-EWT" / "en_ewt-ud-test.conllu").write_text("1\tWow\twow\tINTJ\tUH\t_\t0\troot\t_\t_\n")
-    code, _, err = run(capsys, "finetune", "--task", "tagging", "--model", model_folder, "--data-root", root, *SMALL,
+    code, _, err = run_cli(capsys, "finetune", "--task", "tagging", "--model", model_folder, "--data-root", root, *SMALL,
                        "--output", tmp_path / "out")
     assert code == 1 and err.count("\n") == 1
     assert "test[0]: the label 'INTJ' is not one of the 6 labels of the training split" in err
 
 
 def test_help_lists_the_task_options(capsys):
-    status, out, _ = run(capsys, "finetune", "--help")
+    status, out, _ = run_cli(capsys, "finetune", "--help")
     assert status == 0
     assert all(option in out for option in ("--task", "pairs", "tagging", "spans", "--stride", "--max-eval-examples"))

@@ -58,6 +58,8 @@ from bertlab.tasks import squad_windows
 from bertlab.tokenization import BertTokenizer
 from tests.conftest import REPO_ROOT, SHARED_DATASETS
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 VOCAB = REPO_ROOT / "bertlab" / "course_bert" / "vocab.txt"
 CPU = torch.device("cpu")
 SHORT_SPANS = span_task(stride=16)  # windows of 64 tokens, the tests' max_length, cannot share 128 pieces
@@ -88,15 +90,6 @@ QUESTIONS = [
     squad_question("q3", "B", "Rain falls from the clouds over Berlin.", "Where does rain fall?", "Berlin"),
     squad_question("q4", "B", "Rain falls from the clouds over Berlin.", "What falls from the clouds?", "Rain"),
 ]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from a second thread, and lose a lot on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -241,16 +241,6 @@ def reversal_batch(size: int, generator: torch.Generator) -> tuple[torch.Tensor,
     return src, tgt
 
 
-@pytest.fixture
-def one_thread():
-    """Run on one thread: matrices this small gain nothing from a second one, and OpenMP threads
-    crawl when the cores are shared with other jobs. Restores the thread count afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.slow
 def test_transformer_learns_to_reverse_sequences(one_thread):
     """About 15 s on one CPU core: 400 Adam steps on random digit strings, then greedy decoding."""
