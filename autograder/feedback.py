@@ -89,7 +89,8 @@ def lock(page: bytes) -> bytes:
 @functools.cache
 def exporter():
     """This process's exporter of feedback pages (:func:`autograder.nbgrader_adapter.feedback_exporter`),
-    made once: it compiles its template with its first page, and serves every page after it."""
+    made once: the class run forks each job's worker from a server that made it and compiled its
+    template (:mod:`autograder.worker_preload`), so that no job does it again."""
     from autograder.nbgrader_adapter import feedback_exporter
 
     return feedback_exporter({"book_markdown": _book_markdown, "sanitized_html": sanitized_html})

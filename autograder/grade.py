@@ -62,8 +62,9 @@ from autograder.submissions import Submission, collect_submissions, error_line, 
 from autograder.wire import printable
 
 SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
-# Imported once by the server the workers are forked from, rather than by every worker.
-WORKER_MODULES = ["autograder.job", "nbgrader.converters", "IPython.core.inputtransformer2", "bertlab.data"]
+# Imported once by the server the workers are forked from, rather than by every worker; the last one
+# does the work of every job that depends on no submission.
+WORKER_MODULES = ["autograder.job", "IPython.core.inputtransformer2", "bertlab.data", "autograder.worker_preload"]
 PRIVATE, SHARED = 0o600, 0o644  # files for the instructor only; files handed to students
 SHARED_FOLDER = 0o755
 PROGRESS = ("bar", "lines", "none")  # a bar on a terminal; a line per finished job (logs, pipes); nothing

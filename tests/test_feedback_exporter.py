@@ -31,7 +31,7 @@ from autograder.bounds import Limits
 from autograder.results import CERTAIN, Cause, NotebookResult, ReferenceCopy, Status
 from autograder.runner import NotebookRun, Outcome
 from autograder.sandbox import SandboxOptions
-from autograder.sanitize import sanitized_html
+from autograder.sanitize import inert_notebook, sanitized_html
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -164,8 +164,8 @@ def solved(chapter_name: str):
 
 
 def graded_view(chapter, submission, instructor, outcomes: dict, problems: dict, copies: tuple):
-    """The student's view and the result of ``submission`` as a job makes them (autograder.job),
-    the student's cells having shown RAW_OUTPUTS in turn and the tests given ``outcomes``."""
+    """The graded notebook, the student's view and the result of ``submission`` as a job makes them
+    (autograder.job), the student's cells having shown RAW_OUTPUTS in turn and the tests given ``outcomes``."""
     budget = cell_outputs.OutputBudget()
     code = [index for index, cell in enumerate(submission.cells) if cell.cell_type == "code"]
     run = NotebookRun(outputs={index: cell_outputs.clean(RAW_OUTPUTS[number % len(RAW_OUTPUTS)], budget)
@@ -176,7 +176,7 @@ def graded_view(chapter, submission, instructor, outcomes: dict, problems: dict,
                             copies=copies, tests=tests)
     graded = graded_notebook.build(submission, instructor, chapter, run, result)
     printed = {name: outcome.output for name, outcome in outcomes.items()}
-    return feedback.student_view(graded, chapter, result, printed), result
+    return graded, feedback.student_view(graded, chapter, result, printed), result
 
 
 def passed(chapter) -> dict:
@@ -187,7 +187,7 @@ def passed(chapter) -> dict:
 @pytest.mark.parametrize("chapter_name", chapter_names(REPO))
 def test_the_page_of_a_solved_chapter_is_nbgrader_s(chapter_name, chapters, references, gradebook, tmp_path):
     chapter = chapters[chapter_name]
-    view, result = graded_view(chapter, *solved(chapter_name), passed(chapter), {}, ())
+    _, view, result = graded_view(chapter, *solved(chapter_name), passed(chapter), {}, ())
     assert result.score == result.max_score > 0
     page = feedback.render(view, result, chapter, references)
     assert page == nbgrader_page(view, result, chapter.notebook, references, gradebook, tmp_path)
@@ -207,7 +207,7 @@ def test_the_page_of_a_catalogued_mistake_and_others_is_nbgrader_s(chapters, ref
                                             cause=Cause.BLANK)}
     copies = (ReferenceCopy("scaled_dot_product_attention", "it uses bertlab.attention.scaled_dot_product_attention, "
                                                             "the reference", CERTAIN),)
-    view, result = graded_view(chapter, *solved("01_attention"), outcomes,
+    _, view, result = graded_view(chapter, *solved("01_attention"), outcomes,
                                {"test_padding_mask": "the test cell test_padding_mask was edited"}, copies)
     assert {test.grade_id: test.status for test in result.tests if test.status != Status.PASSED} == {
         "test_softmax": Status.FAILED, "test_scaled_dot_product_attention": Status.FAILED,
@@ -219,7 +219,7 @@ def test_the_page_of_a_catalogued_mistake_and_others_is_nbgrader_s(chapters, ref
 
 def test_one_exporter_serves_every_page_of_a_process_each_with_its_references(chapters, references):
     chapter = chapters["01_attention"]
-    view, result = graded_view(chapter, *solved("01_attention"), passed(chapter), {}, ())
+    _, view, result = graded_view(chapter, *solved("01_attention"), passed(chapter), {}, ())
     feedback.render(view, result, chapter, references)
     template = feedback.exporter().template
     renamed = {**references, "vaswani2017attention": references["vaswani2017attention"].__class__("Someone", "1999")}
@@ -248,3 +248,13 @@ def test_a_page_that_cannot_be_rendered_is_a_plain_one_that_says_why(chapters, r
     page, problem = _feedback_page(job, graded, NotebookRun(outcomes=outcomes), result)
     assert problem == "the feedback page is a plain one: KeyError: 'book_markdown'"
     assert b"the feedback page is a plain one: KeyError" in page and b"01_attention: 9 / 9 points" in page
+
+
+def test_a_job_sanitizes_a_markdown_cell_once_for_its_formgrader_notebook_and_its_page(chapters, references):
+    chapter = chapters["06_bert"]
+    graded, view, result = graded_view(chapter, *solved("06_bert"), passed(chapter), {}, ())
+    sanitized_html.cache_clear()
+    inert_notebook(graded, references)
+    cells = sanitized_html.cache_info().misses
+    feedback.render(view, result, chapter, references)
+    assert sanitized_html.cache_info().hits >= 0.7 * cells  # those the view's sanitizer left as they were
