@@ -13,6 +13,7 @@ graded notebook for the instructor (made inert, as nbgrader's formgrader renders
 A worker runs one job and ends (:func:`work`): nothing of one student's run reaches the next.
 """
 
+import gc
 import os
 import shutil
 import signal
@@ -208,9 +209,13 @@ def work(job: Job, connection) -> None:
     """A worker process's whole life: grade ``job``, send its result (or the error) back, end.
 
     The instructor code of the tests runs here as in the notebook's graded run (``NBGRADER_EXECUTION``
-    set, the course's data, the chapter's files in the working folder)."""
+    set, the course's data, the chapter's files in the working folder). What the worker inherits from
+    the server it is forked from (the grader's modules, :mod:`autograder.worker_preload`) lives as long
+    as the worker: the garbage collector leaves it alone (``gc.freeze``), which spared each full
+    collection a walk through 400,000 objects (0.2 s) and their memory pages a copy."""
     import torch
 
+    gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the class run's to handle
     quiet_nbgrader()
     os.environ["NBGRADER_EXECUTION"] = "autograde"
