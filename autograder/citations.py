@@ -23,7 +23,6 @@ def read_references(path: Path) -> dict[str, Reference]:
     when it cannot be read."""
     from pybtex.database import parse_file
     from pybtex.exceptions import PybtexError
-    from pybtex.richtext import Text
 
     if not Path(path).is_file():
         return {}
@@ -31,17 +30,28 @@ def read_references(path: Path) -> dict[str, Reference]:
         entries = parse_file(str(path)).entries
     except (PybtexError, UnicodeDecodeError) as error:
         raise GradingError(f"{path} cannot be read as BibTeX: {' '.join(str(error).split())}") from None
+    as_text = _latex_to_text()
     references = {}
     for key, entry in entries.items():
         people = entry.persons.get("author") or entry.persons.get("editor") or []
-        names = [" ".join(Text.from_latex(part).render_as("text") for part in person.prelast_names + person.last_names)
-                 for person in people]
+        names = [" ".join(as_text(part) for part in person.prelast_names + person.last_names) for person in people]
         if len(names) > 2:
             authors = f"{names[0]} et al."
         else:
-            authors = " and ".join(names) or Text.from_latex(entry.fields.get("title", key)).render_as("text")
+            authors = " and ".join(names) or as_text(entry.fields.get("title", key))
         references[key] = Reference(authors, entry.fields.get("year", "n.d."))
     return references
+
+
+def _latex_to_text():
+    """A function giving BibTeX's LaTeX as plain text, as pybtex's ``Text.from_latex(latex).render_as("text")``
+    does, with pybtex's text backend looked up once: ``render_as`` looks it up among the installed
+    packages' entry points at every call, which took seconds for a course's references."""
+    from pybtex.plugin import find_plugin
+    from pybtex.richtext import Text
+
+    backend = find_plugin("pybtex.backends", "text")()
+    return lambda latex: Text.from_latex(latex).render(backend)
 
 
 def cite(role: str, keys: str, references: dict[str, Reference]) -> str:

@@ -21,6 +21,7 @@ import functools
 import html
 import re
 
+from jinja2 import pass_context
 from nbformat.v4 import new_markdown_cell
 
 from autograder import book_markdown
@@ -85,14 +86,30 @@ def lock(page: bytes) -> bytes:
     return page[:at] + _POLICY_TAG + page[at:]
 
 
-def render(nbgrader_course, view, result: NotebookResult, chapter: Chapter, references: dict[str, Reference]) -> bytes:
-    """The feedback page of a student's view, rendered by nbgrader's feedback exporter and locked;
-    ``references`` are the course's, for the citations of its Markdown cells."""
+@functools.cache
+def exporter():
+    """This process's exporter of feedback pages (:func:`autograder.nbgrader_adapter.feedback_exporter`),
+    made once: the class run forks each job's worker from a server that made it and compiled its
+    template (:mod:`autograder.worker_preload`), so that no job does it again."""
+    from autograder.nbgrader_adapter import feedback_exporter
+
+    return feedback_exporter({"book_markdown": _book_markdown, "sanitized_html": sanitized_html})
+
+
+@pass_context
+def _book_markdown(context, source: str) -> str:
+    """The template's filter ``book_markdown``: a Markdown cell's HTML, with the citations of the page's
+    ``references`` (a resource of the page: the exporter serves every page)."""
+    return book_markdown.render(source, context["resources"]["references"])
+
+
+def render(view, result: NotebookResult, chapter: Chapter, references: dict[str, Reference]) -> bytes:
+    """The feedback page of a student's view, rendered as nbgrader's feedback converter renders it and
+    locked; ``references`` are the course's, for the citations of its Markdown cells."""
     from autograder.nbgrader_adapter import render_feedback
 
-    filters = {"book_markdown": functools.partial(book_markdown.render, references=references),
-               "sanitized_html": sanitized_html}
-    return lock(render_feedback(nbgrader_course, view, result, chapter.notebook, filters))
+    page = render_feedback(exporter(), view, result, chapter.notebook, {"references": references})
+    return lock(page.encode())
 
 
 def plain_page(result: NotebookResult, why: str) -> bytes:

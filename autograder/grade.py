@@ -5,7 +5,7 @@ The run, step by step (:func:`grade`):
 1. **Collect** (:mod:`autograder.submissions`): the submission that counts for each (student,
    chapter), and what was skipped, with why.
 2. **Prepare** a private nbgrader course under ``DIR/.work/course`` (``source/`` is a copy of
-   ``solutions/``) and the gradebooks that know its chapters (:mod:`autograder.nbgrader_adapter`).
+   ``solutions/``) and the gradebook's knowledge of its chapters (:mod:`autograder.nbgrader_adapter`).
 3. **Reuse** what this grader graded before: a signed result whose fingerprint (the submission, the
    instructor's notebook, the limits, the grader's and the reference's sources) is the new one's
    (:class:`autograder.results.ResultStore`). A submission older than the one graded is ignored.
@@ -52,7 +52,7 @@ from autograder.course import GradingError
 from autograder.feedback import plain_page
 from autograder.job import Job, work
 from autograder.nbgrader_adapter import (
-    create_gradebook, export_csv, prepare_gradebook, quiet_nbgrader, register_chapters, store_grades)
+    export_csv, prepare_gradebook, quiet_nbgrader, register_chapters, store_grades)
 from autograder.output_layout import OutputLayout
 from autograder.results import (
     COPY_POLICIES, GRADER_VERSION, UNSANDBOXED, WITHHOLD, Cause, ClassResults, NotebookResult, ResultStore, Skipped,
@@ -62,8 +62,9 @@ from autograder.submissions import Submission, collect_submissions, error_line, 
 from autograder.wire import printable
 
 SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
-# Imported once by the server the workers are forked from, rather than by every worker.
-WORKER_MODULES = ["autograder.job", "nbgrader.converters", "IPython.core.inputtransformer2", "bertlab.data"]
+# Imported once by the server the workers are forked from, rather than by every worker; the last one
+# does the work of every job that depends on no submission.
+WORKER_MODULES = ["autograder.job", "IPython.core.inputtransformer2", "bertlab.data", "autograder.worker_preload"]
 PRIVATE, SHARED = 0o600, 0o644  # files for the instructor only; files handed to students
 SHARED_FOLDER = 0o755
 PROGRESS = ("bar", "lines", "none")  # a bar on a terminal; a line per finished job (logs, pipes); nothing
@@ -140,16 +141,13 @@ def _shared_folder(folder: Path, top: Path) -> None:
 
 def _prepare_course(layout: OutputLayout, course_root: Path, chapter_names: list[str], db_url: str) -> None:
     """The private nbgrader course (source/ from solutions/), each chapter's files but its notebook
-    (which every job starts from) and the gradebooks that know the chapters."""
+    (which every job starts from) and the gradebook's knowledge of the chapters."""
     shutil.rmtree(layout.sources, ignore_errors=True)
     for name in chapter_names:
         shutil.copytree(course_root / course.SOLUTIONS / name, layout.source(name),
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         shutil.rmtree(layout.chapter_files(name), ignore_errors=True)
         shutil.copytree(layout.source(name), layout.chapter_files(name), ignore=shutil.ignore_patterns("*.ipynb"))
-    layout.template.unlink(missing_ok=True)
-    create_gradebook(layout.template)
-    register_chapters(layout.nbgrader_course, f"sqlite:///{layout.template}", chapter_names)
     register_chapters(layout.nbgrader_course, db_url, chapter_names)
 
 
@@ -352,7 +350,7 @@ def _job(submission: Submission, chapter: Chapter, layout: OutputLayout, print_i
                timestamp=submission.timestamp.isoformat(), fingerprint=print_id, seed=seed, submitted=str(stored),
                problem=problem, notes=tuple(submission.notes), folder=folder,
                chapter_source=str(layout.source(chapter.name)),
-               chapter_files=str(layout.chapter_files(chapter.name)), template=str(layout.template), limits=limits,
+               chapter_files=str(layout.chapter_files(chapter.name)), limits=limits,
                sandbox=options, references=references, copy_policy=copy_policy)
 
 

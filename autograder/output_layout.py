@@ -7,7 +7,6 @@
     .work/                                          the grader's own
         lock                                        one grading run at a time
         key, results/<student>/<chapter>.json       the signed results (autograder.results.ResultStore)
-        template.db                                 a gradebook that knows the chapters, copied by each job
         files/<chapter>/                            the chapter's files but its notebook (data it reads)
         course/                                     the private nbgrader course
             source/<chapter>/                       a copy of solutions/<chapter>
@@ -35,11 +34,6 @@ class JobFolder:
     def feedback(self) -> Path:
         """The feedback page the job writes."""
         return self.root / "feedback.html"
-
-    @property
-    def nbgrader_course(self) -> Path:
-        """The nbgrader course in which the feedback page is rendered."""
-        return self.root / "course"
 
     @property
     def files(self) -> Path:
@@ -92,10 +86,6 @@ class OutputLayout:
 
     def result(self, student: str, chapter: str) -> Path:
         return self.results / student / f"{chapter}.json"
-
-    @property
-    def template(self) -> Path:
-        return self.work / "template.db"
 
     def chapter_files(self, chapter: str) -> Path:
         """The chapter's files other than its notebook, which each job's worker and sandbox start with."""

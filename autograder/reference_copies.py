@@ -33,6 +33,7 @@ import inspect
 import pkgutil
 import sys
 import textwrap
+import types
 
 from autograder.course import python_source
 from autograder.results import CERTAIN, SUSPECTED, ReferenceCopy
@@ -45,15 +46,19 @@ MIN_COPY_NODES = 50  # syntax nodes in a reference's body (docstring aside) for 
 
 
 @functools.cache
-def references(exercise: str) -> tuple[object, ...]:
-    """The ``bertlab`` functions and classes named ``exercise``, in the modules that define them."""
+def reference_modules() -> tuple[types.ModuleType, ...]:
+    """Every module of ``bertlab``, imported (but ``__main__``, which runs the command line)."""
     import bertlab
 
+    return tuple(importlib.import_module(f"bertlab.{info.name}") for info in pkgutil.iter_modules(bertlab.__path__)
+                 if not info.name.startswith("_"))
+
+
+@functools.cache
+def references(exercise: str) -> tuple[object, ...]:
+    """The ``bertlab`` functions and classes named ``exercise``, in the modules that define them."""
     found = []
-    for info in pkgutil.iter_modules(bertlab.__path__):
-        if info.name.startswith("_"):  # __main__ runs the command line
-            continue
-        module = importlib.import_module(f"bertlab.{info.name}")
+    for module in reference_modules():
         value = getattr(module, exercise, None)
         if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == module.__name__:
             found.append(value)

@@ -9,6 +9,7 @@ terminal).
 """
 
 import copy
+import functools
 
 from autograder import book_markdown
 from autograder.citations import Reference
@@ -19,10 +20,14 @@ SAFE_TAGS = {"a", "abbr", "b", "blockquote", "br", "code", "dd", "del", "div", "
 SAFE_ATTRIBUTES = {"a": ["href", "title", "class"], "*": ["id", "class"], "th": ["align"], "td": ["align"]}
 
 
+@functools.lru_cache(maxsize=256)
 def sanitized_html(html_text: str) -> str:
     """HTML rendered from Markdown, with what a page needs for text kept (headings, paragraphs, lists,
     tables, code, links to http, https and mailto, MathML's presentation elements) and everything else
-    removed: scripts, event handlers, styles, frames, forms, images, other link schemes."""
+    removed: scripts, event handlers, styles, frames, forms, images, other link schemes.
+
+    A job sanitizes most Markdown cells twice, for the notebook kept for the formgrader and for the
+    feedback page: the last results are kept, by their whole text (bleach is most of the cost)."""
     import bleach
 
     return bleach.clean(html_text, tags=SAFE_TAGS | book_markdown.MATHML_TAGS,

@@ -17,6 +17,7 @@ runs here around each call, as a hint for honest mistakes, not as a security mea
 """
 
 import contextlib
+import gc
 import io
 import itertools
 import os
@@ -396,9 +397,15 @@ def received(number: int):
 
 
 def serve(requests_fd: int, replies_fd: int) -> None:
-    """The student process's main loop: answer each request with ("ok", value) or ("error", info)."""
+    """The student process's main loop: answer each request with ("ok", value) or ("error", info).
+
+    What the process holds before the first request (PyTorch, IPython, this module) lives as long as
+    the process: the garbage collector leaves it alone (``gc.freeze``), which spared each full
+    collection during the student's cells a walk through 200,000 objects (0.1 s; 8 of them in a
+    chapter)."""
     global _SERVER
     server = _SERVER = _Server(requests_fd, replies_fd)
+    gc.freeze()
     write_frame(replies_fd, dumps_reply((0, ("ok", "ready"))))  # request 0: started
     while True:
         try:

@@ -91,6 +91,17 @@ def test_citations_read_the_course_s_references():
     assert read_references(REPO / "no-such.bib") == {}
 
 
+def test_references_are_read_with_pybtex_s_text_backend_looked_up_once(monkeypatch):
+    import pybtex.plugin
+
+    lookups = []
+    find_plugin = pybtex.plugin.find_plugin
+    monkeypatch.setattr(pybtex.plugin, "find_plugin", lambda *args: lookups.append(args) or find_plugin(*args))
+    references = read_references(REPO / "references.bib")
+    assert lookups == [("pybtex.backends", "text")]  # once, not once per name (seconds for the course's)
+    assert len(references) > 50 and references["bucilua2006model"].authors == "Buciluǎ et al."  # LaTeX's ǎ as text
+
+
 def test_an_unreadable_bibliography_is_one_line(tmp_path):
     (tmp_path / "references.bib").write_text("@article{x, author = {A and B, year = 2020}\n@@@")
     with pytest.raises(GradingError, match=r"references.bib cannot be read as BibTeX: .*expected") as error:

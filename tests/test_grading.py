@@ -470,6 +470,13 @@ def test_dependencies_are_rebound_in_the_student_process():
     assert outcome.status == "passed", outcome
 
 
+def test_the_student_process_keeps_the_collector_off_what_it_held_before_the_student_s_code():
+    steps = [("code", "import gc\nfrozen = gc.get_freeze_count()"), ("test", "test_frozen")]
+    outcome = run_in_grader(steps, {"test_frozen": "assert frozen > 100_000, frozen"}, ["frozen"],
+                            Limits(cell_timeout=30, notebook_timeout=120))["test_frozen"]
+    assert outcome.status == "passed", outcome  # PyTorch and IPython's objects: no full collection walks them
+
+
 # --------------------------------------------------------------------------------------------------
 # The book's chapters
 # --------------------------------------------------------------------------------------------------
