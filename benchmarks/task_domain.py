@@ -35,7 +35,6 @@ from bertlab.course_model import course_bert, course_bert_sha256, course_bert_to
 from bertlab.data import IMDB_HELD_OUT_FOLDERS, imdb_documents, load_sentiment, split_sentences
 from bertlab.pretraining import evaluate_masked_lm, unigram_masked_lm
 from bertlab.task_data import read_conllu, read_snli, read_squad
-from bertlab.tokenization import BasicTokenizer
 
 SEQ_LEN = 128  # the model card's
 EVALUATION_SEED = 1234  # the model card's
@@ -79,8 +78,9 @@ DOMAINS = {  # name: (what the text is, its reader)
 
 
 def vocabulary_fit(tokenizer, documents: list[list[str]]) -> dict[str, float]:
-    """The share of words (``BasicTokenizer``'s) that become [UNK], and word pieces per word."""
-    words = [word for document in documents for sentence in document for word in BasicTokenizer().tokenize(sentence)]
+    """The share of words (the tokenizer's basic tokens) that become [UNK], and word pieces per word."""
+    words = [word for document in documents for sentence in document
+             for word in tokenizer.basic_tokenizer.tokenize(sentence)]
     pieces = [tokenizer.wordpiece_tokenizer.tokenize_word(word) for word in words]
     unknown = sum(piece_list == ["[UNK]"] for piece_list in pieces)
     return {"words": len(words), "unknown_word_share": unknown / len(words),

@@ -108,8 +108,7 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
 
     def make_model(model: str, seed: int):
         seed_everything(seed)  # the head's (and the random model's) initial weights
-        source = course_bert_folder() if model == "course_bert" else BertConfig.from_dict(
-            json.loads((folder / "config.json").read_text()))
+        source = folder if model == "course_bert" else BertConfig.load(folder)
         return quietly(task_model, task, source, labels)
 
     def fine_tuning_run(model: str, lr: float, seed: int) -> dict:
