@@ -26,6 +26,7 @@ MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # of one notebook file or zip member, rea
 MAX_STUDENT_BYTES = 200 * 1024 * 1024  # all of a student's files and zip members together
 MAX_CELLS = 5_000  # of one notebook, counted before anything is built from it
 MAX_ZIP_MEMBERS = 1_000  # of one zip file, read member by member
+MAX_ZIP_DIRECTORY_BYTES = 1024 * 1024  # of one zip file's list of members, checked before it is read
 MAX_FOLDER_DEPTH = 6  # levels of folders walked under a student's folder
 MAX_ENTRIES = 10_000  # files and folders listed per student folder
 MAX_NAME_CHARS = 300  # of a name given out (an origin, a skipped path, a student's name in a note)

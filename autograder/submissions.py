@@ -20,7 +20,9 @@ It trusts nothing in the folder, and no one file stops the collection of the oth
 - Files are read one at a time and at most ``MAX_NOTEBOOK_BYTES`` each, and at most
   ``MAX_STUDENT_BYTES`` for one student (all their files and zip members together); a
   :class:`Submission` keeps where its bytes are and their digest, not the bytes. A zip file is read
-  member by member, at most ``MAX_ZIP_MEMBERS`` members; nested zips are not opened.
+  member by member, at most ``MAX_ZIP_MEMBERS`` members, and only when its list of members is at most
+  ``MAX_ZIP_DIRECTORY_BYTES`` (:func:`_open_zip`); nested zips are not opened. A member is known by its
+  place in the zip file, not by its name, which two members may share.
 - Folders are walked ``MAX_FOLDER_DEPTH`` levels deep and ``MAX_ENTRIES`` entries per student
   (these bounds are in :mod:`autograder.bounds`).
 - Every name it gives out (origins, skipped paths, notes) is printable and encodable as UTF-8: a byte
@@ -45,15 +47,16 @@ import re
 import stat
 import unicodedata
 import zipfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 from autograder.bounds import (
     MAX_CELLS, MAX_ENTRIES, MAX_FOLDER_DEPTH, MAX_NAME_CHARS, MAX_NOTEBOOK_BYTES, MAX_REASON_CHARS, MAX_STUDENT_BYTES,
-    MAX_ZIP_MEMBERS, TIMESTAMP_SLACK)
+    MAX_ZIP_DIRECTORY_BYTES, MAX_ZIP_MEMBERS, TIMESTAMP_SLACK)
 from autograder.chapters import Chapter
 from autograder.course import GradingError, grade_id
 from autograder.results import Skipped
@@ -78,6 +81,13 @@ LOOK_ALIKE_LETTERS = str.maketrans({look_alike: latin for latin, look_alikes in 
     "S": "Ѕ", "T": "ТΤ", "X": "ХΧ", "Y": "УΥ", "Z": "Ζ"}.items() for look_alike in look_alikes})
 
 
+class ZipMember(NamedTuple):
+    """A member of a zip file: its place in the zip file's list of members, and its name."""
+
+    position: int
+    name: str
+
+
 @dataclass
 class Submission:
     """One notebook of one student for one chapter, as found in SUBMISSIONS (its bytes stay there)."""
@@ -86,7 +96,7 @@ class Submission:
     chapter: str  # UNKNOWN_CHAPTER when it cannot be told
     origin: str  # where it came from, relative to SUBMISSIONS (a zip member after a colon), printable
     path: Path  # the notebook, or the zip file that holds it
-    member: str | None  # the zip member
+    member: ZipMember | None  # the zip member
     digest: str  # sha256 of its bytes
     timestamp: datetime
     problem: str | None = None  # why it cannot be graded as a notebook of that chapter
@@ -102,6 +112,11 @@ class Submission:
         if hashlib.sha256(data).hexdigest() != self.digest:
             raise GradingError(f"{self.origin} changed while it was being graded")
         return data
+
+    @property
+    def file_name(self) -> str:
+        """The name of the notebook's file (of the zip member, without its folders)."""
+        return Path(self.member.name if self.member is not None else self.path.name).name
 
 
 def student_id(name: str) -> str:
@@ -290,9 +305,30 @@ def _read_file(path: Path, size: int) -> bytes:
         return file.read(size)
 
 
-def _read_member(path: Path, member: str) -> bytes:
-    with _open_regular(path) as file, zipfile.ZipFile(file) as archive, archive.open(member) as opened:
-        return opened.read(MAX_NOTEBOOK_BYTES + 1)  # no more than the limit, whatever the header says
+def _open_zip(file) -> zipfile.ZipFile:
+    """An open zip file (a regular file opened to read), refused with ValueError when its list of
+    members (its central directory) is larger than MAX_ZIP_DIRECTORY_BYTES: ``zipfile.ZipFile`` builds
+    a record of every member before the first can be read (an 18 MB zip file of 200,000 empty
+    members took it 120 MB and 1.4 s).
+
+    The size is read by zipfile's own reading of the end record, the one ``ZipFile`` makes next, so
+    that the check and the opening cannot disagree about it.
+    """
+    end = zipfile._EndRecData(file)
+    if end is not None and end[zipfile._ECD_SIZE] > MAX_ZIP_DIRECTORY_BYTES:
+        raise ValueError(f"its list of members takes {end[zipfile._ECD_SIZE]:,} bytes, more than the limit of "
+                         f"{MAX_ZIP_DIRECTORY_BYTES:,} (too many members, or names too long)")
+    return zipfile.ZipFile(file)
+
+
+def _read_member(path: Path, member: ZipMember) -> bytes:
+    """At most MAX_NOTEBOOK_BYTES + 1 bytes of the member at ``member.position`` of a zip file."""
+    with _open_regular(path) as file, _open_zip(file) as archive:
+        members = archive.infolist()
+        if member.position >= len(members) or members[member.position].filename != member.name:
+            raise ValueError(f"its member {member.position + 1} is no longer {_shown(member.name)}")
+        with archive.open(members[member.position]) as opened:
+            return opened.read(MAX_NOTEBOOK_BYTES + 1)  # no more than the limit, whatever the header says
 
 
 def _timestamp_of(path: Path) -> datetime:
@@ -432,11 +468,11 @@ class _Collector:
                                 place.stamp, problem, list(place.notes))
         if identifier != place.student:
             submission.notes.append(f"the name '{_shown(place.student)}' is graded as '{identifier}'")
-        file_name = Path(member or path.name).name
-        named = _chapter_of_name([file_name], self.chapters)
+        named = _chapter_of_name([submission.file_name], self.chapters)
         if named not in (None, chapter):
-            submission.notes.append(f"the file is named {_shown(file_name)}, the notebook of chapter {named}, but it "
-                                    f"is graded as chapter {chapter}, which its folder and its cells say it is")
+            submission.notes.append(f"the file is named {_shown(submission.file_name)}, the notebook of chapter "
+                                    f"{named}, but it is graded as chapter {chapter}, which its folder and its "
+                                    "cells say it is")
         self.found.append(submission)
 
     def add_file(self, path: Path, place: _Place) -> None:
@@ -462,42 +498,44 @@ class _Collector:
     def add_zip(self, path: Path, place: _Place) -> None:
         """The notebooks of a zip file; one that cannot be opened is kept with that problem."""
         try:
-            with _open_regular(path) as file, zipfile.ZipFile(file) as archive:
+            with _open_regular(path) as file, _open_zip(file) as archive:
                 self.add_members(archive, path, place)
         except Exception as error:  # a name flagged UTF-8 that is not raises UnicodeDecodeError, among others
             self.add(place, self.origin(path), b"", (path, None), f"the zip file cannot be read ({error_line(error)})")
 
     def add_members(self, archive: zipfile.ZipFile, path: Path, place: _Place) -> None:
-        """The members of an open zip file, at most MAX_ZIP_MEMBERS, each read on its own."""
+        """The members of an open zip file, at most MAX_ZIP_MEMBERS, each read on its own; a name that
+        several members share is told apart by the member's place (``alice.zip:01.ipynb (member 2)``)."""
         origin, notebooks = self.origin(path), 0
-        for number, info in enumerate(archive.infolist()):
-            if number == MAX_ZIP_MEMBERS:
+        members = archive.infolist()[:MAX_ZIP_MEMBERS + 1]
+        names = Counter(info.filename for info in members)
+        for position, info in enumerate(members):
+            if position == MAX_ZIP_MEMBERS:
                 self.skip(origin, f"only its first {MAX_ZIP_MEMBERS} members were read", place.student)
                 break
             if info.is_dir():
                 continue
-            where = f"{origin}:{_shown(info.filename)}"
+            where = f"{origin}:{_shown(info.filename)}" + (f" (member {position + 1})" if names[info.filename] > 1 else "")
             reason = _member_ignored_because(info)
             if reason:
                 self.skip(where, reason, place.student)
             else:
                 notebooks += 1
-                self.add_member(archive, info, where, path, place)
+                self.add_member(archive, ZipMember(position, info.filename), where, path, place)
         if not notebooks:
             self.add(place, origin, b"", (path, None), "the zip file holds no notebook")
 
-    def add_member(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, path: Path,
-                   place: _Place) -> None:
+    def add_member(self, archive: zipfile.ZipFile, member: ZipMember, where: str, path: Path, place: _Place) -> None:
         """A notebook of the zip file at ``path``; one that cannot be read is kept with that problem."""
-        place = replace(place, chapter=_chapter_of_name(info.filename.split("/"), self.chapters) or place.chapter)
+        place = replace(place, chapter=_chapter_of_name(member.name.split("/"), self.chapters) or place.chapter)
         try:
-            with archive.open(info) as member:  # no more than the limits, whatever the header says
-                data = self.read_within_budget(place.student, where, member.read)
+            with archive.open(archive.infolist()[member.position]) as opened:  # within the limits, whatever the header says
+                data = self.read_within_budget(place.student, where, opened.read)
         except Exception as error:  # corrupt data raises zlib's error, a bad checksum BadZipFile
-            self.add(place, where, b"", (path, info.filename), f"the zip member cannot be read ({error_line(error)})")
+            self.add(place, where, b"", (path, member), f"the zip member cannot be read ({error_line(error)})")
             return
         if data is not None:
-            self.add(place, where, data, (path, info.filename))
+            self.add(place, where, data, (path, member))
 
     def entries(self, folder: Path, student: str | None) -> list[Path]:
         """The entries of a folder, sorted, with the ignored ones reported (none when it cannot be listed)."""
@@ -602,8 +640,10 @@ def collect_submissions(path: Path, chapters: dict[str, Chapter]) -> tuple[list[
         groups[submission.student, submission.chapter].append(submission)
     chosen = []
     for group in groups.values():
-        # The newest readable one; a name that is the chapter's own breaks ties.
-        group.sort(key=lambda s: (s.problem is None, s.timestamp, s.origin.endswith(f"{s.chapter}.ipynb"), s.origin))
+        # The newest readable one; a name that is the chapter's own breaks ties, then the place (of
+        # members that share a name, the last one, which unzipping the file would leave).
+        group.sort(key=lambda s: (s.problem is None, s.timestamp, s.file_name == f"{s.chapter}.ipynb", s.path,
+                                  s.member or ZipMember(-1, "")))
         best = group[-1]
         if len(group) > 1:
             best.notes.append(f"{len(group)} submissions found; graded the newest readable one ({best.origin})")

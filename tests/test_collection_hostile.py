@@ -15,6 +15,7 @@ import os
 import random
 import struct
 import time
+import warnings
 import zipfile
 from datetime import datetime, timedelta, timezone
 
@@ -23,6 +24,7 @@ import pytest
 from grading_helpers import ADD, DOUBLE, build_course, put, with_cells
 
 from autograder import submissions
+from autograder.bounds import MAX_ZIP_DIRECTORY_BYTES
 from autograder.chapters import load_chapters
 from autograder.course import GradingError, grade_id
 from autograder.results import ClassResults
@@ -234,6 +236,46 @@ def test_a_corrupt_zip_member_is_its_own_problem_and_the_others_are_read(folder,
     assert sound.read() == notebook.encode()
     with pytest.raises(GradingError, match="mallory.zip:01_tiny.ipynb cannot be read"):
         next(s for s in found if s.origin == "mallory.zip:01_tiny.ipynb").read()
+
+
+def zip_of(path, members: list[tuple[str, str]]) -> None:
+    """A zip file of the (name, text) members, in that order, names repeated as given."""
+    with warnings.catch_warnings(), zipfile.ZipFile(path, "w") as archive:
+        warnings.simplefilter("ignore", UserWarning)  # zipfile warns of a duplicate name, and writes it
+        for name, text in members:
+            archive.writestr(name, text)
+
+
+def test_zip_members_that_share_a_name_are_told_apart_and_each_read_as_itself(folder, course):
+    answered = nbformat.writes(with_cells(course[0]["01_tiny"], add=ADD, double=DOUBLE))
+    blank = nbformat.writes(course[0]["01_tiny"])
+    # mallory's readable notebook comes first, then a member of the same name that is not JSON;
+    # trudy's two readable notebooks share a name, and the last one is the one unzipping leaves.
+    zip_of(folder / "mallory.zip", [("01_tiny.ipynb", answered), ("01_tiny.ipynb", "not json")])
+    zip_of(folder / "trudy.zip", [("01_tiny.ipynb", blank), ("01_tiny.ipynb", answered)])
+    found, skipped = collected(folder, course)
+    graded = {s.student: s for s in found}
+    assert graded["mallory"].origin == "mallory.zip:01_tiny.ipynb (member 1)"
+    assert graded["mallory"].read() == answered.encode()  # not the other member of that name
+    assert "2 submissions found" in graded["mallory"].notes[-1]
+    assert graded["trudy"].origin == "trudy.zip:01_tiny.ipynb (member 2)"
+    assert graded["trudy"].read() == answered.encode()
+
+
+def test_a_zip_file_whose_list_of_members_is_too_large_is_not_opened(folder, course, monkeypatch):
+    notebook = nbformat.writes(course[0]["01_tiny"])
+    names = [f"{number:03}{'n' * 6_000}.ipynb" for number in range(200)]  # 200 members, 1.2 MB of names
+    zip_of(folder / "mallory.zip", [(name, notebook) for name in names])
+    zip_of(folder / "eve.zip", [("01_tiny.ipynb", notebook)])
+    opened = []
+    monkeypatch.setattr(zipfile, "ZipFile", lambda file, *args, zip_file=zipfile.ZipFile: (
+        opened.append(file), zip_file(file, *args))[1])
+    found, skipped = collected(folder, course)
+    assert outcome(found, skipped, "mallory.zip").startswith(
+        "the zip file cannot be read (ValueError: its list of members takes 1,2")
+    assert f"more than the limit of {MAX_ZIP_DIRECTORY_BYTES:,}" in outcome(found, skipped, "mallory.zip")
+    assert next(s for s in found if s.student == "eve").problem is None
+    assert len(opened) == 1  # eve's: zipfile never built mallory's list of members
 
 
 def test_a_zip_whose_name_is_flagged_utf8_but_is_not_is_its_own_problem(folder, course):
