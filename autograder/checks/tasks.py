@@ -637,10 +637,15 @@ def best_span_cases() -> list[Case]:
         end_logits[positions[first + limit + random_integer(g, 1, 6)]] += peak
         return positions[first]
 
-    def reversed_peaks(start_logits, end_logits, positions):
-        """The highest start score after the highest end score; returns both positions."""
-        early = random_integer(g, 0, len(positions) - 3)
-        late = random_integer(g, early + 1, len(positions) - 1)
+    def reversed_peaks(start_logits, end_logits, positions, closer_than=None):
+        """The highest start score after the highest end score (fewer than ``closer_than`` tokens after
+        it, when given); returns both positions."""
+        if closer_than is None:
+            early = random_integer(g, 0, len(positions) - 3)
+            late = random_integer(g, early + 1, len(positions) - 1)
+        else:
+            early = random_integer(g, 0, len(positions) - closer_than)
+            late = random_integer(g, early + 1, early + closer_than - 1)
         start_logits[positions[late]] += peak
         end_logits[positions[early]] += peak
         return positions[late], positions[early]
@@ -649,7 +654,9 @@ def best_span_cases() -> list[Case]:
     limit, width, question = random_integer(g, 3, 8), random_integer(g, 30, 45), random_integer(g, 2, 6)
     masks = torch.stack([_context_mask(question, width - question - 3, 0)] * 2)
     start_logits, end_logits = scores(masks)
-    late, early = reversed_peaks(start_logits[0], end_logits[0], context_positions(masks[0]))
+    # the peaks of sequence 0 closer than the limit: a best_span that keeps e <= s instead of s <= e returns
+    # (late, early) here, which no other mistake returns, and so gets its own hint
+    late, early = reversed_peaks(start_logits[0], end_logits[0], context_positions(masks[0]), closer_than=limit)
     first = too_long(start_logits[1], end_logits[1], context_positions(masks[1]), limit)
     cases.append(case(f"a batch (2, {width}), max_answer_length={limit}: in sequence 0 the highest start score (at "
                       f"{late}) comes after the highest end score (at {early}); in sequence 1 the pair of highest "
@@ -698,9 +705,10 @@ def best_span_cases() -> list[Case]:
     start_logits, end_logits = scores(mask)
     positions = context_positions(mask)
     first = random_integer(g, 0, len(positions) - limit - 2)
-    start_logits[positions[first]] += peak
-    end_logits[positions[first + limit]] += peak + 4.0  # a span of limit + 1 tokens: too long
-    end_logits[positions[first + limit - 1]] += peak  # a span of exactly limit tokens: the answer
+    # set, not added to the noise, so that the order of the two pairs holds whatever the noise
+    start_logits[positions[first]] = peak
+    end_logits[positions[first + limit]] = peak + 4.0  # a span of limit + 1 tokens: too long
+    end_logits[positions[first + limit - 1]] = peak  # a span of exactly limit tokens: the answer
     cases.append(case(f"{len(mask)} tokens, max_answer_length={limit}; the best pair has {limit + 1} tokens, the "
                       f"next best {limit}", start_logits, end_logits, mask, max_answer_length=limit))
     mask = sequence()
