@@ -189,10 +189,7 @@ def word_piece_offsets(text: str, tokenizer: BertTokenizer) -> tuple[list[str], 
     WordPiece; a piece spans from the first original character of its first normalized character
     to the last one of its last, and a word that becomes [UNK] spans the whole word. The pieces and
     spans are those of Hugging Face's ``return_offsets_mapping=True``, and the pieces those of
-    ``tokenizer.tokenize(text)``, for text without the special tokens written out ("[MASK]"). One
-    exception: a capital sigma ending a Greek word, which Python's ``str.lower`` of a whole word
-    makes a final sigma (ς) and ``tokenizer.tokenize`` keeps so, is lowered to σ here one character
-    at a time, as Hugging Face does.
+    ``tokenizer.tokenize(text)``, for text without the special tokens written out ("[MASK]").
 
     Returns:
         ``(pieces, offsets)``: the word pieces and their ``(start, end)`` character spans, end excluded.

@@ -77,6 +77,10 @@ class BasicTokenizer:
     spaces around CJK ideographs (each becomes a word); split on whitespace; when ``do_lower_case``,
     lower-case and strip accents (NFD decomposition, then drop the combining marks, category Mn:
     "Héllo" -> "hello"); finally make every punctuation character a token of its own.
+
+    Lower-casing is one character at a time, as in Hugging Face's ``tokenizers``: a capital sigma that
+    ends a word becomes "σ", where Python's ``str.lower`` of the word (and BERT's original Python
+    tokenizer, which calls it) gives the final sigma "ς".
     """
 
     def __init__(self, do_lower_case: bool = True):
@@ -87,7 +91,7 @@ class BasicTokenizer:
         tokens = []
         for word in self._space_out_cjk(self._clean(text)).split():
             if self.do_lower_case:
-                word = _strip_accents(word.lower())
+                word = _strip_accents("".join(char.lower() for char in word))
             tokens.extend(_split_on_punctuation(word))
         return tokens
 

@@ -182,7 +182,7 @@ def test_word_piece_offsets_by_hand():
 
 def test_word_piece_offsets_lower_capital_sigma_as_hugging_face(tmp_path):
     """Python lowers a word-final "Σ" to "ς" in ``str.lower`` of a word; Hugging Face lowers one
-    character at a time, to "σ", and so does word_piece_offsets (bertlab's ``tokenize`` does not)."""
+    character at a time, to "σ", and so do word_piece_offsets and bertlab's ``tokenize``."""
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "οδος", "οδοσ", "##ος", "##οσ", "οδ"]
     (tmp_path / "vocab.txt").write_text("".join(token + "\n" for token in tokens), encoding="utf-8")
     hugging_face = transformers.BertTokenizerFast.from_pretrained(str(tmp_path))
@@ -190,6 +190,7 @@ def test_word_piece_offsets_lower_capital_sigma_as_hugging_face(tmp_path):
     pieces, offsets = word_piece_offsets(text, BertTokenizer(tmp_path / "vocab.txt"))
     theirs = hugging_face(text, add_special_tokens=False, return_offsets_mapping=True)
     assert pieces == hugging_face.convert_ids_to_tokens(theirs["input_ids"]) == ["οδοσ", "οδος"]
+    assert BertTokenizer(tmp_path / "vocab.txt").tokenize(text) == pieces
     assert offsets == [tuple(span) for span in theirs["offset_mapping"]] == [(0, 4), (5, 9)]
 
 
