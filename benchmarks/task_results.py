@@ -59,7 +59,7 @@ from benchmark_runs import Stages, computed_in, machine, quietly, summary
 RESULTS = Path(__file__).resolve().parent / "results"
 SETTINGS = {
     "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=128, stride=32, max_answer_length=30,
-                 learning_rates=[1e-4, 3e-4, 1e-3], max_train_examples=None, max_evaluation_examples=None),
+                 learning_rates=[1e-4, 3e-4, 1e-3, 3e-3], max_train_examples=None, max_evaluation_examples=None),
     "quick": dict(seeds=[0], epochs=1, batch_size=32, max_length=128, stride=32, max_answer_length=30,
                   learning_rates=[1e-3], max_train_examples=200, max_evaluation_examples=200),
 }
