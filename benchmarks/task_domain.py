@@ -31,19 +31,18 @@ from pathlib import Path
 
 import torch
 
-from bertlab.course_model import course_bert, course_bert_sha256, course_bert_token_counts
-from bertlab.data import IMDB_HELD_OUT_FOLDERS, imdb_documents, load_sentiment, split_sentences
+from bertlab.course_model import (EVALUATION_SEED, course_bert, course_bert_sha256, course_bert_token_counts,
+                                  held_out_reviews)
+from bertlab.data import load_sentiment, split_sentences
 from bertlab.pretraining import evaluate_masked_lm, unigram_masked_lm
 from bertlab.task_data import read_conllu, read_snli, read_squad
 
 SEQ_LEN = 128  # the model card's
-EVALUATION_SEED = 1234  # the model card's
-HELD_OUT_REVIEWS = 1000  # per polarity, as the model card
 EWT_SENTENCES_PER_DOCUMENT = 25
 
 
 def imdb_text(root: Path) -> list[list[str]]:
-    return imdb_documents(root, IMDB_HELD_OUT_FOLDERS, max_reviews_per_folder=HELD_OUT_REVIEWS)
+    return held_out_reviews(root)
 
 
 def mr_text(root: Path) -> list[list[str]]:

@@ -11,11 +11,14 @@ from pathlib import Path
 import torch
 
 from bertlab.bert import BertForPreTraining
+from bertlab.data import IMDB_HELD_OUT_FOLDERS, imdb_documents
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import RecordedResultsUnavailable, read_recorded_results, resolve_device
 
 COURSE_BERT_FOLDER = Path(__file__).resolve().parent / "course_bert"
 TOKEN_COUNTS_FILE = "token_counts.txt"
+HELD_OUT_REVIEWS = 1000  # IMDB test reviews of each polarity on which the model card scores the course BERT
+EVALUATION_SEED = 1234  # the seed of that evaluation's fixed masks
 
 
 def course_bert_folder() -> Path:
@@ -35,6 +38,13 @@ def course_bert_folder() -> Path:
         raise FileNotFoundError(f"the course's BERT is missing from {COURSE_BERT_FOLDER}: reinstall bertlab, or "
                                 "make it with tools/course_bert.py")
     return COURSE_BERT_FOLDER
+
+
+def held_out_reviews(imdb_root: str | Path) -> list[list[str]]:
+    """The reviews on which the model card scores the course BERT's masked-token predictions: the first
+    ``HELD_OUT_REVIEWS`` of each polarity of IMDB's test split (``IMDB_HELD_OUT_FOLDERS``, other movies
+    than the pretraining's), each a list of sentences."""
+    return imdb_documents(imdb_root, IMDB_HELD_OUT_FOLDERS, max_reviews_per_folder=HELD_OUT_REVIEWS)
 
 
 def course_bert_token_counts() -> torch.Tensor:

@@ -283,6 +283,15 @@ def test_imdb_documents_reads_the_authors_layout(tmp_path):
     assert pretraining_corpus(corpus="imdb", root=tmp_path) == imdb_documents(tmp_path)
 
 
+def test_the_model_card_scores_the_course_bert_on_the_test_reviews_only(tmp_path, monkeypatch):
+    from bertlab import course_model
+
+    write_imdb_tree(tmp_path)
+    (tmp_path / "aclImdb" / "test" / "pos" / "13_9.txt").write_text("Beyond the first.", encoding="utf-8")
+    monkeypatch.setattr(course_model, "HELD_OUT_REVIEWS", 1)
+    assert course_model.held_out_reviews(tmp_path) == [["Held out.", "Not for training."], ["Also held out."]]
+
+
 def test_imdb_documents_say_what_is_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"lacks train/unsup, train/pos, train/neg.*aclImdb_v1\.tar\.gz"):
         imdb_documents(tmp_path)

@@ -52,7 +52,8 @@ from safetensors.torch import load_file, save_file
 
 from bertlab import cli
 from bertlab.bert import BertForPreTraining
-from bertlab.data import IMDB_HELD_OUT_FOLDERS, imdb_documents
+from bertlab.course_model import EVALUATION_SEED, HELD_OUT_REVIEWS, held_out_reviews
+from bertlab.data import imdb_documents
 from bertlab.pretraining import (
     METRICS_FILE,
     PLOT_FILE,
@@ -85,8 +86,6 @@ LEARNING_RATE = 2e-3  # the sweep's better held-out masked-token loss, of 1e-3 a
 CALIBRATION_STEPS = 150  # three log lines: the first holds the start-up, the two others time the steps
 FINETUNING_DROPOUT = 0.1  # BERT's, in the shipped config.json: what fine-tuning uses
 CLASSIFIER_POOLING = "mean"  # chosen on MR dev by benchmarks/mr_pooling.py, in the shipped config.json
-HELD_OUT_REVIEWS = 1000  # test reviews per polarity scored by export (2,000 reviews, about 0.5M tokens)
-EVALUATION_SEED = 1234
 
 
 def pack(args: argparse.Namespace) -> int:
@@ -234,7 +233,7 @@ def finished_run(work: Path) -> tuple[list[dict], dict]:
 
 def held_out_scores(model, tokenizer, data_root: Path, seq_len: int):
     """The model's masked-token loss and accuracy on the held-out test reviews (fixed masks)."""
-    held_out = imdb_documents(data_root, IMDB_HELD_OUT_FOLDERS, max_reviews_per_folder=HELD_OUT_REVIEWS)
+    held_out = held_out_reviews(data_root)
     return evaluate_masked_lm(model, tokenizer, held_out, seq_len=seq_len, seed=EVALUATION_SEED), held_out
 
 
