@@ -73,6 +73,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 if __name__ == "__main__":  # the sandbox's script (python -I -S): the course's packages are not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -388,12 +389,17 @@ class CpuShare:
     sandbox descends from them, whatever sessions it makes). Time is credit: ``cores`` seconds per
     second, at most :data:`CPU_BURST` seconds' worth banked. While the processes have used more than
     their credit they are all stopped (SIGSTOP, which no process can catch) and continued once the
-    credit is back. A process that lives shorter than one look is counted when its parent reaps it.
+    credit is back. A process that lives shorter than one look is counted when its parent reaps it
+    (the parent's reaped children's time grows by the child's); of a process that was seen and then
+    reaped, that growth is counted less what was counted of it already (:func:`cpu_used`). A process
+    whose parent ignores SIGCHLD is reaped by the kernel, which adds its time to no process: of one
+    that lives shorter than a look, nothing is counted (cgroup v2's ``cpu.max`` has no such gap).
     """
 
     def __init__(self, roots, cores: float):
         self.roots, self.cores = roots, cores
         self.stopped_seconds = 0.0  # how long the processes were held, in all
+        self.counted_seconds = 0.0  # the CPU time of the processes counted against their share, in all
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="cpu-share", daemon=True)
 
@@ -412,7 +418,8 @@ class CpuShare:
         while not self._done.wait(CPU_PERIOD):
             now = time.monotonic()
             times = cpu_times(descendants(self.roots()))
-            used = sum(max(0.0, spent - seen.get(pid, 0.0)) for pid, spent in times.items())
+            used = cpu_used(seen, times)
+            self.counted_seconds += used
             seen = times
             credit = min(self.cores * CPU_BURST, credit + self.cores * (now - before)) - used
             if held:
@@ -451,15 +458,49 @@ def descendants(roots: list[int]) -> list[int]:
     return found
 
 
-def cpu_times(pids: list[int]) -> dict[int, float]:
-    """Seconds of CPU of each process, its reaped children's included (gone ones are left out)."""
+class CpuTimes(NamedTuple):
+    """What /proc says of a process's CPU time, in seconds, and its parent."""
+
+    parent: int
+    own: float  # utime + stime, its threads' included
+    reaped: float  # cutime + cstime: of the children it has waited for, theirs included
+
+
+def cpu_times(pids: list[int]) -> dict[int, CpuTimes]:
+    """The CPU times of each process (gone ones are left out)."""
     tick = os.sysconf("SC_CLK_TCK")
     times = {}
     for pid in pids:
         fields = _stat_fields(pid)
         if fields:
-            times[pid] = sum(int(value) for value in fields[11:15]) / tick  # utime, stime, cutime, cstime
+            utime, stime, cutime, cstime = (int(value) / tick for value in fields[11:15])
+            times[pid] = CpuTimes(int(fields[1]), utime + stime, cutime + cstime)
     return times
+
+
+def cpu_used(before: dict[int, CpuTimes], now: dict[int, CpuTimes]) -> float:
+    """The CPU seconds a tree of processes used between two looks (:func:`cpu_times`), each counted once.
+
+    A living process counts what its own time and its reaped children's time grew by (all of it for a
+    new process). A process of ``before`` that is gone was reaped, its time added to its parent's
+    reaped time: what was counted of it already (``own + reaped``) comes off the growth of the reaped
+    time of its nearest living ancestor (its parent, or the one who reaped the parent with it), never
+    below zero, so that a child seen at one look and reaped before the next is not counted twice. A
+    child that was never seen counts only through that growth.
+    """
+    counted_in: dict[int, float] = {}  # of a living process: the time of its gone descendants counted before
+    for pid, times in before.items():
+        if pid not in now:
+            ancestor = times.parent
+            while ancestor in before and ancestor not in now:
+                ancestor = before[ancestor].parent
+            counted_in[ancestor] = counted_in.get(ancestor, 0.0) + times.own + times.reaped
+    used = 0.0
+    for pid, times in now.items():
+        last = before.get(pid, CpuTimes(times.parent, 0.0, 0.0))
+        used += max(0.0, times.own - last.own)
+        used += max(0.0, times.reaped - last.reaped - counted_in.get(pid, 0.0))
+    return used
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -481,3 +481,35 @@ def test_a_sandbox_spinning_many_processes_gets_its_share_of_the_cpu_not_more():
     expected = min(1.0, running * cores / (spinners + 1) + (1 - running))  # the outside loop's cores
     assert held > 0
     assert beside >= 0.6 * expected * alone, (beside / alone, expected)
+
+
+REAPED_CHILD = """
+import os, time
+pid = os.fork()
+if pid == 0:  # a child that spins for 1.5 s of CPU: seen by several looks, then reaped
+    end = time.process_time() + 1.5
+    while time.process_time() < end:
+        pass
+    os._exit(0)
+os.waitpid(pid, 0)
+time.sleep(3 * {period})  # looks after the reaping
+print(os.times().children_user + os.times().children_system, flush=True)
+"""
+
+
+def test_a_child_seen_and_then_reaped_is_counted_once():
+    """A child's time is counted while it runs, then added to its parent's when the parent reaps it:
+    the share counts it once (it counted it twice before), beside the exact figure from the parent."""
+    from autograder.bounds import CPU_PERIOD
+    from autograder.sandbox import CpuShare
+
+    process = subprocess.Popen([sys.executable, "-c", REAPED_CHILD.format(period=CPU_PERIOD)],
+                               stdout=subprocess.PIPE, text=True)
+    share = CpuShare(lambda: [process.pid], cores=64)  # never holds it: only counts
+    share.start()
+    children = float(process.stdout.read())
+    process.wait()
+    share.stop()
+    assert 1.4 <= children < 2.5
+    assert share.counted_seconds < children + 0.5, (share.counted_seconds, children)  # once, with the parent's own
+    assert share.counted_seconds > 0.9 * children
