@@ -330,12 +330,26 @@ class Symptom:
 
 
 def diagnose(actual, case: Case, mistakes: Iterable[Mistake | Symptom], tolerance=DEFAULT_TOLERANCES) -> str | None:
-    """The hint of the first mistake or symptom of the catalogue that explains ``actual`` on ``case``.
+    """The hint of the mistake or symptom of the catalogue that explains ``actual`` on ``case``: the first
+    mistake that gives ``actual`` to a hundredth of ``tolerance``, else the first mistake or symptom that
+    explains it within ``tolerance``. (Two mistakes may give outputs within the tolerance of each other
+    on a case by chance; the one the student made gives theirs much closer.)
 
     ``actual`` may be an exception the student's function raised: a mistake then matches when it
     raises the same exception type with the same message.
     """
-    return hint_of_first(mistakes, lambda mistake: mistake.explains(actual, case, tolerance))
+    mistakes = list(mistakes)
+    close = _tightened(tolerance, 100)
+    return (hint_of_first([mistake for mistake in mistakes if isinstance(mistake, Mistake)],
+                          lambda mistake: mistake.explains(actual, case, close))
+            or hint_of_first(mistakes, lambda mistake: mistake.explains(actual, case, tolerance)))
+
+
+def _tightened(tolerance: Tolerance | Mapping, factor: float) -> Tolerance | dict:
+    """``tolerance`` (one, or one per dtype over the defaults) divided by ``factor``."""
+    if isinstance(tolerance, Tolerance):
+        return Tolerance(tolerance.atol / factor, tolerance.rtol / factor)
+    return {dtype: _tightened(_tolerance_for(tolerance, dtype), factor) for dtype in {*DEFAULT_TOLERANCES, *tolerance}}
 
 
 def hint_of_first(mistakes: Iterable[Mistake | Symptom], matches: Callable[[Mistake | Symptom], bool]) -> str | None:

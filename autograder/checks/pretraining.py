@@ -645,14 +645,17 @@ def mlm_loss_cases() -> list[Case]:
     def logits(*shape, scale=2.0, dtype=torch.float32):
         return (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
 
+    first = _labels(g, (2, 6), 10, 0.3)
+    while (first != IGNORE_INDEX).sum() < 3:  # two labels at one position of both sequences: a softmax over the
+        first = _labels(g, (2, 6), 10, 0.3)  # batch and one over the labelled positions would give the same loss
     uneven = _labels(g, (4, 16), 50, 0.3)
     uneven[0] = IGNORE_INDEX  # a sequence with nothing to predict
     uneven[1, :14] = torch.randint(50, (14,), generator=g)  # a sequence with many
     one = torch.full((2, 5), IGNORE_INDEX)
     one[1, 3] = 6
     return [
-        Case("logits (2, 6, 10), labels (2, 6) with about 30% of the positions labelled, float32",
-             (logits(2, 6, 10), _labels(g, (2, 6), 10, 0.3))),
+        Case("logits (2, 6, 10), labels (2, 6) with about 30% of the positions labelled (at least 3), float32",
+             (logits(2, 6, 10), first)),
         Case("logits (4, 16, 50), labels (4, 16): sequence 0 has no label, sequence 1 has 14, the others about 5",
              (logits(4, 16, 50), uneven)),
         Case("logits (12, 30), labels (12,) (positions already flattened), float64",
