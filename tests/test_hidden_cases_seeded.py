@@ -264,6 +264,23 @@ def test_a_mistake_gets_its_hint_on_the_hidden_cases(chapter, exercise, wrong, h
     assert hint in str(failure.value), str(failure.value)
 
 
+# Exercises whose cases once let two mistakes agree, or a mistake pass, under some run seeds (found by a
+# sweep of every mistake under 60 seeds): swept here, as drawing a case again until the mistakes differ
+# is what keeps their hints right.
+SWEPT_EXERCISES = ("mlm_loss", "tagging_accuracy", "best_span")
+SWEPT_SEEDS = range(1, 61)
+
+
+@pytest.mark.parametrize("chapter, exercise, wrong, hint", [
+    mistake for mistake in test_visible_hints.all_mistakes() if mistake.values[1] in SWEPT_EXERCISES])
+def test_a_mistake_gets_its_hint_under_many_run_seeds(chapter, exercise, wrong, hint):
+    check = getattr(test_visible_hints.MUTATION_TESTS[chapter].checks, f"check_{exercise}")
+    for seed in SWEPT_SEEDS:
+        with use_run_seed(seed), pytest.raises(CheckFailed) as failure:
+            check(wrong)
+        assert hint in str(failure.value), (seed, str(failure.value))
+
+
 # --------------------------------------------------------------------------------------------------
 # End to end: a table of the answers to the cases a student can draw fails the hidden test
 # --------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from torchmetrics.functional.text.squad import _compute_f1_score
 
 import bertlab.tasks
 from autograder.checks import tasks as checks
-from autograder.checks.framework import CheckFailed, Mistake, use_run_seed
+from autograder.checks.framework import CheckFailed
 from bertlab.tasks import best_span as captured_best_span
 from bertlab.tasks import char_span_to_token_span as captured_char_span_to_token_span
 from bertlab.tasks import squad_normalize
@@ -535,15 +535,3 @@ def test_a_failure_shows_the_inputs_of_a_small_case():
     message = str(failure.value)
     assert "Inputs:\n    word_ids = [None, " in message and "\n    word_labels = [" in message, message
 
-
-@pytest.mark.parametrize("mistake", [mistake for mistake in checks.BEST_SPAN_MISTAKES
-                                     if isinstance(mistake, Mistake)], ids=lambda mistake: mistake.hint[:40])
-def test_each_best_span_mistake_gets_its_hint_under_every_run_seed(mistake):
-    """best_span's cases are built so that each catalogued mistake shows on the first case it fails and
-    no other mistake explains that output, whatever the noise a run seed draws: checked on 60 seeds
-    (before the peaks were placed so, a mistake passed the check under 1 seed of 200, and another got
-    a wrong hint under 3)."""
-    for seed in range(1, 61):
-        with use_run_seed(seed), pytest.raises(CheckFailed) as failure:
-            checks.check_best_span(mistake.implementation, forbid=False)
-        assert f"Hint: {mistake.hint}" in str(failure.value), (seed, str(failure.value))

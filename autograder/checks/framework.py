@@ -34,6 +34,7 @@ each with :func:`compare_output`, or with the exercise's own ``compare`` of one 
 """
 
 import hashlib
+import itertools
 import inspect
 import sys
 import types
@@ -343,6 +344,24 @@ def diagnose(actual, case: Case, mistakes: Iterable[Mistake | Symptom], toleranc
     return (hint_of_first([mistake for mistake in mistakes if isinstance(mistake, Mistake)],
                           lambda mistake: mistake.explains(actual, case, close))
             or hint_of_first(mistakes, lambda mistake: mistake.explains(actual, case, tolerance)))
+
+
+def mistakes_told_apart(case: Case, mistakes: Iterable[Mistake | Symptom]) -> bool:
+    """Whether every two catalogued mistakes with different hints give outputs on ``case`` that
+    :func:`describe_difference` tells apart (the mistakes that raise left out). A case drawn again until
+    this holds gives each wrong output it meets the hint of the mistake that made it, where two mistakes
+    could otherwise agree by chance (two accuracies of 1/4, say)."""
+    outputs = []
+    for mistake in mistakes:
+        if isinstance(mistake, Mistake):
+            args, kwargs = case.fresh_arguments()
+            try:
+                with torch.no_grad():
+                    outputs.append((mistake.hint, mistake.implementation(*args, **kwargs)))
+            except Exception:
+                continue
+    return all(first_hint == second_hint or describe_difference(first, second) is not None
+               for (first_hint, first), (second_hint, second) in itertools.combinations(outputs, 2))
 
 
 def _tightened(tolerance: Tolerance | Mapping, factor: float) -> Tolerance | dict:
