@@ -515,7 +515,9 @@ class _Collector:
                 break
             if info.is_dir():
                 continue
-            where = f"{origin}:{_shown(info.filename)}" + (f" (member {position + 1})" if names[info.filename] > 1 else "")
+            where = f"{origin}:{_shown(info.filename)}"
+            if names[info.filename] > 1:
+                where += f" (member {position + 1})"
             reason = _member_ignored_because(info)
             if reason:
                 self.skip(where, reason, place.student)
@@ -529,7 +531,8 @@ class _Collector:
         """A notebook of the zip file at ``path``; one that cannot be read is kept with that problem."""
         place = replace(place, chapter=_chapter_of_name(member.name.split("/"), self.chapters) or place.chapter)
         try:
-            with archive.open(archive.infolist()[member.position]) as opened:  # within the limits, whatever the header says
+            # read within the limits, whatever the member's header says
+            with archive.open(archive.infolist()[member.position]) as opened:
                 data = self.read_within_budget(place.student, where, opened.read)
         except Exception as error:  # corrupt data raises zlib's error, a bad checksum BadZipFile
             self.add(place, where, b"", (path, member), f"the zip member cannot be read ({error_line(error)})")
