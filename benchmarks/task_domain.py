@@ -41,10 +41,6 @@ SEQ_LEN = 128  # the model card's
 EWT_SENTENCES_PER_DOCUMENT = 25
 
 
-def imdb_text(root: Path) -> list[list[str]]:
-    return held_out_reviews(root)
-
-
 def mr_text(root: Path) -> list[list[str]]:
     splits = load_sentiment("mr", root)
     return [[text] for text, _ in [*splits.train, *splits.dev, *splits.test]]
@@ -68,7 +64,7 @@ def squad_text(root: Path) -> list[list[str]]:
 
 
 DOMAINS = {  # name: (what the text is, its reader)
-    "IMDB": ("2,000 held-out IMDB test reviews (the model card's figure)", imdb_text),
+    "IMDB": ("2,000 held-out IMDB test reviews (the model card's figure)", held_out_reviews),
     "MR": ("sentence polarity dataset v1.0, all 10,662 snippets (chapter 08)", mr_text),
     "SNLI": ("SNLI 1.0 test split, premise and hypothesis of each pair", snli_text),
     "EWT": ("UD English Web Treebank v2.16, dev and test sentences", ewt_text),

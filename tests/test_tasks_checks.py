@@ -534,4 +534,3 @@ def test_a_failure_shows_the_inputs_of_a_small_case():
         checks.check_word_piece_labels(labels_on_every_piece)
     message = str(failure.value)
     assert "Inputs:\n    word_ids = [None, " in message and "\n    word_labels = [" in message, message
-

@@ -34,8 +34,8 @@ each with :func:`compare_output`, or with the exercise's own ``compare`` of one 
 """
 
 import hashlib
-import itertools
 import inspect
+import itertools
 import sys
 import types
 import zlib
@@ -297,16 +297,28 @@ class Mistake:
     implementation: Callable
     hint: str
 
-    def explains(self, actual, case: Case, tolerance=DEFAULT_TOLERANCES) -> bool:
-        """Whether the implementation gives ``actual`` on ``case``: the same output, or, when ``actual``
-        is an exception, the same exception type with the same message."""
+    def output(self, case: Case):
+        """What the implementation returns on (fresh copies of the arguments of) ``case``, or the
+        exception it raises."""
         args, kwargs = case.fresh_arguments()
         try:
             with torch.no_grad():
-                output = self.implementation(*args, **kwargs)
+                return self.implementation(*args, **kwargs)
         except Exception as error:
-            return isinstance(actual, Exception) and type(actual) is type(error) and str(actual) == str(error)
-        return not isinstance(actual, Exception) and describe_difference(actual, output, tolerance) is None
+            return error
+
+    def explains(self, actual, case: Case, tolerance=DEFAULT_TOLERANCES) -> bool:
+        """Whether the implementation gives ``actual`` on ``case``: the same output, or, when ``actual``
+        is an exception, the same exception type with the same message."""
+        return _same_result(actual, self.output(case), tolerance)
+
+
+def _same_result(actual, output, tolerance) -> bool:
+    """Whether ``output`` (or the exception raised instead) is ``actual``: within ``tolerance``, or, for
+    an exception, of the same type and message."""
+    if isinstance(output, Exception):
+        return isinstance(actual, Exception) and type(actual) is type(output) and str(actual) == str(output)
+    return not isinstance(actual, Exception) and describe_difference(actual, output, tolerance) is None
 
 
 @dataclass(frozen=True)
@@ -340,10 +352,18 @@ def diagnose(actual, case: Case, mistakes: Iterable[Mistake | Symptom], toleranc
     raises the same exception type with the same message.
     """
     mistakes = list(mistakes)
-    close = _tightened(tolerance, 100)
-    return (hint_of_first([mistake for mistake in mistakes if isinstance(mistake, Mistake)],
-                          lambda mistake: mistake.explains(actual, case, close))
-            or hint_of_first(mistakes, lambda mistake: mistake.explains(actual, case, tolerance)))
+    outputs = {index: mistake.output(case) for index, mistake in enumerate(mistakes) if isinstance(mistake, Mistake)}
+
+    def matches(index: int, within) -> bool:
+        if index in outputs:  # each mistake's implementation runs once
+            return _same_result(actual, outputs[index], within)
+        return mistakes[index].explains(actual, case, within)
+
+    for within, candidates in ((_tightened(tolerance, 100), outputs), (tolerance, range(len(mistakes)))):
+        index = next((index for index in candidates if matches(index, within)), None)
+        if index is not None:
+            return mistakes[index].hint
+    return None
 
 
 def mistakes_told_apart(case: Case, mistakes: Iterable[Mistake | Symptom]) -> bool:
@@ -351,15 +371,8 @@ def mistakes_told_apart(case: Case, mistakes: Iterable[Mistake | Symptom]) -> bo
     :func:`describe_difference` tells apart (the mistakes that raise left out). A case drawn again until
     this holds gives each wrong output it meets the hint of the mistake that made it, where two mistakes
     could otherwise agree by chance (two accuracies of 1/4, say)."""
-    outputs = []
-    for mistake in mistakes:
-        if isinstance(mistake, Mistake):
-            args, kwargs = case.fresh_arguments()
-            try:
-                with torch.no_grad():
-                    outputs.append((mistake.hint, mistake.implementation(*args, **kwargs)))
-            except Exception:
-                continue
+    outputs = [(mistake.hint, mistake.output(case)) for mistake in mistakes if isinstance(mistake, Mistake)]
+    outputs = [(hint, output) for hint, output in outputs if not isinstance(output, Exception)]
     return all(first_hint == second_hint or describe_difference(first, second) is not None
                for (first_hint, first), (second_hint, second) in itertools.combinations(outputs, 2))
 
