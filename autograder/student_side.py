@@ -303,7 +303,6 @@ class _Server:
         }
 
 
-
 class _ReceivedObjects:
     """The student process's copies of the grader's objects, by the grader's numbers (see
     :class:`autograder.grader_side.SentObjects`), and what the student's code changed of them."""

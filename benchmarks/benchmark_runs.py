@@ -63,14 +63,10 @@ def summary(accuracies: list[float]) -> dict:
             "std": statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0}
 
 
-
-
 def computed_in(device: torch.device, args: argparse.Namespace) -> str:
     """The dtype the forward passes compute in, "float32" where autocast is off: every stage depends on it."""
     dtype = autocast_dtype(device, args.precision)
     return "float32" if dtype is None else str(dtype).removeprefix("torch.")
-
-
 
 
 def machine(device: torch.device) -> dict:
@@ -78,8 +74,6 @@ def machine(device: torch.device) -> dict:
     return {"device": str(device), "device_name": name, "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
             "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None}
-
-
 
 
 def cpu_name() -> str:

@@ -526,7 +526,6 @@ def count_as_float(config, pooler=True):
     return (V + positions + T) * H + 2 * H + L * layer + (H * H + H if pooler else 0)
 
 
-
 # --------------------------------------------------------------------------------------------------
 # bpe_merges: wrong implementations as students write them
 # --------------------------------------------------------------------------------------------------

@@ -195,7 +195,6 @@ def test_a_student_s_bytes_are_bounded_over_all_their_files(folder, course, monk
     assert [s.problem for s in found if s.student == "mallory"] == [None]
 
 
-
 def test_a_student_s_folders_are_walked_to_a_bounded_depth_and_count(folder, course, monkeypatch):
     monkeypatch.setattr(submissions, "MAX_ENTRIES", 3)
     deep = "deep/" + "/".join(f"level{n}" for n in range(submissions.MAX_FOLDER_DEPTH)) + "/01_tiny.ipynb"

@@ -109,7 +109,6 @@ def _check_no_large_matrix(student_fn, case: Case, limit: int, *, check: str, fo
         raise CheckFailed(failure_message(check, context, difference, advice))
 
 
-
 def _no_large_matrix(memory_cases: Callable[[], list[tuple[Case, int]]], advice: str):
     """The memory test, run after an exercise's cases: on each of ``memory_cases`` (a case and its limit), no
     tensor the student's code allocates may hold more numbers than the limit; ``advice`` is the hint."""
