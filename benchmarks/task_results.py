@@ -22,7 +22,9 @@ share ``stride`` pieces); each model's learning rate chosen on dev from the same
 then the other seeds at that rate; test scores as mean and standard deviation over the seeds. The
 simple baselines of each task: the majority class, a bag-of-words logistic regression on the pair
 and on the hypothesis alone (Gururangan et al., 2018), the most frequent tag of each word, the
-sliding window of Rajpurkar et al. (2016) (``bertlab.task_baselines``).
+sliding window of Rajpurkar et al. (2016) (``bertlab.task_baselines``). On sentence pairs the same
+comparison is made again on the first quarter and the first half of the training split, with the
+same epochs (``learning_curve``): whether the pretrained model gains on the baselines as labels grow.
 
 Every fine-tuning run is a stage of its own, kept in ``--work-dir`` (default ``runs/task-results-<device>``)
 with what it depends on, so that the same command started again goes on after the last finished run
@@ -59,9 +61,11 @@ from benchmark_runs import Stages, computed_in, machine, quietly, summary
 RESULTS = Path(__file__).resolve().parent / "results"
 SETTINGS = {
     "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=128, stride=32, max_answer_length=30,
-                 learning_rates=[1e-4, 3e-4, 1e-3, 3e-3], max_train_examples=None, max_evaluation_examples=None),
+                 learning_rates=[1e-4, 3e-4, 1e-3, 3e-3], max_train_examples=None, max_evaluation_examples=None,
+                 learning_curve={"pairs": [0.25, 0.5]}),
     "quick": dict(seeds=[0], epochs=1, batch_size=32, max_length=128, stride=32, max_answer_length=30,
-                  learning_rates=[1e-3], max_train_examples=200, max_evaluation_examples=200),
+                  learning_rates=[1e-3], max_train_examples=200, max_evaluation_examples=200,
+                  learning_curve={"pairs": [0.5]}),
 }
 MODELS = ("course_bert", "random_init")
 MODEL_NAMES = {"course_bert": "course BERT, fine-tuned whole", "random_init": "same BERT from random weights"}
@@ -101,7 +105,6 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
     folder = course_bert_folder()
     tokenizer = BertTokenizer(folder / "vocab.txt")
     labels = None if task.labels is None else task.labels(splits.train)  # all the tags, whatever the cut
-    data = {"dataset": [splits.source, len(train), len(dev), len(test)]}
     training = {key: settings[key] for key in ("epochs", "batch_size", "max_length")}
     if name == "spans":
         training.update(stride=settings["stride"], max_answer_length=settings["max_answer_length"])
@@ -111,36 +114,51 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
         source = folder if model == "course_bert" else BertConfig.load(folder)
         return quietly(task_model, task, source, labels)
 
-    def fine_tuning_run(model: str, lr: float, seed: int) -> dict:
+    def fine_tuning_run(model: str, lr: float, seed: int, examples: list) -> dict:
         network = make_model(model, seed)
-        finetune_task(task, network, tokenizer, train, labels=labels, epochs=settings["epochs"],
+        finetune_task(task, network, tokenizer, examples, labels=labels, epochs=settings["epochs"],
                       batch_size=settings["batch_size"], encoder_lr=lr, max_length=settings["max_length"],
                       device=device, seed=seed, progress=not args.no_progress, precision=args.precision)
-        scores = {split: evaluate_task(task, network, tokenizer, examples, labels=labels,
+        scores = {split: evaluate_task(task, network, tokenizer, evaluated, labels=labels,
                                        max_length=settings["max_length"], precision=args.precision, what=split)
-                  for split, examples in (("dev", dev), ("test", test))}
-        print(f"{name}, {model}, lr {lr:g}, seed {seed}: dev {scores['dev']}, test {scores['test']}", flush=True)
+                  for split, evaluated in (("dev", dev), ("test", test))}
+        print(f"{name}, {model}, lr {lr:g}, seed {seed}, {len(examples)} train: dev {scores['dev']}, "
+              f"test {scores['test']}", flush=True)
         return scores
 
-    def run(model: str, lr: float, seed: int) -> dict:
-        return stages.run(f"{name}: {model}, lr {lr:g}, seed {seed}", lambda: fine_tuning_run(model, lr, seed),
-                          **data, **training, model=model, lr=lr, seed=seed)
+    def compare(examples: list) -> dict:
+        """The baselines and both BERTs trained on ``examples``, each BERT at its rate chosen on dev."""
+        # the stages of the whole training split keep their names; those of its first part say its size
+        part = "" if len(examples) == len(train) else f", first {len(examples)} train"
+        data = {"dataset": [splits.source, len(examples), len(dev), len(test)]}
 
-    record = {"dataset": DATASET_NAMES[name], "source": splits.source, "train": len(train), "dev": len(dev),
-              "test": len(test), "metric": task.metric,
-              "baselines": stages.run(f"{name}: baselines", lambda: baselines(name, train, test), **data)}
-    for model in MODELS:
-        first_seed, *other_seeds = settings["seeds"]
-        dev_score = {lr: run(model, lr, first_seed)["dev"][task.metric] for lr in settings["learning_rates"]}
-        best = max(settings["learning_rates"], key=lambda lr: dev_score[lr])  # ties: the first rate
-        runs = [run(model, best, seed) for seed in settings["seeds"]]
-        record[model] = {
-            "learning_rate": best,
-            f"dev_{task.metric}_by_learning_rate": dev_score,
-            "learning_rate_inside_grid": best not in (settings["learning_rates"][0], settings["learning_rates"][-1]),
-            "test": {metric: summary([run_scores["test"][metric] for run_scores in runs])
-                     for metric in runs[0]["test"]},
-        }
+        def run(model: str, lr: float, seed: int) -> dict:
+            return stages.run(f"{name}: {model}, lr {lr:g}, seed {seed}{part}",
+                              lambda: fine_tuning_run(model, lr, seed, examples), **data, **training,
+                              model=model, lr=lr, seed=seed)
+
+        record = {"train": len(examples),
+                  "baselines": stages.run(f"{name}: baselines{part}", lambda: baselines(name, examples, test), **data)}
+        for model in MODELS:
+            first_seed = settings["seeds"][0]
+            dev_score = {lr: run(model, lr, first_seed)["dev"][task.metric] for lr in settings["learning_rates"]}
+            best = max(settings["learning_rates"], key=lambda lr: dev_score[lr])  # ties: the first rate
+            runs = [run(model, best, seed) for seed in settings["seeds"]]
+            grid_ends = (settings["learning_rates"][0], settings["learning_rates"][-1])
+            record[model] = {
+                "learning_rate": best,
+                f"dev_{task.metric}_by_learning_rate": dev_score,
+                "learning_rate_inside_grid": best not in grid_ends,
+                "test": {metric: summary([run_scores["test"][metric] for run_scores in runs])
+                         for metric in runs[0]["test"]},
+            }
+        return record
+
+    record = {"dataset": DATASET_NAMES[name], "source": splits.source, "dev": len(dev), "test": len(test),
+              "metric": task.metric, **compare(train)}
+    fractions = settings["learning_curve"].get(name, [])
+    if fractions:
+        record["learning_curve"] = [compare(train[: round(fraction * len(train))]) for fraction in fractions]
     return record
 
 
@@ -182,9 +200,30 @@ def markdown(results: dict) -> str:
             lines.append(f"| {MODEL_NAMES[model]} | {record[model]['learning_rate']:g} | " + " | ".join(
                 f"{format_score(metric, test[metric]['mean'])} ± {format_score(metric, test[metric]['std'], unit='')}"
                 for metric in metrics) + " |")
+        if "learning_curve" in record:
+            lines += learning_curve_table(record)
     lines += ["", "| expectation | measured | holds |", "|---|---|---|"]
     lines += [f"| {c['expectation']} | {c['measured']} | {'yes' if c['holds'] else 'NO'} |" for c in results["checks"]]
     return "\n".join(lines)
+
+
+def learning_curve_table(record: dict) -> list[str]:
+    """Markdown lines: the test score of every baseline and BERT by the number of training examples."""
+    metric, points = record["metric"], [*record["learning_curve"], record]
+    columns = [*record["baselines"], *MODELS]
+
+    def score(point: dict, column: str) -> str:
+        if column in point["baselines"]:
+            return format_score(metric, point["baselines"][column][metric])
+        test = point[column]["test"][metric]
+        return (f"{format_score(metric, test['mean'])} ± {format_score(metric, test['std'], unit='')} "
+                f"(lr {point[column]['learning_rate']:g})")
+
+    return ["", f"Learning curve (test {metric}; the first examples of the training split, same epochs):", "",
+            "| training examples | " + " | ".join(MODEL_NAMES.get(column, column) for column in columns) + " |",
+            "|---:|" + "---:|" * len(columns),
+            *(f"| {point['train']} | " + " | ".join(score(point, column) for column in columns) + " |"
+              for point in points)]
 
 
 def format_score(metric: str, value: float, unit: str = "%") -> str:
