@@ -58,9 +58,11 @@ def quietly(function, *args, **kwargs):
         return function(*args, **kwargs)
 
 
-def summary(accuracies: list[float]) -> dict:
-    return {"test_accuracies": accuracies, "mean": statistics.mean(accuracies),
-            "std": statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0}
+def summary(scores: list[float]) -> dict:
+    """One score of several seeds' runs: each seed's (``by_seed``, in the order of the seeds), their mean
+    and their sample standard deviation (0 for one seed)."""
+    return {"by_seed": scores, "mean": statistics.mean(scores),
+            "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
 
 
 def computed_in(device: torch.device, args: argparse.Namespace) -> str:
