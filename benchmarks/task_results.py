@@ -198,8 +198,7 @@ def markdown(results: dict) -> str:
         for model in MODELS:
             test = record[model]["test"]
             lines.append(f"| {MODEL_NAMES[model]} | {record[model]['learning_rate']:g} | " + " | ".join(
-                f"{format_score(metric, test[metric]['mean'])} ± {format_score(metric, test[metric]['std'], unit='')}"
-                for metric in metrics) + " |")
+                format_summary(metric, test[metric]) for metric in metrics) + " |")
         if "learning_curve" in record:
             lines += learning_curve_table(record)
     lines += ["", "| expectation | measured | holds |", "|---|---|---|"]
@@ -208,22 +207,34 @@ def markdown(results: dict) -> str:
 
 
 def learning_curve_table(record: dict) -> list[str]:
-    """Markdown lines: the test score of every baseline and BERT by the number of training examples."""
+    """Markdown lines: the test score of every baseline and BERT by the number of training examples, and
+    the course BERT's mean minus the best baseline's score and minus the random-weights BERT's mean."""
     metric, points = record["metric"], [*record["learning_curve"], record]
     columns = [*record["baselines"], *MODELS]
 
     def score(point: dict, column: str) -> str:
         if column in point["baselines"]:
             return format_score(metric, point["baselines"][column][metric])
-        test = point[column]["test"][metric]
-        return (f"{format_score(metric, test['mean'])} ± {format_score(metric, test['std'], unit='')} "
-                f"(lr {point[column]['learning_rate']:g})")
+        return f"{format_summary(metric, point[column]['test'][metric])} (lr {point[column]['learning_rate']:g})"
+
+    def leads(point: dict) -> str:
+        bert = point["course_bert"]["test"][metric]["mean"]
+        best_baseline = max(scores[metric] for scores in point["baselines"].values())
+        random_init = point["random_init"]["test"][metric]["mean"]
+        return " | ".join(f"{'-' if lead < 0 else '+'}{format_score(metric, abs(lead), unit='')}"
+                          for lead in (bert - best_baseline, bert - random_init))
 
     return ["", f"Learning curve (test {metric}; the first examples of the training split, same epochs):", "",
-            "| training examples | " + " | ".join(MODEL_NAMES.get(column, column) for column in columns) + " |",
-            "|---:|" + "---:|" * len(columns),
-            *(f"| {point['train']} | " + " | ".join(score(point, column) for column in columns) + " |"
+            "| training examples | " + " | ".join(MODEL_NAMES.get(column, column) for column in columns)
+            + " | course BERT minus the best baseline | course BERT minus random weights |",
+            "|---:|" + "---:|" * (len(columns) + 2),
+            *(f"| {point['train']} | " + " | ".join(score(point, column) for column in columns) + f" | {leads(point)} |"
               for point in points)]
+
+
+def format_summary(metric: str, summary_record: dict) -> str:
+    """A score over the seeds (``benchmark_runs.summary``) as "mean ± standard deviation"."""
+    return f"{format_score(metric, summary_record['mean'])} ± {format_score(metric, summary_record['std'], unit='')}"
 
 
 def format_score(metric: str, value: float, unit: str = "%") -> str:
