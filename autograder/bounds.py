@@ -29,6 +29,8 @@ MAX_ZIP_MEMBERS = 1_000  # of one zip file, read member by member
 MAX_ZIP_DIRECTORY_BYTES = 1024 * 1024  # of one zip file's list of members, checked before it is read
 MAX_FOLDER_DEPTH = 6  # levels of folders walked under a student's folder
 MAX_ENTRIES = 10_000  # files and folders listed per student folder
+MAX_SKIPPED_KEPT_PER_STUDENT = 2_000  # entries not graded kept per student (> a zip file's), then one counting the rest
+MAX_SKIPPED_SHOWN_PER_STUDENT = 5  # of those, listed in the summary of the run, then how many more
 MAX_NAME_CHARS = 300  # of a name given out (an origin, a skipped path, a student's name in a note)
 MAX_REASON_CHARS = 200  # of an exception's message in the reason a file was skipped or failed
 TIMESTAMP_SLACK = timedelta(days=1)  # how far in the future a timestamp.txt may be (clocks differ)
@@ -83,6 +85,8 @@ CONNECT_SECONDS = 15  # to reach a PostgreSQL gradebook before giving up
 
 CPU_PERIOD = 0.2  # seconds between two looks at a sandbox's CPU time (without cgroup v2's cpu.max)
 CPU_BURST = 1.0  # seconds of CPU credit per core a sandbox may bank (its share is averaged over it)
+MEMORY_PERIOD = 0.1  # seconds between two looks at a sandbox's memory (without cgroup v2's memory.max)
+MEMORY_MARGIN_MB = 512  # how far past --memory a sandbox may get between two looks (tests/test_sandbox.py)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
     autograder release [CHAPTER ...] [--check] [--dry-run] [--jobs N] [--timeout S] [--root DIR]
     autograder grade SUBMISSIONS --out DIR [--jobs N] [--timeout S] [--notebook-timeout S] [--memory MB]
                      [--db URL] [--root DIR] [--seed N] [--regrade] [--copies withhold|flag] [--unsandboxed]
+                     [--prefer student-folders|chapter-folders|files]
 
 A subcommand is a function ``add_<name>_command(subcommands)`` that declares its arguments and sets
 ``handler``, a function of the parsed arguments returning the exit status.
@@ -16,6 +17,7 @@ from autograder import course, release
 from autograder.bounds import Limits
 from autograder.output_layout import OutputLayout
 from autograder.results import COPY_POLICIES, WITHHOLD
+from autograder.submissions import Layout
 
 
 def _run_release(args: argparse.Namespace) -> int:
@@ -75,7 +77,7 @@ def _run_grade(args: argparse.Namespace) -> int:
     try:
         report = grade(args.submissions, args.out, jobs=args.jobs, limits=limits, db=args.db, course_root=args.root,
                        progress="bar" if sys.stderr.isatty() else "lines", seed=args.seed, regrade=args.regrade,
-                       unsandboxed=args.unsandboxed, copies=args.copies)
+                       unsandboxed=args.unsandboxed, copies=args.copies, prefer=args.prefer)
     except GradingError as error:
         print(f"autograder grade: {error}", file=sys.stderr)
         return 2
@@ -131,6 +133,12 @@ def add_grade_command(subcommands) -> None:
                         help="where the sandbox cannot start (no Linux namespaces), run the students' code anyway, "
                         "with your own rights: it can read your files and reach the network (the results say so); "
                         "without this option such a run stops before any student code runs")
+    parser.add_argument("--prefer", type=Layout, choices=list(Layout), default=Layout.STUDENT_FOLDERS,
+                        help="which submission is graded when a student's chapter is found in two layouts of "
+                        "SUBMISSIONS: the one in the student's own folder, <student>/... ('student-folders', the "
+                        "default), in a chapter's folder, <chapter>/<student>.ipynb or <chapter>/<student>/... "
+                        "('chapter-folders'), or a file named by the student, <student>.ipynb or <student>.zip "
+                        "('files'); the other is reported under \"Not graded\", with this option")
     parser.set_defaults(handler=_run_grade)
 
 

@@ -8,7 +8,8 @@ The run, step by step (:func:`grade`):
    ``solutions/``) and the gradebook's knowledge of its chapters (:mod:`autograder.nbgrader_adapter`).
 3. **Reuse** what this grader graded before: a signed result whose fingerprint (the submission, the
    instructor's notebook, the limits, the grader's and the reference's sources) is the new one's
-   (:class:`autograder.results.ResultStore`). A submission older than the one graded is ignored.
+   (:class:`autograder.results.ResultStore`). A submission older than the one graded is ignored, unless
+   the one graded is of a layout that ``prefer`` now passes over (:func:`grade`).
 4. **Grade** the rest, ``--jobs`` at a time, each in a fresh worker process that ends with its job
    (:mod:`autograder.job`), within a time limit per job (:func:`job_seconds`). The hidden tests'
    inputs come from the run's seed, chosen here and recorded with each result.
@@ -58,7 +59,8 @@ from autograder.results import (
     COPY_POLICIES, GRADER_VERSION, UNSANDBOXED, WITHHOLD, Cause, ClassResults, NotebookResult, ResultStore, Skipped,
     Status, TestResult)
 from autograder.sandbox import SandboxOptions, isolation_available, resource_bounds
-from autograder.submissions import Submission, collect_submissions, error_line, look_alike_names
+from autograder.stand_ins import Withholding, withhold
+from autograder.submissions import Layout, Submission, collect_submissions, error_line, look_alike_names
 from autograder.wire import printable
 
 SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
@@ -225,6 +227,7 @@ def grade(
     regrade: bool = False,
     unsandboxed: bool = False,
     copies: str = WITHHOLD,
+    prefer: Layout = Layout.STUDENT_FOLDERS,
 ) -> Report:
     """Grade every submission in ``submissions`` into ``out``; see the module's docstring.
 
@@ -235,14 +238,17 @@ def grade(
     (:class:`GradingError`) unless ``unsandboxed`` accepts running it with the grading user's rights;
     the results then say so. ``copies`` is the copy policy (:data:`COPY_POLICIES`): ``withhold``
     gives 0 points to a test whose exercise is certainly the reference's code, ``flag`` leaves the
-    points; both flag every copy in results.json, grades.csv and the gradebook. Raises
-    :class:`GradingError` when grading cannot start; a submission that fails is graded with the
-    reason instead.
+    points; both flag every copy in results.json, grades.csv and the gradebook. ``prefer`` is the
+    layout of SUBMISSIONS graded when a (student, chapter) is found in several (the others are reported
+    as not graded; :func:`autograder.submissions.collect_submissions`). Raises :class:`GradingError`
+    when grading cannot start; a submission that fails is graded with the reason instead.
     """
     if progress not in PROGRESS:
         raise ValueError(f"progress={progress!r}: one of {', '.join(PROGRESS)}")
     if copies not in COPY_POLICIES:
         raise ValueError(f"copies={copies!r}: one of {', '.join(COPY_POLICIES)}")
+    if prefer not in set(Layout):
+        raise ValueError(f"prefer={prefer!r}: one of {', '.join(Layout)}")
     quiet_nbgrader()
     out, course_root = Path(out).resolve(), Path(course_root).resolve()
     _check_folders(Path(submissions), out, course_root)
@@ -261,7 +267,7 @@ def grade(
         chapters = load_chapters(course_root)
         if not chapters:
             raise GradingError(f"no chapter to grade: {course_root / course.SOLUTIONS} has no notebooks")
-        found, skipped = collect_submissions(submissions, chapters)
+        found, skipped = collect_submissions(submissions, chapters, prefer)
         bounds = resource_bounds().describe(limits)
         report = Report(ClassResults([], skipped, bounds, sandbox, look_alike_names(found)),
                         notes=[f"memory, processes and CPU: {bounds}"])
@@ -275,6 +281,8 @@ def grade(
         involved = sorted({s.chapter for s in found if s.chapter in chapters} | {c for _, c in previous if c in chapters})
         options = _sandbox_options(course_root, out, Path(submissions), isolated)
         references = read_references(course_root / "references.bib")
+        withheld = {name: withhold(name, chapters[name].exercises, layout.stand_ins(name)) if isolated
+                    else Withholding() for name in {s.chapter for s in found if s.chapter in chapters}}
         todo = []
         for submission in found:
             if submission.chapter not in chapters:
@@ -287,11 +295,13 @@ def grade(
             if old and old.fingerprint == print_id:
                 report.reused += 1
                 continue
-            if old and datetime.fromisoformat(old.timestamp) > submission.timestamp:
+            if old and datetime.fromisoformat(old.timestamp) > submission.timestamp and (
+                    old.origin not in submission.passed_over):  # the one graded may be of a layout now passed over
                 report.notes.append(f"{submission.origin}: older than the submission already graded for "
                                     f"{submission.student}/{submission.chapter}, ignored")
                 continue
-            todo.append(_job(submission, chapter, layout, print_id, seed, limits, options, references, copies))
+            todo.append(_job(submission, chapter, layout, print_id, seed, limits, options, references, copies,
+                             withheld[chapter.name]))
         if todo:  # the workers' server imports the grader while the course is prepared
             _workers()
             multiprocessing.forkserver.ensure_running()
@@ -334,7 +344,7 @@ def _write_class_results(layout: OutputLayout, db_url: str, chapters: dict[str, 
 
 
 def _job(submission: Submission, chapter: Chapter, layout: OutputLayout, print_id: str, seed: int, limits: Limits,
-         options: SandboxOptions, references: dict, copy_policy: str) -> Job:
+         options: SandboxOptions, references: dict, copy_policy: str, withholding: Withholding) -> Job:
     """The job of one submission, whose bytes are copied into the private course first."""
     stored = layout.submitted(submission.student, submission.chapter)
     problem = submission.problem
@@ -351,7 +361,7 @@ def _job(submission: Submission, chapter: Chapter, layout: OutputLayout, print_i
                problem=problem, notes=tuple(submission.notes), folder=folder,
                chapter_source=str(layout.source(chapter.name)),
                chapter_files=str(layout.chapter_files(chapter.name)), limits=limits,
-               sandbox=options, references=references, copy_policy=copy_policy)
+               sandbox=options, references=references, copy_policy=copy_policy, withholding=withholding)
 
 
 class _Finisher:

@@ -13,9 +13,15 @@ while unchanged, what the student's code returns of the test's objects is the te
 after a call what it changed of them (tensors' data, ``requires_grad`` and gradients, modules'
 training flag, optimizers' and schedulers' state) is copied back. A function of the test that cannot
 travel by name (a lambda passed as an argument) is called back in the grader.
+
+The graded chapter's references are withheld from the student process (:mod:`autograder.stand_ins`):
+where a check sends one (a dependency, an object of a reference class), it travels as its module's
+source, and only once the test of its exercise has run (:class:`Release`); in a list of forbidden
+functions it travels as its name, which the stand-in of the sandbox bears.
 """
 
 import contextlib
+import hashlib
 import importlib
 import io
 import os
@@ -34,6 +40,7 @@ from autograder.bounds import (
     INTERRUPT_GRACE_SECONDS, MAX_REPLY_BYTES, MAX_STUDENT_EXCEPTION_CHARS, MAX_STUDENT_TRACEBACK_CHARS, STARTUP_SECONDS,
     Limits)
 from autograder.sandbox import Sandbox, interrupt, kill
+from autograder.stand_ins import ReferenceUnavailable, Withholding
 from autograder.wire import (
     EXCEPTION_TYPES, GraderObject, Handle, UnreadableReply, decode, printable, read_frame, safe_str, version,
     write_frame)
@@ -51,6 +58,37 @@ class StudentProcessEnded(BaseException):
 
 class StudentError(RuntimeError):
     """An exception of a type the grader does not rebuild (the message names the original type)."""
+
+
+class WithheldReference(Exception):
+    """A check would send a withheld reference whose exercise's test has not run yet."""
+
+
+class Release:
+    """Which withheld references the student process may get: those of the exercises whose tests have
+    run (``graded``, which the runner fills), each as the source of its module (sent once a process)."""
+
+    def __init__(self, withholding: Withholding, graded: set[str]):
+        self.withholding, self.graded = withholding, graded
+        self.sent: set[str] = set()  # digests of the module sources the student process has
+
+    def persistent_id(self, value):
+        """("released", module, qualname, digest, source or None) for a withheld reference; None else."""
+        withheld = self.withholding.withheld(value)
+        if withheld is None:
+            return None
+        if withheld.exercise not in self.graded:
+            raise WithheldReference(f"the check would send {withheld.module}.{withheld.name}, the reference of "
+                                    f"{withheld.exercise}, whose test has not run yet")
+        source = self.withholding.released_source(withheld.module, frozenset(self.graded))
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        sent, self.sent = digest in self.sent, self.sent | {digest}
+        return "released", withheld.module, value.__qualname__, digest, None if sent else source
+
+    def portable(self, item):
+        """A forbidden function as it travels: a withheld one (or a method of one) as its name."""
+        withheld = self.withholding.withheld(item)
+        return f"{withheld.module}.{item.__qualname__}" if withheld is not None else _portable(item)
 
 
 def _resolve_operator(name: str):
@@ -173,14 +211,17 @@ class _RequestPickler(pickle.Pickler):
     """A Remote travels as its number, torch operators as their name, and the grader's tensors,
     modules, optimizers, schedulers and lambdas as :class:`SentObjects` says."""
 
-    def __init__(self, file, sent: SentObjects | None = None):
+    def __init__(self, file, sent: SentObjects | None = None, release: Release | None = None):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.sent = sent
+        self.sent, self.release = sent, release
         self.parts: set[int] = set()  # ids of the pieces a registered tensor is rebuilt from
 
     def persistent_id(self, value):
         if isinstance(value, Remote):
             return ("remote", object.__getattribute__(value, "_number"))
+        released = self.release.persistent_id(value) if self.release is not None else None
+        if released is not None:
+            return released
         if self.sent is not None and isinstance(value, types.FunctionType) and not _importable(value):
             number = self.sent.new_number()
             self.sent.callbacks[number] = value
@@ -203,10 +244,10 @@ class _RequestPickler(pickle.Pickler):
         return (student_side.remember, (self.sent.register(value), function, arguments), *rest)
 
 
-def _dumps(value, sent: SentObjects | None = None) -> bytes:
+def _dumps(value, sent: SentObjects | None = None, release: Release | None = None) -> bytes:
     """Pickle a message for the student process (see _RequestPickler)."""
     buffer = io.BytesIO()
-    _RequestPickler(buffer, sent).dump(value)
+    _RequestPickler(buffer, sent, release).dump(value)
     return buffer.getvalue()
 
 
@@ -306,11 +347,15 @@ class Remote:
 class StudentProcess:
     """A sandboxed process that runs the student's code cells and serves requests about its objects."""
 
-    def __init__(self, sandbox: Sandbox, limits: Limits):
+    def __init__(self, sandbox: Sandbox, limits: Limits, withholding: Withholding = Withholding(),
+                 graded: set[str] | None = None):
+        """``withholding``: the graded chapter's references, withheld; ``graded``: the exercises whose tests
+        have run (the runner's set, which it fills), whose references may be released."""
         self.sandbox, self.limits = sandbox, limits
         self.deadline: float | None = None  # the notebook's; each request also has the cell limit
         self.requests = 0
         self.sent = SentObjects()  # the grader's objects and functions the student process has
+        self.release = Release(withholding, set() if graded is None else graded)
         self.ended_because: str | None = None
         to_student, from_grader = os.pipe()
         from_student, to_grader = os.pipe()
@@ -364,7 +409,8 @@ class StudentProcess:
             timeout = min(timeout, self.deadline - time.monotonic())
         deadline = time.monotonic() + max(timeout, 0.0)
         try:
-            write_frame(self.requests_fd, _dumps((number, request, self.sent.take_forgotten()), self.sent), deadline)
+            message = _dumps((number, request, self.sent.take_forgotten()), self.sent, self.release)
+            write_frame(self.requests_fd, message, deadline)
         except TimeoutError:
             kill(self.process)
             self.ended_because = "it stopped reading the grader's requests"
@@ -415,7 +461,7 @@ class StudentProcess:
         try:
             function, args, kwargs = call
             result = self.sent.callbacks[function](*args, **kwargs)
-            payload = _dumps((number, ("callback-result", "ok", result), []), self.sent)
+            payload = _dumps((number, ("callback-result", "ok", result), []), self.sent, self.release)
         except Exception as error:
             payload = _dumps((number, ("callback-result", "error", f"{type(error).__name__}: {safe_str(error)}"), []))
         try:
@@ -436,7 +482,8 @@ class StudentProcess:
         how = f"it was killed by signal {-code}" if code and code < 0 else f"it exited with status {code}"
         if code == -signal.SIGKILL:
             how += " (the memory limit, or a kill)"
-        self.ended_because = how
+        bound = self.sandbox.memory_bound
+        self.ended_because = how = (bound.take_exceeded() if bound is not None else None) or how
         return StudentProcessEnded(how)
 
     def _adopt(self, value):
@@ -462,6 +509,8 @@ class StudentProcess:
             return StudentTimeout(f"the time limit of {self.limits.cell_timeout:g} s per call was reached")
         if kind == "autograder.checks.framework.CheckFailed":
             error = CheckFailed(message)
+        elif kind == "autograder.stand_ins.ReferenceUnavailable":  # forged, it only costs the student
+            error = ReferenceUnavailable(message)
         elif kind in EXCEPTION_TYPES:
             args = info.get("args")
             plain = isinstance(args, tuple) and len(args) <= 4 and all(
@@ -490,7 +539,7 @@ class StudentProcess:
     def call(self, target: Remote, args: tuple, kwargs: dict, backward: bool = False):
         from autograder.checks.framework import forbidden_in_force
 
-        forbidden = [_portable(item) for item in forbidden_in_force()]
+        forbidden = [self.release.portable(item) for item in forbidden_in_force()]
         result = self.request("call", target._number, args, kwargs, forbidden, torch.is_grad_enabled(), backward)
         if not (isinstance(result, tuple) and len(result) == 2):
             raise self._unreadable(UnreadableReply("a call's reply that is not (result, changes)"))

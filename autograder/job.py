@@ -37,6 +37,7 @@ from autograder.results import (
 from autograder.runner import NotebookRun, Outcome, run_notebook
 from autograder.sanitize import inert_notebook
 from autograder.sandbox import SandboxOptions
+from autograder.stand_ins import Withholding
 from autograder.steps import CodeStep, SubmissionStep, TestStep
 from autograder.submissions import error_line, read_notebook
 
@@ -61,6 +62,7 @@ class Job:
     sandbox: SandboxOptions  # whether it is isolated, what it must hide and may read, its variables
     references: dict[str, Reference]  # the course's references.bib, for the feedback's citations
     copy_policy: str = WITHHOLD  # what a certain copy of the reference costs (autograder.results.COPY_POLICIES)
+    withholding: Withholding = Withholding()  # the chapter's references, which the student process does not get
 
 
 class StageTimeout(Exception):
@@ -164,8 +166,9 @@ def grade_job(job: Job) -> NotebookResult:
     run, problems, copies = None, {}, ()
     if notebook is not None:
         problems = test_cell_problems(notebook, chapter)
-        with job.sandbox.new_sandbox(job.limits, files=Path(job.chapter_files)) as sandbox:
-            run = run_notebook(steps_of(notebook, chapter), chapter, sandbox, job.limits, job.seed)
+        files, covers = Path(job.chapter_files), job.withholding.covers
+        with job.sandbox.new_sandbox(job.limits, files=files, covers=covers) as sandbox:
+            run = run_notebook(steps_of(notebook, chapter), chapter, sandbox, job.limits, job.seed, job.withholding)
         code = [cell.source for cell in notebook.cells if cell.cell_type == "code" and grade_id(cell) not in
                 {test.grade_id for test in chapter.tests}]
         copies = tuple(find_copies(code, chapter.exercises))

@@ -91,6 +91,10 @@ class OutputLayout:
         """The chapter's files other than its notebook, which each job's worker and sandbox start with."""
         return self.work / "files" / chapter
 
+    def stand_ins(self, chapter: str) -> Path:
+        """The files a sandbox of the chapter shows in place of its references (autograder.stand_ins)."""
+        return self.work / "stand-ins" / chapter
+
     @property
     def nbgrader_course(self) -> Path:
         return self.work / "course"

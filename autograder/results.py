@@ -13,6 +13,12 @@ the collector skipped (:class:`Skipped`), and the class's :class:`ClassResults`,
                     "feedback", "seconds": {...}}, ...],
      "skipped": [{"path", "student", "reason"}, ...]}
 
+``skipped`` holds at most ``MAX_SKIPPED_KEPT_PER_STUDENT`` entries per student (``student`` null counts
+as one), then one entry that counts the rest (:mod:`autograder.submissions`); a submission not graded
+because the same (student, chapter) was found in another layout comes first, with the one graded and
+the ``--prefer`` that would grade it instead. The summary lists ``MAX_SKIPPED_SHOWN_PER_STUDENT`` of
+each student's entries and how many more there are.
+
 ``seed`` is the run seed the notebook's hidden tests drew their inputs from (a regrade with it meets
 the same inputs). A (student, chapter) without a submission appears with ``origin`` null and every
 test ``missing`` (cause ``no submission``). A test's ``status`` is a :class:`Status`, and its ``cause``
@@ -34,7 +40,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 
-from autograder.bounds import SUMMARY_MESSAGE_CHARS
+from autograder.bounds import MAX_SKIPPED_SHOWN_PER_STUDENT, SUMMARY_MESSAGE_CHARS
 from autograder.output_layout import OutputLayout
 from autograder.wire import printable
 
@@ -63,10 +69,11 @@ class Cause(StrEnum):
     NOT_DEFINED = "not defined"  # the exercise is not defined in the notebook (renamed or deleted)
     NO_SUBMISSION = "no submission"  # a chapter the student did not hand in
     REFERENCE_COPY = "reference copy"  # passed, but its code is certainly the reference's (withheld)
+    REFERENCE_UNAVAILABLE = "reference unavailable"  # its code reached the reference, which the sandbox withholds
 
 
 CAUSES = {Status.ERROR: (Cause.BLANK, Cause.CRASH, Cause.UNREADABLE, Cause.GRADER_ERROR),
-          Status.MISSING: (Cause.NOT_DEFINED, Cause.NO_SUBMISSION), Status.FAILED: (Cause.REFERENCE_COPY,)}
+          Status.MISSING: (Cause.NOT_DEFINED, Cause.NO_SUBMISSION), Status.FAILED: (Cause.REFERENCE_COPY, Cause.REFERENCE_UNAVAILABLE)}
 
 # How sure the grader is that an exercise is the reference's code, and what the copy policy does.
 CERTAIN, SUSPECTED = "certain", "suspected"
@@ -217,7 +224,8 @@ class ClassResults:
         """Markdown: a warning when the students' code ran without the sandbox; per chapter the
         students, those who handed it in, the mean score, full marks and the exercises flagged; then one line per student and chapter (:meth:`NotebookResult.line`), the
         exercises flagged as copies of the reference, the students whose names look alike, and what
-        was skipped."""
+        was skipped, student by student: at most MAX_SKIPPED_SHOWN_PER_STUDENT entries each, then how
+        many more results.json holds."""
         by_chapter = defaultdict(list)
         for result in self.notebooks:
             by_chapter[result.chapter].append(result)
@@ -244,7 +252,15 @@ class ClassResults:
             lines += [f"- {_text(line)}" for line in self.look_alikes]
         if self.skipped:
             lines += ["", "Not graded:"]
-            lines += [f"- {_text(item.path)}: {_text(item.reason)}" for item in self.skipped]
+            by_student = defaultdict(list)
+            for item in self.skipped:
+                by_student[item.student].append(item)
+            for student, items in by_student.items():
+                shown, more = items[:MAX_SKIPPED_SHOWN_PER_STUDENT], len(items) - MAX_SKIPPED_SHOWN_PER_STUDENT
+                lines += [f"- {_text(item.path)}: {_text(item.reason)}" for item in shown]
+                if more > 0:
+                    whose = f" of {_text(student)}" if student else ""
+                    lines.append(f"- ... and {more:,} more{whose} (all in results.json)")
         return "\n".join(lines)
 
 

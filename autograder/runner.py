@@ -7,6 +7,11 @@ its own: the instructor code the tests need (:mod:`autograder.instructor_context
 and the exercises the cell uses, looked up in the student process as handles
 (:class:`autograder.grader_side.Remote`). Nothing else of the student's enters that namespace.
 
+The graded chapter's references are withheld from the student process (:mod:`autograder.stand_ins`);
+a check may release one into it only once the test of its exercise has run. So the tests run in the
+instructor's order: before a test, the tests that come before it in the instructor's notebook and
+have not run yet (a student who moved or deleted a test cell) run first.
+
 Before the tests run, the checks' inputs are seeded with the run's seed
 (:func:`autograder.checks.framework.use_run_seed`), which lives in the grader only: the student's
 code cannot compute the hidden cases ahead of time.
@@ -14,7 +19,8 @@ code cannot compute the hidden cases ahead of time.
 Each test cell's outcome is ``passed`` (no exception), ``failed`` (an assertion, e.g. a
 ``CheckFailed``), ``error`` (any other exception: ``NotImplementedError``, the memory limit, the
 student process ending), ``timeout`` or ``missing`` (the exercise it grades is not defined); an error's
-cause is ``blank`` (NotImplementedError) or ``crash`` (:class:`autograder.results.Status`,
+cause is ``blank`` (NotImplementedError) or ``crash``, and a failure's is ``reference unavailable``
+when the student's code reached the withheld reference (:class:`autograder.results.Status`,
 :data:`autograder.results.CAUSES`).
 """
 
@@ -32,6 +38,7 @@ from autograder.grader_side import StudentProcess, StudentProcessEnded, StudentT
 from autograder.instructor_context import free_names
 from autograder.results import Cause, Status
 from autograder.sandbox import Sandbox
+from autograder.stand_ins import ReferenceUnavailable, Withholding
 from autograder.steps import CodeStep, ContextStep, SubmissionStep, TestStep
 from autograder.wire import printable
 
@@ -58,8 +65,10 @@ class NotebookRun:
 class _Students:
     """The student process of one notebook, restarted (replaying the cells so far) when it ends."""
 
-    def __init__(self, sandbox: Sandbox, limits: Limits, deadline: float):
+    def __init__(self, sandbox: Sandbox, limits: Limits, deadline: float, withholding: Withholding):
         self.sandbox, self.limits, self.deadline = sandbox, limits, deadline
+        self.withholding = withholding
+        self.graded: set[str] = set()  # the exercises whose tests have run: their references may be released
         self.process: StudentProcess | None = None
         self.executed: list[str] = []
         self.restarts = 0
@@ -72,7 +81,7 @@ class _Students:
             if self.restarts == MAX_RESTARTS:
                 raise StudentProcessEnded(f"the Python process running your code ended {MAX_RESTARTS + 1} times")
             self.restarts += 1
-        self.process = StudentProcess(self.sandbox, self.limits)
+        self.process = StudentProcess(self.sandbox, self.limits, self.withholding, self.graded)
         self.process.deadline = self.deadline
         for source in self.executed:
             with contextlib.suppress(Exception, StudentTimeout, StudentProcessEnded):
@@ -182,10 +191,11 @@ class _CappedText(io.StringIO):
 
 
 def run_notebook(steps: list[SubmissionStep], chapter: Chapter, sandbox: Sandbox, limits: Limits,
-                 seed: int) -> NotebookRun:
+                 seed: int, withholding: Withholding = Withholding()) -> NotebookRun:
     """Run a submission: ``steps`` is the notebook in order, a :class:`CodeStep` for a code cell of the
     student's and a :class:`TestStep` where a test cell stands. A test of the chapter that the steps
-    do not place runs at the end."""
+    do not place runs at the end; a test runs after those that precede it in the instructor's notebook.
+    ``withholding``: the chapter's references, which the student process does not get."""
     from autograder.checks.framework import use_run_seed
     from bertlab.utils import seed_everything
 
@@ -193,7 +203,7 @@ def run_notebook(steps: list[SubmissionStep], chapter: Chapter, sandbox: Sandbox
     deadline = time.monotonic() + limits.notebook_timeout
     placed = {step.grade_id for step in steps if isinstance(step, TestStep)}
     steps = [*steps, *(TestStep(test.grade_id) for test in chapter.tests if test.grade_id not in placed)]
-    students = _Students(sandbox, limits, deadline)
+    students = _Students(sandbox, limits, deadline, withholding)
     tests = _TestCells(chapter, students)
     budget = cell_outputs.OutputBudget()
     run = NotebookRun()
@@ -204,13 +214,23 @@ def run_notebook(steps: list[SubmissionStep], chapter: Chapter, sandbox: Sandbox
                     raw = students.run_cell(step.source) if time.monotonic() < deadline else [
                         _error_output("Timeout", "not run: the notebook's time limit was reached")]
                     run.outputs[step.index] = cell_outputs.clean(raw, budget)
-                elif chapter.test(step.grade_id) is not None and step.grade_id not in run.outcomes:
-                    run.outcomes[step.grade_id] = tests.run(step.grade_id) if time.monotonic() < deadline else Outcome(
-                        Status.TIMEOUT, f"the time limit of the notebook ({limits.notebook_timeout:g} s) was reached")
+                elif chapter.test(step.grade_id) is not None:
+                    for test in _in_order(chapter, step.grade_id):
+                        if test.grade_id not in run.outcomes:
+                            run.outcomes[test.grade_id] = tests.run(test.grade_id) if time.monotonic() < deadline \
+                                else Outcome(Status.TIMEOUT, f"the time limit of the notebook "
+                                                             f"({limits.notebook_timeout:g} s) was reached")
+                            students.graded.add(test.exercise)
     finally:
         students.close()
     run.truncated = budget.exhausted
     return run
+
+
+def _in_order(chapter: Chapter, grade_id: str) -> list:
+    """The chapter's tests up to the one of ``grade_id``, in the instructor's order."""
+    tests = list(chapter.tests)
+    return tests[:tests.index(chapter.test(grade_id)) + 1]
 
 
 def _classify(error: BaseException, source: str, filename: str, exercise: str | None, output: str) -> Outcome:
@@ -224,6 +244,10 @@ def _classify(error: BaseException, source: str, filename: str, exercise: str | 
     if any(_is_memory_error(link) for link in _exception_chain(error)):
         return Outcome(Status.ERROR, "your code ran out of memory (the sandbox's memory limit was reached)", output,
                        Cause.CRASH)
+    unavailable = next((link for link in _exception_chain(error) if isinstance(link, ReferenceUnavailable)), None)
+    if unavailable is not None:
+        return Outcome(Status.FAILED, _cap(f"the reference was not available: {unavailable}"), output,
+                       Cause.REFERENCE_UNAVAILABLE)
     if isinstance(error, NameError) and exercise and f"'{exercise}'" in str(error):
         return Outcome(Status.MISSING, f"`{exercise}` is not defined in your notebook", output, Cause.NOT_DEFINED)
     if isinstance(error, NotImplementedError):

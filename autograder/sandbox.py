@@ -12,9 +12,10 @@ where namespaces work (Linux; :func:`isolation_available` tries it once), within
 
 - Files: the process sees a new root (``pivot_root``) holding read-only binds of the system
   (``/usr``, a few files of ``/etc``), the Python installation, the course packages (``bertlab``,
-  ``autograder``), ``/proc`` of its own PID namespace, ``/sys``, a handful of devices, and its
-  scratch space. ``solutions/``, the gradebook, the output and submission folders, other students'
-  files, ``$HOME`` and the rest of the machine do not exist in there.
+  ``autograder``; without their compiled copies, and with the graded chapter's references replaced
+  by stand-ins: :mod:`autograder.stand_ins`), ``/proc`` of its own PID namespace, ``/sys``, a
+  handful of devices, and its scratch space. ``solutions/``, the gradebook, the output and submission
+  folders, other students' files, ``$HOME`` and the rest of the machine do not exist in there.
 - Writes: only the scratch space, one memory file system (tmpfs) of ``Limits.scratch_mb`` and
   ``Limits.scratch_files`` files, mounted inside the sandbox as its working folder, ``$HOME``,
   ``/tmp`` and ``/dev/shm``; each file at most ``Limits.file_size_mb``. Nothing is written on the
@@ -77,7 +78,8 @@ from typing import NamedTuple
 
 if __name__ == "__main__":  # the sandbox's script (python -I -S): the course's packages are not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autograder.bounds import CPU_BURST, CPU_PERIOD, Limits  # noqa: E402 (after the line above)
+from autograder.bounds import CPU_BURST, CPU_PERIOD, MEMORY_MARGIN_MB, MEMORY_PERIOD, Limits  # noqa: E402
+from autograder.stand_ins import compiled_copies  # noqa: E402
 
 # Files of /etc that programs need (dynamic linker, user names, fonts, time zone); not shadow files.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "hosts",
@@ -104,10 +106,11 @@ class SandboxOptions:
     share: tuple[Path, ...] = ()  # folders it may read (a dataset), bound read-only
     variables: Mapping[str, str] = field(default_factory=dict)  # added to its environment
 
-    def new_sandbox(self, limits: Limits, files: Path | None = None) -> "Sandbox":
-        """A sandbox with these options, ``limits`` and the ``files`` its working folder starts with."""
+    def new_sandbox(self, limits: Limits, files: Path | None = None, covers: tuple = ()) -> "Sandbox":
+        """A sandbox with these options, ``limits``, the ``files`` its working folder starts with and the
+        files of the course's packages it shows in place of others (``covers``)."""
         return Sandbox(limits, files=files, hide=self.hide, share=self.share, variables=self.variables,
-                       isolate=self.isolate)
+                       isolate=self.isolate, covers=covers)
 
 
 class Sandbox:
@@ -118,12 +121,16 @@ class Sandbox:
     the files put in ``work`` before the first process starts. ``hide`` lists paths that must stay
     invisible even if they lie inside something the sandbox binds (the course's ``solutions/``, the
     output folder): they are covered by empty file systems. ``share`` lists folders the code may read
-    (a dataset), bound read-only; ``variables`` adds to its environment. Use as a context manager:
+    (a dataset), bound read-only; ``variables`` adds to its environment. ``covers`` lists files of the
+    course's packages and what the sandbox shows in their place (:class:`autograder.stand_ins.Cover`:
+    the graded chapter's references withheld); the compiled copies of those packages (``__pycache__``)
+    are always hidden. Use as a context manager:
     leaving it kills every process it started and deletes its folders and cgroup.
     """
 
     def __init__(self, limits: Limits = Limits(), *, files: Path | None = None, hide: tuple[Path, ...] = (),
-                 share: tuple[Path, ...] = (), variables: dict[str, str] | None = None, isolate: bool | None = None):
+                 share: tuple[Path, ...] = (), variables: dict[str, str] | None = None, isolate: bool | None = None,
+                 covers: tuple = ()):
         self.limits = limits
         self.share = tuple(str(Path(path).resolve()) for path in share)
         self.variables = dict(variables or {})
@@ -137,13 +144,17 @@ class Sandbox:
             self.stage = Path(files)
         elif files is not None:  # the working folder itself, on disk
             shutil.copytree(files, self.work, dirs_exist_ok=True)
-        self.hide = tuple(str(Path(path).resolve()) for path in hide)
+        compiled = compiled_copies(_package_directories()) if self.isolated else []
+        self.hide = tuple(str(Path(path).resolve()) for path in [*hide, *compiled])
+        self.covers = tuple([str(Path(cover.target).resolve()), str(Path(cover.source).resolve())] for cover in covers)
         self.uid = student_uid() if self.isolated and os.geteuid() == 0 else None
         bounds = resource_bounds()
         self.cgroup = _Cgroup(bounds, limits) if bounds.cgroup is not None else None
         self.processes: list[subprocess.Popen] = []
-        self.cpu_share = (None if bounds.cpu_max else
-                          CpuShare(lambda: [process.pid for process in self.processes], limits.threads))
+        roots = lambda: [process.pid for process in self.processes]  # noqa: E731
+        self.cpu_share = None if bounds.cpu_max else CpuShare(roots, limits.threads)
+        self.memory_bound = (None if bounds.cgroup is not None else
+                             MemoryBound(roots, limits.memory_mb, limits.scratch_mb if self.isolated else None))
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -159,7 +170,8 @@ class Sandbox:
             "workdir": WORK if self.isolated else str(self.work),
             "home": HOME,
             "uid": self.uid,
-            "plan": _mount_plan(self.share) if self.isolated else [],
+            "plan": [*_mount_plan(self.share), *(["cover", *cover] for cover in self.covers)] if self.isolated
+                    else [],
             "hide": list(self.hide),
             "limits": asdict(self.limits),
         }
@@ -207,8 +219,9 @@ class Sandbox:
             self.command(argv), cwd=self.work, env=self.environment(), start_new_session=True, **popen_kwargs
         )
         self.processes.append(process)
-        if self.cpu_share is not None:
-            self.cpu_share.start()
+        for watch in (self.cpu_share, self.memory_bound):
+            if watch is not None:
+                watch.start()
         return process
 
     def run(self, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
@@ -222,8 +235,9 @@ class Sandbox:
         return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
     def close(self) -> None:
-        if self.cpu_share is not None:
-            self.cpu_share.stop()
+        for watch in (self.cpu_share, self.memory_bound):
+            if watch is not None:
+                watch.stop()
         for process in self.processes:
             kill(process)
         self.processes.clear()
@@ -313,8 +327,10 @@ class Bounds:
         root = " (the student's code runs as an unprivileged host user)" if os.geteuid() == 0 else ""
         return (f"per-process limits, since {self.reason}: {limits.memory_mb} MB of address space per process "
                 f"(RLIMIT_AS), {limits.processes} processes and threads (RLIMIT_NPROC){root}, "
-                f"{limits.open_files} open files; memfd_create and System V shared memory refused; at most "
-                f"{limits.processes} x {limits.memory_mb} MB in all, and the {limits.scratch_mb} MB scratch space{cpu}")
+                f"{limits.open_files} open files; memfd_create and System V shared memory refused; and "
+                f"{limits.memory_mb} MB for all the processes of a submission and its scratch space together, by the "
+                f"grader, which kills them past it (looking every {MEMORY_PERIOD:g} s: up to {MEMORY_MARGIN_MB} MB "
+                f"more between two looks){cpu}")
 
 
 @functools.cache
@@ -381,27 +397,17 @@ class _Cgroup:
 # --------------------------------------------------------------------------------------------------
 
 
-class CpuShare:
-    """Holds the processes of a sandbox to ``cores`` cores on average, as cgroup v2's ``cpu.max`` would.
+class _Watch:
+    """A thread of the grader that looks at every process of a sandbox each ``period`` seconds (:meth:`look`)
+    and, when stopped, lets go of them (:meth:`finish`). In a PID namespace every process of the sandbox
+    descends from its first ones (``roots()``), whatever sessions it makes."""
 
-    A thread of the grader looks every :data:`CPU_PERIOD` seconds at the CPU time of every process
-    descended from ``roots()`` (the sandbox's first processes; in a PID namespace every process of the
-    sandbox descends from them, whatever sessions it makes). Time is credit: ``cores`` seconds per
-    second, at most :data:`CPU_BURST` seconds' worth banked. While the processes have used more than
-    their credit they are all stopped (SIGSTOP, which no process can catch) and continued once the
-    credit is back. A process that lives shorter than one look is counted when its parent reaps it
-    (the parent's reaped children's time grows by the child's); of a process that was seen and then
-    reaped, that growth is counted less what was counted of it already (:func:`cpu_used`). A process
-    whose parent ignores SIGCHLD is reaped by the kernel, which adds its time to no process: of one
-    that lives shorter than a look, nothing is counted (cgroup v2's ``cpu.max`` has no such gap).
-    """
+    period = CPU_PERIOD
 
-    def __init__(self, roots, cores: float):
-        self.roots, self.cores = roots, cores
-        self.stopped_seconds = 0.0  # how long the processes were held, in all
-        self.counted_seconds = 0.0  # the CPU time of the processes counted against their share, in all
+    def __init__(self, roots):
+        self.roots = roots
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="cpu-share", daemon=True)
+        self._thread = threading.Thread(target=self._watch, name=type(self).__name__, daemon=True)
 
     def start(self) -> None:
         if not self._thread.is_alive() and not self._done.is_set():
@@ -413,25 +419,121 @@ class CpuShare:
             self._thread.join()
 
     def _watch(self) -> None:
-        credit, seen, held = self.cores * CPU_BURST, {}, []
-        before = time.monotonic()
-        while not self._done.wait(CPU_PERIOD):
-            now = time.monotonic()
-            times = cpu_times(descendants(self.roots()))
-            used = cpu_used(seen, times)
-            self.counted_seconds += used
-            seen = times
-            credit = min(self.cores * CPU_BURST, credit + self.cores * (now - before)) - used
-            if held:
-                self.stopped_seconds += now - before
-            before = now
-            if credit < 0:
-                held = list(times)
-                _signal_all(held, signal.SIGSTOP)
-            elif held:
-                _signal_all(held, signal.SIGCONT)
-                held = []
-        _signal_all(held, signal.SIGCONT)
+        while not self._done.wait(self.period):
+            self.look(descendants(self.roots()))
+        self.finish()
+
+    def look(self, pids: list[int]) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        pass
+
+
+class CpuShare(_Watch):
+    """Holds the processes of a sandbox to ``cores`` cores on average, as cgroup v2's ``cpu.max`` would.
+
+    It looks every :data:`CPU_PERIOD` seconds at the CPU time of every process of the sandbox. Time is
+    credit: ``cores`` seconds per second, at most :data:`CPU_BURST` seconds' worth banked. While the
+    processes have used more than their credit they are all stopped (SIGSTOP, which no process can
+    catch), stopped again at every look (a process that escaped counts what it used), and continued
+    once the credit is back; no process may signal them all at once (``kill(-1, ...)`` is refused).
+    A process that lives shorter than one look is counted when its parent reaps it (the parent's
+    reaped children's time grows by the child's); of a process that was seen and then reaped, that
+    growth is counted less what was counted of it already (:func:`cpu_used`). No process of the
+    sandbox may have the kernel reap its children (a new disposition of SIGCHLD is refused), which
+    would add their time to no process; an orphan goes to the first process of the namespace, which
+    reaps it or keeps it as a zombie, whose time is in /proc.
+    """
+
+    def __init__(self, roots, cores: float):
+        super().__init__(roots)
+        self.cores = cores
+        self.stopped_seconds = 0.0  # how long the processes were held, in all
+        self.counted_seconds = 0.0  # the CPU time of the processes counted against their share, in all
+        self._credit, self._seen, self._held = cores * CPU_BURST, {}, []
+        self._before = time.monotonic()
+
+    def look(self, pids: list[int]) -> None:
+        now = time.monotonic()
+        times = cpu_times(pids)
+        used = cpu_used(self._seen, times)
+        self.counted_seconds += used
+        self._seen = times
+        self._credit = min(self.cores * CPU_BURST, self._credit + self.cores * (now - self._before)) - used
+        if self._held:
+            self.stopped_seconds += now - self._before
+        self._before = now
+        if self._credit < 0:
+            self._held = list(times)
+            _signal_all(self._held, signal.SIGSTOP)
+        elif self._held:
+            _signal_all(self._held, signal.SIGCONT)
+            self._held = []
+
+    def finish(self) -> None:
+        _signal_all(self._held, signal.SIGCONT)
+
+
+class MemoryBound(_Watch):
+    """Holds all the processes of a sandbox, with its scratch space, under ``memory_mb``, where no cgroup does.
+
+    It looks every :data:`MEMORY_PERIOD` seconds: the proportional set size of every process (a page
+    that n processes share counts 1/n for each, so forked children are not counted twice; the resident
+    size where that cannot be read) and what the sandbox's scratch space holds (a memory file system,
+    its ``/tmp`` and ``/dev/shm``, which no process's size counts). Over ``memory_mb``, every process is
+    killed, and :meth:`take_exceeded` says why. The processes can exceed it by what they allocate
+    between two looks (:data:`MEMORY_MARGIN_MB`, measured by ``tests/test_sandbox.py``).
+    """
+
+    period = MEMORY_PERIOD
+
+    def __init__(self, roots, memory_mb: int, scratch_mb: int | None):
+        super().__init__(roots)
+        self.limit = memory_mb * 2**20
+        self.scratch_bytes = scratch_mb * 2**20 if scratch_mb is not None else None  # its size: how it is told
+        self.peak = 0  # the most it saw held, in bytes
+        self._exceeded: str | None = None
+
+    def look(self, pids: list[int]) -> None:
+        held = sum(map(_proportional_size, pids)) + self._scratch_used(pids)
+        self.peak = max(self.peak, held)
+        if held > self.limit:
+            self._exceeded = (f"it ran out of memory: its processes and its scratch space held {held / 2**20:,.0f} MB "
+                              f"together, more than the limit of {self.limit / 2**20:,.0f} MB (--memory)")
+            _signal_all(pids, signal.SIGKILL)
+
+    def take_exceeded(self) -> str | None:
+        """Why the processes were killed, if this bound killed them since the last call."""
+        exceeded, self._exceeded = self._exceeded, None
+        return exceeded
+
+    def _scratch_used(self, pids: list[int]) -> int:
+        """The bytes held by the scratch space, as its processes see its /tmp (one memory file system)."""
+        if self.scratch_bytes is None:
+            return 0
+        for pid in reversed(pids):  # the last ones live in the sandbox's root
+            try:
+                found = os.statvfs(f"/proc/{pid}/root/tmp")
+            except OSError:
+                continue
+            if found.f_blocks * found.f_frsize == self.scratch_bytes:
+                return (found.f_blocks - found.f_bfree) * found.f_frsize
+        return 0
+
+
+def _proportional_size(pid: int) -> int:
+    """A process's proportional set size in bytes (its resident size where that cannot be read; 0 when gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _signal_all(pids: list[int], number: int) -> None:
@@ -586,10 +688,35 @@ def _import_path() -> str:
 # --------------------------------------------------------------------------------------------------
 
 _SYSCALLS = {
-    "x86_64": {"pivot_root": 155, "mount_setattr": 442, "memfd_create": 319, "shmget": 29, "msgget": 68},
-    "aarch64": {"pivot_root": 41, "mount_setattr": 442, "memfd_create": 279, "shmget": 194, "msgget": 186},
+    "x86_64": {"pivot_root": 155, "mount_setattr": 442, "memfd_create": 319, "shmget": 29, "msgget": 68,
+               "rt_sigaction": 13, "kill": 62},
+    "aarch64": {"pivot_root": 41, "mount_setattr": 442, "memfd_create": 279, "shmget": 194, "msgget": 186,
+                "rt_sigaction": 134, "kill": 129},
 }
-REFUSED_SYSTEM_CALLS = ("memfd_create", "shmget", "msgget")  # memory that no limit of a process counts
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A system call the sandbox refuses (EPERM): always, or when its arguments match.
+
+    ``equal`` holds (argument, value) pairs that must all hold (compared on the argument's low 32
+    bits, an ``int`` of C); ``nonzero`` is an argument (a pointer) that must not be NULL."""
+
+    name: str
+    equal: tuple[tuple[int, int], ...] = ()
+    nonzero: int | None = None
+
+
+SIGCHLD = 17  # on x86_64 and aarch64
+REFUSALS = (
+    # memory that no limit of a process counts
+    Refusal("memfd_create"), Refusal("shmget"), Refusal("msgget"),
+    # a new disposition of SIGCHLD (SIG_IGN, SA_NOCLDWAIT): children reaped by the kernel add their CPU
+    # time to no process, and would escape the CPU share (CpuShare); asking the disposition is allowed
+    Refusal("rt_sigaction", equal=((0, SIGCHLD),), nonzero=1),
+    # kill(-1, ...): every process the caller may signal at once (a SIGCONT that lifts the CPU share)
+    Refusal("kill", equal=((0, 0xFFFFFFFF),)),
+)
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 0x1, 0x2, 0x4, 0x1000, 0x4000
 MNT_DETACH, AT_RECURSIVE = 0x2, 0x8000
@@ -643,21 +770,45 @@ class _Kernel:
     def unshare(self, flags: int) -> None:
         self._check(self.libc.unshare(flags), "unshare")
 
-    def refuse(self, names: tuple[str, ...]) -> None:
-        """A seccomp filter: the system calls ``names`` fail with EPERM (and so do the x32 ones of
-        x86_64); a system call of another architecture kills the process."""
-        load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
-        refused = [self.numbers[name] for name in names]
-        checks = [(at_least, 0x40000000)] if self.machine == "x86_64" else []
-        checks += [(equal, number) for number in refused]
-        program = [(load, 0, 0, 4), (equal, 1, 0, AUDIT_ARCH[self.machine]), (give, 0, 0, 0x80000000), (load, 0, 0, 0)]
-        program += [(code, len(checks) - index, 0, value) for index, (code, value) in enumerate(checks)]
-        program += [(give, 0, 0, 0x7FFF0000), (give, 0, 0, 0x00050000 | 1)]  # allow; ERRNO(EPERM)
+    def refuse(self, refusals: tuple[Refusal, ...]) -> None:
+        """A seccomp filter: the system calls of ``refusals`` fail with EPERM where their arguments
+        match (and so do the x32 ones of x86_64); a system call of another architecture kills the process."""
+        program = _filter_program(self.machine, self.numbers, refusals)
         filters = (_SocketFilter * len(program))(*(_SocketFilter(*instruction) for instruction in program))
         zero, one = ctypes.c_ulong(0), ctypes.c_ulong(1)
         self._check(self.libc.prctl(PR_SET_NO_NEW_PRIVS, one, zero, zero, zero), "no_new_privs")
         self._check(self.libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER),
                                     ctypes.byref(_FilterProgram(len(program), filters)), zero, zero), "seccomp")
+
+
+def _filter_program(machine: str, numbers: dict[str, int], refusals: tuple[Refusal, ...]) -> list[tuple]:
+    """The BPF program of :meth:`_Kernel.refuse`, as (code, jump if true, jump if false, value)."""
+    load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
+    allow, refuse, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000  # RET values: ALLOW, ERRNO(EPERM), KILL
+
+    def low(argument: int) -> int:  # where seccomp_data holds the low 32 bits of an argument (little-endian)
+        return 16 + 8 * argument
+
+    # Jumps name labels ("deny", or the end of a rule), made relative below.
+    program: list[tuple] = [(load, 0, 0, 4), (equal, 1, 0, AUDIT_ARCH[machine]), (give, 0, 0, kill)]
+    if machine == "x86_64":
+        program += [(load, 0, 0, 0), (at_least, "deny", 0, 0x40000000)]
+    labels = {}
+    for index, refusal in enumerate(refusals):
+        end = f"rule {index}"
+        program += [(load, 0, 0, 0), (equal, 0, end, numbers[refusal.name])]
+        for argument, value in refusal.equal:
+            program += [(load, 0, 0, low(argument)), (equal, 0, end, value)]
+        if refusal.nonzero is not None:
+            program += [(load, 0, 0, low(refusal.nonzero)), (equal, 0, "deny", 0),
+                        (load, 0, 0, low(refusal.nonzero) + 4), (equal, end, 0, 0)]
+        program += [(give, 0, 0, refuse)]
+        labels[end] = len(program)
+    program += [(give, 0, 0, allow)]
+    labels["deny"] = len(program)
+    program += [(give, 0, 0, refuse)]
+    return [(code, *(labels[jump] - position - 1 if isinstance(jump, str) else jump for jump in (true, false)), value)
+            for position, (code, true, false, value) in enumerate(program)]
 
 
 def _scratch_space(kernel: _Kernel, new_root: str, config: dict) -> list[str]:
@@ -699,6 +850,9 @@ def _build_root(config: dict) -> None:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.symlink(argument, target)
             continue
+        if kind == "cover":  # a file of a package bound above, shown as another
+            kernel.mount(argument, target, None, MS_BIND)
+            continue
         if os.path.isdir(path):
             os.makedirs(target, exist_ok=True)
         else:
@@ -727,7 +881,7 @@ def _build_root(config: dict) -> None:
     # Read-only, and locked so: root-owned files such as /proc/sysrq-trigger are the sandbox's own
     # files as far as permissions go (it runs as the grading user, mapped).
     kernel.set_attributes("/proc", MOUNT_ATTR_RDONLY, 0, recursive=True)
-    kernel.refuse(REFUSED_SYSTEM_CALLS)
+    kernel.refuse(REFUSALS)
     if config["uid"] is not None:  # root: become a user of its own, without capabilities
         os.setgroups([])
         os.setresgid(config["uid"], config["uid"], config["uid"])

@@ -134,6 +134,7 @@ class _Server:
         self.received = _ReceivedObjects()
         self.requests_fd, self.replies_fd = requests_fd, replies_fd
         self.serving: list[int] = []  # the requests being answered, innermost last
+        self.released_modules: dict[str, types.ModuleType] = {}  # by the digest of their source
         # Taken before any student code runs, which could replace the module's attributes.
         self.forbidden_calls = framework.forbidden_calls
         self.with_dependencies = framework.with_dependencies
@@ -185,9 +186,24 @@ class _Server:
             return [self.encode(item, depth + 1) for item in itertools.islice(value, MAX_LIST_ITEMS)]
         return self.handle(value)
 
-    def decode_persistent(self, reference: tuple[str, int]):
-        kind, number = reference
-        return self.objects[number] if kind == "remote" else _GraderFunction(self, number)
+    def decode_persistent(self, reference: tuple):
+        kind, *rest = reference
+        if kind == "released":
+            return self.released(*rest)
+        return self.objects[rest[0]] if kind == "remote" else _GraderFunction(self, rest[0])
+
+    def released(self, module: str, qualname: str, digest: str, source: str | None):
+        """A reference the grader released (:mod:`autograder.stand_ins`): from its module's source, run once
+        into a module object of its own (``sys.modules`` keeps the stand-ins)."""
+        if digest not in self.released_modules:
+            namespace = types.ModuleType(module)
+            namespace.__dict__["__builtins__"] = __builtins__
+            exec(compile(source, f"<{module}, released by the grader>", "exec"), namespace.__dict__)
+            self.released_modules[digest] = namespace
+        found = self.released_modules[digest]
+        for part in qualname.split("."):
+            found = getattr(found, part)
+        return found
 
     def receive(self):
         """The next message from the grader, (number, request), or None at the end."""

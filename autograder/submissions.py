@@ -2,11 +2,13 @@
 
 :func:`collect_submissions` reads a folder laid out as nbgrader collects it
 (``<student>/<chapter>/<notebook>.ipynb`` and its ``timestamp.txt``), or as ``<chapter>/<student>.ipynb``,
-or holding zip files and notebooks named by student (``alice.zip``, ``alice.ipynb``). A notebook's
-chapter comes from its path, else from its graded cells; a student's name becomes a safe id
-(:func:`student_id`); of several submissions for one (student, chapter) the newest readable one
-counts. What cannot be graded (not JSON, another chapter's notebook, too large) is kept with the
-reason, to be graded as such.
+or holding zip files and notebooks named by student (``alice.zip``, ``alice.ipynb``): three layouts
+(:class:`Layout`), each naming a submission's student its own way. A notebook's chapter comes from its
+path, else from its graded cells; a student's name becomes a safe id (:func:`student_id`); of several
+submissions for one (student, chapter) in one layout the newest readable one counts, and of several
+layouts the one the instructor prefers (the student's own folder by default), the others reported: a
+file named after a student elsewhere never replaces their own folder unnoticed. What cannot be graded
+(not JSON, another chapter's notebook, too large) is kept with the reason, to be graded as such.
 
 It trusts nothing in the folder, and no one file stops the collection of the others:
 
@@ -23,12 +25,13 @@ It trusts nothing in the folder, and no one file stops the collection of the oth
   member by member, at most ``MAX_ZIP_MEMBERS`` members, and only when its list of members is at most
   ``MAX_ZIP_DIRECTORY_BYTES`` (:func:`_open_zip`); nested zips are not opened. A member is known by its
   place in the zip file, not by its name, which two members may share.
-- Folders are walked ``MAX_FOLDER_DEPTH`` levels deep and ``MAX_ENTRIES`` entries per student
-  (these bounds are in :mod:`autograder.bounds`).
+- Folders are walked ``MAX_FOLDER_DEPTH`` levels deep and ``MAX_ENTRIES`` entries per student, and
+  at most ``MAX_SKIPPED_KEPT_PER_STUDENT`` skipped entries are kept per student, the rest counted in
+  one more (these bounds are in :mod:`autograder.bounds`).
 - Every name it gives out (origins, skipped paths, notes) is printable and encodable as UTF-8: a byte
   of a file name that is not UTF-8 is written ``\\xff``, a control character escaped. Two names never
   share an id (:func:`collect_submissions`); :func:`look_alike_names` tells the instructor about
-  names that differ only by letters that look alike.
+  names that differ only by letters that look alike, width, case, accents or padding.
 - nbgrader's ``timestamp.txt`` counts only when it is a date no later than a day from now; else the
   file's modification time counts, and a note says why.
 
@@ -51,12 +54,13 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from enum import StrEnum
 from pathlib import Path
 from typing import NamedTuple
 
 from autograder.bounds import (
-    MAX_CELLS, MAX_ENTRIES, MAX_FOLDER_DEPTH, MAX_NAME_CHARS, MAX_NOTEBOOK_BYTES, MAX_REASON_CHARS, MAX_STUDENT_BYTES,
-    MAX_ZIP_DIRECTORY_BYTES, MAX_ZIP_MEMBERS, TIMESTAMP_SLACK)
+    MAX_CELLS, MAX_ENTRIES, MAX_FOLDER_DEPTH, MAX_NAME_CHARS, MAX_NOTEBOOK_BYTES, MAX_REASON_CHARS,
+    MAX_SKIPPED_KEPT_PER_STUDENT, MAX_STUDENT_BYTES, MAX_ZIP_DIRECTORY_BYTES, MAX_ZIP_MEMBERS, TIMESTAMP_SLACK)
 from autograder.chapters import Chapter
 from autograder.course import GradingError, grade_id
 from autograder.results import Skipped
@@ -81,6 +85,23 @@ LOOK_ALIKE_LETTERS = str.maketrans({look_alike: latin for latin, look_alikes in 
     "S": "Ѕ", "T": "ТΤ", "X": "ХΧ", "Y": "УΥ", "Z": "Ζ"}.items() for look_alike in look_alikes})
 
 
+class Layout(StrEnum):
+    """How SUBMISSIONS names a submission's student, from the most specific to the least: the student's
+    own folder (``<student>/...``, nbgrader's ``<student>/<chapter>/<notebook>.ipynb``), a file or folder
+    in a chapter's folder (``<chapter>/<student>.ipynb``, ``<chapter>/<student>/...``), or a file at its
+    top (``<student>.ipynb``, ``<student>.zip``). The value is the name ``autograder grade --prefer`` takes."""
+
+    STUDENT_FOLDERS = "student-folders"
+    CHAPTER_FOLDERS = "chapter-folders"
+    FILES = "files"
+
+    @property
+    def place(self) -> str:
+        """Where a submission of this layout is, in words."""
+        return {Layout.STUDENT_FOLDERS: "the student's own folder", Layout.CHAPTER_FOLDERS: "a chapter's folder",
+                Layout.FILES: "a file named by the student"}[self]
+
+
 class ZipMember(NamedTuple):
     """A member of a zip file: its place in the zip file's list of members, and its name."""
 
@@ -92,7 +113,9 @@ class ZipMember(NamedTuple):
 class Submission:
     """One notebook of one student for one chapter, as found in SUBMISSIONS (its bytes stay there)."""
 
-    student: str
+    student: str  # the id of the student's name (student_id)
+    name: str  # the student's name as found (a folder's, a file's), raw: given out only escaped (look_alike_names)
+    layout: Layout  # how SUBMISSIONS named the student
     chapter: str  # UNKNOWN_CHAPTER when it cannot be told
     origin: str  # where it came from, relative to SUBMISSIONS (a zip member after a colon), printable
     path: Path  # the notebook, or the zip file that holds it
@@ -101,6 +124,7 @@ class Submission:
     timestamp: datetime
     problem: str | None = None  # why it cannot be graded as a notebook of that chapter
     notes: list[str] = field(default_factory=list)
+    passed_over: list[str] = field(default_factory=list)  # the origins of other layouts not graded for this one
 
     def read(self) -> bytes:
         """The submission's bytes, as they were when collected (GradingError if they changed or cannot be read)."""
@@ -119,13 +143,20 @@ class Submission:
         return Path(self.member.name if self.member is not None else self.path.name).name
 
 
+def _cleaned(name: str) -> str:
+    """A name as its id keeps it: NFKC-folded (fullwidth letters as ASCII ones), each run of characters
+    other than letters, digits, '.', '_' and '-' (spaces, slashes) as '_', without '.', '_' and '-' at
+    its ends, at most 64 characters."""
+    return re.sub(r"[^\w.-]+", "_", unicodedata.normalize("NFKC", name)).strip("._-")[:64] or "student"
+
+
 def student_id(name: str) -> str:
-    """A safe gradebook id for a student's name: letters, digits, '.', '_' and '-'.
+    """A safe gradebook id for a student's name: letters, digits, '.', '_' and '-' (:func:`_cleaned`).
 
     A name that had to change gets a short hash of itself (``-`` and 6 hex digits); that ending is
     reserved, so a name that already ends so gets a hash too, and no name is kept as another's id.
     """
-    cleaned = re.sub(r"[^\w.-]+", "_", unicodedata.normalize("NFKC", name)).strip("._-")[:64] or "student"
+    cleaned = _cleaned(name)
     if cleaned == name and not ID_SUFFIX.search(name):
         return cleaned
     return f"{cleaned}-{hashlib.sha1(name.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
@@ -152,23 +183,36 @@ def error_line(error: BaseException, limit: int = MAX_REASON_CHARS) -> str:
     return _shown(f"{kind}: {message}" if message else kind, limit)
 
 
-def _skeleton(identifier: str) -> str:
-    """What an id looks like: without its hash, accents, case, and with look-alike letters as Latin ones."""
-    decomposed = unicodedata.normalize("NFKD", ID_SUFFIX.sub("", identifier))
+def _skeleton(name: str) -> str:
+    """What a student's name looks like: as its id cleans it (:func:`_cleaned`: NFKC-folded, padding and
+    dots trimmed), without accents or case, and with look-alike letters as the Latin ones."""
+    decomposed = unicodedata.normalize("NFKD", _cleaned(name))
     bare = "".join(character for character in decomposed if not unicodedata.combining(character))
     return bare.translate(LOOK_ALIKE_LETTERS).casefold()
 
 
+def _plain(name: str) -> bool:
+    """Whether a name is ASCII and its own id: nothing in it was cleaned or can pass for another letter."""
+    return name.isascii() and student_id(name) == name
+
+
 def look_alike_names(submissions: list[Submission]) -> list[str]:
-    """One line per group of students whose names differ but look alike, one of them with a letter that
-    is not ASCII (``аlice``, with a Cyrillic а, beside ``alice``): for the instructor to check that they
-    are different students. Letters that are not ASCII are written as their code (``\\u0430lice``)."""
+    """One line per group of students whose names differ but look alike once folded (:func:`_skeleton`),
+    one of them not :func:`_plain` (``аlice`` with a Cyrillic а, ``ｈｏｎｅｓｔ``, ``．．／honest`` or ``honest ``
+    beside ``honest``): for the instructor to check that they are different students. Plain names that
+    differ only in case (``Alice``, ``alice``) are not listed: they read apart. Each student is written as
+    their id, then the name as found when it is not the id; what is not ASCII as its code (``\\u0430lice``)."""
     groups = defaultdict(set)
     for submission in submissions:
-        groups[_skeleton(submission.student)].add(submission.student)
-    return sorted("students whose names look alike: " + ", ".join(name.encode("ascii", "backslashreplace").decode()
-                                                                 for name in sorted(names))
-                  for names in groups.values() if len(names) > 1 and not all(name.isascii() for name in names))
+        groups[_skeleton(submission.name)].add((submission.student, submission.name))
+    return sorted("students whose names look alike: " + ", ".join(_as_ascii(*student) for student in sorted(group))
+                  for group in groups.values() if len(group) > 1 and not all(_plain(name) for _, name in group))
+
+
+def _as_ascii(student: str, name: str) -> str:
+    """A student's id, and their name as found when it is not the id, in ASCII (``honest-3f9a2c ('honest ')``)."""
+    shown = student if name == student else f"{student} ('{_shown(name)}')"
+    return shown.encode("ascii", "backslashreplace").decode()
 
 
 def _text(text: str) -> str:
@@ -389,6 +433,7 @@ def _member_ignored_because(info: zipfile.ZipInfo) -> str | None:
 class _Place:
     """What a file's place in SUBMISSIONS tells about it."""
 
+    layout: Layout  # how the place names the student
     student: str  # the name as found (a folder's, a file's), not yet an id
     chapter: str | None  # the chapter the path names, if it names one
     stamp: datetime | None = None  # when it was handed in (nbgrader's timestamp.txt, else the file's time)
@@ -404,6 +449,8 @@ class _Collector:
         self.skipped: list[Skipped] = []
         self.names: dict[str, str] = {}  # id -> the first name met that has it
         self.bytes_read: dict[str, int] = defaultdict(int)  # by student's name
+        self.kept: dict[str | None, int] = defaultdict(int)  # skipped entries kept, by student's id
+        self.not_kept: dict[str | None, tuple[str, int]] = {}  # by student's id: the first not kept, and how many
 
     def origin(self, path: Path) -> str:
         return _shown(str(path.relative_to(self.root)))
@@ -415,8 +462,24 @@ class _Collector:
         return identifier, (first if first != student else None)
 
     def skip(self, origin: str, reason: str, student: str | None) -> None:
+        """``origin`` is not graded, for ``reason``; past MAX_SKIPPED_KEPT_PER_STUDENT entries of one
+        student, it is only counted (:meth:`count_not_kept`)."""
         identifier, other = self.identify(student) if student else (None, None)
-        self.skipped.append(Skipped(origin, reason, identifier if other is None else None))
+        key = identifier if other is None else None
+        if self.kept[key] < MAX_SKIPPED_KEPT_PER_STUDENT:
+            self.kept[key] += 1
+            self.skipped.append(Skipped(origin, reason, key))
+        else:
+            first, count = self.not_kept.get(key, (origin, 0))
+            self.not_kept[key] = first, count + 1
+
+    def count_not_kept(self) -> None:
+        """One more skipped entry per student who had more than MAX_SKIPPED_KEPT_PER_STUDENT: the first one
+        not kept, with how many were not."""
+        for student, (first, count) in self.not_kept.items():
+            self.skipped.append(Skipped(first, f"this entry and {count - 1:,} more of this student met after it were "
+                                               f"not graded and are not listed (at most "
+                                               f"{MAX_SKIPPED_KEPT_PER_STUDENT:,} are listed per student)", student))
 
     @contextlib.contextmanager
     def reported(self, origin: str, student: str | None):
@@ -464,8 +527,8 @@ class _Collector:
         notebook, problem = read_notebook(data) if problem is None else (None, problem)
         chapter, problem = self.chapter_of(notebook, place.chapter, problem)
         path, member = location
-        submission = Submission(identifier, chapter, origin, path, member, hashlib.sha256(data).hexdigest(),
-                                place.stamp, problem, list(place.notes))
+        submission = Submission(identifier, place.student, place.layout, chapter, origin, path, member,
+                                hashlib.sha256(data).hexdigest(), place.stamp, problem, list(place.notes))
         if identifier != place.student:
             submission.notes.append(f"the name '{_shown(place.student)}' is graded as '{identifier}'")
         named = _chapter_of_name([submission.file_name], self.chapters)
@@ -581,7 +644,7 @@ class _Collector:
             chapter = parts[0] if len(parts) > 1 and parts[0] in self.chapters else None
             stamp, notes = _read_timestamp_file(folder / parts[0]) if chapter else (None, ())
             hint = chapter or _chapter_of_name(list(parts), self.chapters)
-            self.add_file(item, _Place(folder.name, hint, stamp, notes))
+            self.add_file(item, _Place(Layout.STUDENT_FOLDERS, folder.name, hint, stamp, notes))
         if len(self.found) == before:
             self.skip(self.origin(folder), "no notebook (.ipynb) or zip file in this student's folder", folder.name)
 
@@ -598,16 +661,17 @@ class _Collector:
         elif item.is_dir():
             before = len(self.found)
             for notebook in self.walk(item, item.name):
-                self.add_file(notebook, _Place(item.name, chapter))
+                self.add_file(notebook, _Place(Layout.CHAPTER_FOLDERS, item.name, chapter))
             if len(self.found) == before:
                 self.skip(self.origin(item), "no notebook in this student's folder", item.name)
         else:
-            self.add_file(item, _Place(item.stem, chapter))
+            self.add_file(item, _Place(Layout.CHAPTER_FOLDERS, item.stem, chapter))
 
     def collect(self) -> None:
         for entry in self.entries(self.root, None):
             with self.reported(self.origin(entry), None):
                 self.add_entry(entry)
+        self.count_not_kept()
 
     def add_entry(self, entry: Path) -> None:
         """What SUBMISSIONS holds at its top: a student's folder or file, or a chapter's folder."""
@@ -618,11 +682,19 @@ class _Collector:
         elif entry.is_dir():
             self.add_student_folder(entry)
         else:
-            self.add_file(entry, _Place(entry.stem, _chapter_of_name([entry.name], self.chapters)))
+            self.add_file(entry, _Place(Layout.FILES, entry.stem, _chapter_of_name([entry.name], self.chapters)))
 
 
-def collect_submissions(path: Path, chapters: dict[str, Chapter]) -> tuple[list[Submission], list[Skipped]]:
+def collect_submissions(path: Path, chapters: dict[str, Chapter], prefer: Layout = Layout.STUDENT_FOLDERS
+                        ) -> tuple[list[Submission], list[Skipped]]:
     """The submission that counts for each (student, chapter), and what was skipped, with why.
+
+    Of one (student, chapter)'s submissions in one layout, the newest readable one counts. When they are
+    in several layouts, the one of ``prefer`` counts, else of the first in :class:`Layout`'s order: a
+    file that names a student from a chapter's folder or from the top of SUBMISSIONS replaces the
+    student's own folder only when the instructor prefers so. The newest readable one of each other
+    layout is reported as skipped, first of all, naming the one graded and the preference that would
+    grade it instead.
 
     Two names that give one id (which only a name chosen for it does) are never merged: the first
     one met, in the order of the sorted paths, keeps the id, and the submissions of the others are
@@ -638,17 +710,34 @@ def collect_submissions(path: Path, chapters: dict[str, Chapter]) -> tuple[list[
         raise GradingError(f"SUBMISSIONS: {path} is empty; expected {EXPECTED_LAYOUT}")
     collector = _Collector(path.resolve(), chapters)
     collector.collect()
-    groups = defaultdict(list)
+    groups = defaultdict(lambda: defaultdict(list))  # (student, chapter) -> layout -> its submissions
     for submission in collector.found:
-        groups[submission.student, submission.chapter].append(submission)
-    chosen = []
-    for group in groups.values():
-        # The newest readable one; a name that is the chapter's own breaks ties, then the place (of
-        # members that share a name, the last one, which unzipping the file would leave).
-        group.sort(key=lambda s: (s.problem is None, s.timestamp, s.file_name == f"{s.chapter}.ipynb", s.path,
-                                  s.member or ZipMember(-1, "")))
-        best = group[-1]
-        if len(group) > 1:
-            best.notes.append(f"{len(group)} submissions found; graded the newest readable one ({best.origin})")
+        groups[submission.student, submission.chapter][submission.layout].append(submission)
+    chosen, passed_over = [], []
+    for layouts in groups.values():
+        newest = {layout: _newest(layouts[layout]) for layout in Layout if layout in layouts}
+        best = newest.pop(next(layout for layout in (prefer, *Layout) if layout in newest))
+        if len(layouts[best.layout]) > 1:
+            best.notes.append(f"{len(layouts[best.layout])} submissions found; graded the newest readable one "
+                              f"({best.origin})")
+        for other in newest.values():
+            best.passed_over.append(other.origin)
+            passed_over.append(Skipped(other.origin, _passed_over_because(other, best, len(layouts[other.layout])),
+                                       other.student))
         chosen.append(best)
-    return sorted(chosen, key=lambda s: (s.student, s.chapter)), collector.skipped
+    return sorted(chosen, key=lambda s: (s.student, s.chapter)), passed_over + collector.skipped
+
+
+def _newest(submissions: list[Submission]) -> Submission:
+    """The newest readable submission; a name that is the chapter's own breaks ties, then the place (of
+    members that share a name, the last one, which unzipping the file would leave)."""
+    return max(submissions, key=lambda s: (s.problem is None, s.timestamp, s.file_name == f"{s.chapter}.ipynb",
+                                           s.path, s.member or ZipMember(-1, "")))
+
+
+def _passed_over_because(other: Submission, best: Submission, found: int) -> str:
+    """Why ``other``, the newest readable of the ``found`` submissions of its layout, is not graded: ``best``,
+    of another layout, is; and the preference that would grade ``other`` instead."""
+    among = f"; the newest readable of {found} there" if found > 1 else ""
+    return (f"not graded: {best.student}'s {best.chapter} is also in {best.layout.place}, {best.origin}, which was "
+            f"graded; --prefer {other.layout} grades this one ({other.layout.place}{among}) instead")

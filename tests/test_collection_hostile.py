@@ -6,8 +6,9 @@ and that the hostile file is either collected with a problem that says what is w
 skipped with its name and the reason. The classes of hostile files: notebooks that JSON or nbformat
 cannot read (numbers too long, cells of the wrong types), nbformat-3 notebooks of too many cells,
 more bytes than a student may hand in, corrupt zip files and zip members, pipes, names that cannot be
-printed or encoded, names that pose as another student's id or look like another's name, and forged
-nbgrader timestamps.
+printed or encoded, names that pose as another student's id or look like another's name, files that
+name another student from a chapter's folder or the top of SUBMISSIONS, floods of files that are not
+notebooks, and forged nbgrader timestamps.
 """
 
 import json
@@ -27,8 +28,8 @@ from autograder import submissions
 from autograder.bounds import MAX_ZIP_DIRECTORY_BYTES
 from autograder.chapters import load_chapters
 from autograder.course import GradingError, grade_id
-from autograder.results import ClassResults
-from autograder.submissions import collect_submissions, look_alike_names, read_notebook, student_id
+from autograder.results import ClassResults, Skipped
+from autograder.submissions import Layout, collect_submissions, look_alike_names, read_notebook, student_id
 
 HONEST_TIME = datetime(2024, 1, 5, 10, 20, 30, tzinfo=timezone.utc)
 
@@ -205,6 +206,29 @@ def test_a_student_s_folders_are_walked_to_a_bounded_depth_and_count(folder, cou
     assert any(item.path == deep.rpartition("/")[0] and "deeper than" in item.reason for item in skipped)
     assert not [s for s in found if s.student == "deep"]
     assert any(item.path == "crowd" and "only its first 3 files" in item.reason for item in skipped)
+
+
+def test_a_student_s_skipped_entries_are_bounded_and_the_summary_shows_a_few(folder, course, monkeypatch):
+    """A flood of files that are not notebooks (100,000 once gave 10,000 lines in the summary): results.json
+    keeps MAX_SKIPPED_KEPT_PER_STUDENT of a student's entries and counts the rest in one more; the summary
+    lists MAX_SKIPPED_SHOWN_PER_STUDENT of them, then how many more there are."""
+    monkeypatch.setattr(submissions, "MAX_SKIPPED_KEPT_PER_STUDENT", 20)
+    put(folder, "crowd/01_tiny/01_tiny.ipynb", course[0]["01_tiny"])
+    for number in range(50):
+        put(folder, f"crowd/notes/note{number:02}.txt", "not a notebook")
+    put(folder, "quiet/01_tiny/notes.txt", "not a notebook")
+    found, skipped = collected(folder, course)
+    crowd = [item for item in skipped if item.student == "crowd"]
+    assert [item.path for item in crowd[:20]] == [f"crowd/notes/note{number:02}.txt" for number in range(20)]
+    assert crowd[20:] == [Skipped("crowd/notes/note20.txt", "this entry and 29 more of this student met after it "
+                                  "were not graded and are not listed (at most 20 are listed per student)", "crowd")]
+    summary = ClassResults([], skipped, "").summary().splitlines()
+    listed = summary[summary.index("Not graded:") + 1:]
+    not_a_notebook = "not a notebook (.ipynb) or a zip file"
+    assert listed == [*(f"- crowd/notes/note{number:02}.txt: {not_a_notebook}" for number in range(5)),
+                      "- ... and 16 more of crowd (all in results.json)",
+                      f"- quiet/01_tiny/notes.txt: {not_a_notebook}",
+                      "- quiet: no notebook (.ipynb) or zip file in this student's folder"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -399,8 +423,23 @@ def test_names_that_look_alike_are_told_to_the_instructor(folder, course):
     found, _ = collected(folder, course)
     assert {"alice", "\u0430lice"} <= {s.student for s in found}
     emile = student_id("Émile Zola").replace("É", "\\xc9")
-    assert look_alike_names(found) == [f"students whose names look alike: {student_id('Emile Zola')}, {emile}",
-                                       "students whose names look alike: alice, \\u0430lice"]
+    assert look_alike_names(found) == [
+        f"students whose names look alike: {student_id('Emile Zola')} ('Emile Zola'), {emile} ('\\xc9mile Zola')",
+        "students whose names look alike: alice, \\u0430lice"]
+
+
+def test_names_alike_once_folded_by_width_padding_and_dots_are_told_to_the_instructor(folder, course):
+    """``ｈｏｎｅｓｔ``, ``．．／honest`` and ``honest `` get ids of their own, which once hid that they pose as
+    ``honest``: the names are compared as found, once folded (NFKC, case, padding and dots). Plain names that
+    differ only in case are not listed."""
+    posers = ("\uff48\uff4f\uff4e\uff45\uff53\uff54", "\uff0e\uff0e\uff0fhonest", "honest ")
+    for name in (*posers, "HONEST", "Alice", "alice"):
+        put(folder, f"{name}/01_tiny/01_tiny.ipynb", course[0]["01_tiny"])
+    found, _ = collected(folder, course)
+    assert {student_id(name) for name in posers} <= {s.student for s in found}
+    named = sorted(f"{student_id(name)} ('{name}')".encode("ascii", "backslashreplace").decode() for name in posers)
+    assert look_alike_names(found) == [f"students whose names look alike: HONEST, honest, {', '.join(named)}"]
+    assert "honest-" in named[0] and "('\\uff0e\\uff0e\\uff0fhonest')" in " ".join(named)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -453,3 +492,58 @@ def test_an_empty_submissions_folder_is_an_error_that_says_so(tmp_path, course):
     (tmp_path / "class").mkdir()
     with pytest.raises(GradingError, match="is empty; expected a folder holding one folder per student"):
         collect_submissions(tmp_path / "class", course[1])
+
+
+# --------------------------------------------------------------------------------------------------
+# Layouts: a file that names a student from outside the student's own folder
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_file_named_after_a_student_in_a_chapter_s_folder_does_not_replace_their_own(folder, course):
+    """The attack: a blank notebook at ``01_tiny/honest.ipynb``, newer than honest's own, was graded as
+    honest's (full marks became 0). Honest's own folder counts, and the other file is reported, with both
+    origins and the option that would grade it."""
+    put(folder, "mallory/01_tiny/01_tiny.ipynb", course[0]["01_tiny"])
+    put(folder, "01_tiny/honest.ipynb", course[0]["01_tiny"])  # newer than honest's own
+    found, skipped = collect_submissions(folder, course[1])
+    graded = {s.student: s for s in found}
+    assert {student: s.origin for student, s in graded.items()} == {
+        student: f"{student}/01_tiny/01_tiny.ipynb" for student in ("blank", "honest", "mallory")}
+    assert graded["honest"].layout == Layout.STUDENT_FOLDERS and graded["honest"].timestamp == HONEST_TIME
+    assert graded["honest"].passed_over == ["01_tiny/honest.ipynb"] and not graded["honest"].notes
+    assert skipped == [Skipped("01_tiny/honest.ipynb", "not graded: honest's 01_tiny is also in the student's own "
+                               "folder, honest/01_tiny/01_tiny.ipynb, which was graded; --prefer chapter-folders "
+                               "grades this one (a chapter's folder) instead", "honest")]
+
+
+ORIGINS = {Layout.STUDENT_FOLDERS: "honest/01_tiny/01_tiny.ipynb", Layout.CHAPTER_FOLDERS: "01_tiny/honest.ipynb",
+           Layout.FILES: "honest.ipynb"}
+
+
+@pytest.mark.parametrize("prefer", list(Layout))
+def test_of_a_student_s_chapter_in_several_layouts_the_instructor_s_choice_counts_and_the_others_come_first(
+        folder, course, prefer):
+    for origin in ORIGINS.values():
+        if not (folder / origin).exists():
+            put(folder, origin, course[0]["01_tiny"])
+    for number in range(10):
+        put(folder, f"honest/01_tiny/note{number}.txt", "not a notebook")  # after what was passed over
+    found, skipped = collect_submissions(folder, course[1], prefer)
+    honest = next(s for s in found if s.student == "honest")
+    assert (honest.origin, honest.layout) == (ORIGINS[prefer], prefer)
+    others = [layout for layout in Layout if layout != prefer]
+    assert honest.passed_over == [ORIGINS[layout] for layout in others]
+    assert [item.path for item in skipped[:2]] == honest.passed_over
+    for item, layout in zip(skipped, others):
+        graded_instead = f", {ORIGINS[prefer]}, which was graded; --prefer {layout} grades this one ({layout.place})"
+        assert graded_instead in item.reason
+    summary = ClassResults([], skipped, "").summary()
+    assert all(f"- {origin}: not graded: honest's 01_tiny is also in" in summary for origin in honest.passed_over)
+
+
+def test_without_a_submission_in_the_preferred_layout_the_most_specific_one_counts(folder, course):
+    put(folder, "01_tiny/honest/01_tiny.ipynb", course[0]["01_tiny"])
+    found, skipped = collect_submissions(folder, course[1], Layout.FILES)
+    assert next(s for s in found if s.student == "honest").origin == "honest/01_tiny/01_tiny.ipynb"
+    assert [(item.path, item.student) for item in skipped] == [("01_tiny/honest/01_tiny.ipynb", "honest")]
+    assert "--prefer chapter-folders grades this one" in skipped[0].reason

@@ -287,10 +287,15 @@ def test_a_result_file_the_grader_did_not_write_is_graded_again(attacked):
     assert_honest_full_and_blank_zero(out)
 
 
-COPIERS = {  # each reaches the reference in a way the student's process cannot hide from the source
+COPIERS = {  # each reaches for the reference in a way the student's process cannot hide from the source
     "guard_off": "it uses bertlab.attention.softmax",
     "threaded": "it uses bertlab.attention.softmax",
     "reexec": "builds code at run time from bertlab.attention.softmax",
+}
+COPIERS_CAUSE = {  # what each gets: the sandbox's bertlab holds a stand-in, not the reference (autograder.stand_ins)
+    "guard_off": ("failed", "reference unavailable"),  # the stand-in, reached from the student's softmax, refuses
+    "threaded": ("error", "crash"),  # the stand-in refuses in the thread, which leaves no result
+    "reexec": ("error", "crash"),  # the source re-executed is the stand-in's, which needs its module
 }
 
 
@@ -300,17 +305,17 @@ def test_a_certain_copy_of_the_reference_earns_nothing_and_says_why(attacked, st
     result = notebooks(out)[student, "03_tiny"]
     copy = result.copies[0]
     assert [copy.exercise for copy in result.copies] == ["softmax"] and words in copy.reason
-    assert copy.certainty == "certain" and copy.withheld
+    assert copy.certainty == "certain" and not copy.withheld  # nothing to withhold: the test gave no points
     test = records(out)[(student, "03_tiny", "test_softmax")]
-    assert (test.points, test.status, test.cause) == (0, "failed", "reference copy") and words in test.message
-    assert "0 points: your softmax is the reference" in feedback_pages(out)[student]
-    assert f"- {student}/03_tiny, softmax (certain copy of the reference, points withheld):" in report.results.summary()
+    assert (test.points, test.status, test.cause) == (0, *COPIERS_CAUSE[student]), test
+    assert f"- {student}/03_tiny, softmax (certain copy of the reference):" in report.results.summary()
     assert_honest_full_and_blank_zero(out)
 
 
 def test_under_the_flag_policy_the_points_stand_and_the_flag_reaches_the_export(attacked, tmp_path):
-    """``--copies flag``: the copiers keep the points their tests gave, and the flag is in grades.csv
-    (reference_copies) and in the gradebook, as the automatic comment of the exercise's solution cell."""
+    """``--copies flag``: the copiers keep the points their tests gave (none: the sandbox withholds the
+    reference), and the flag is in grades.csv (reference_copies) and in the gradebook, as the automatic
+    comment of the exercise's solution cell."""
     import csv
 
     from nbgrader.api import Gradebook
@@ -325,7 +330,7 @@ def test_under_the_flag_policy_the_points_stand_and_the_flag_reaches_the_export(
         comments = {student: gradebook.find_comment("softmax", "03_tiny", "03_tiny", student).auto_comment
                     for student in rows}
     for student, words in COPIERS.items():
-        assert notebooks(out)[student, "03_tiny"].score == 2 and not notebooks(out)[student, "03_tiny"].copies[0].withheld
+        assert notebooks(out)[student, "03_tiny"].score == 0 and not notebooks(out)[student, "03_tiny"].copies[0].withheld
         assert "softmax (certain copy of the reference)" in rows[student]["reference_copies"]
         assert words in rows[student]["reference_copies"] and words in comments[student]
     assert rows["honest"]["reference_copies"] == rows["blank"]["reference_copies"] == ""
@@ -338,8 +343,8 @@ def test_answers_computed_ahead_of_time_miss_the_run_s_cases(attacked):
     from autograder.checks.framework import use_run_seed
 
     _, _, out, _ = attacked
-    assert score(out, "precomputed", "03_tiny") == 0
-    assert "softmax is not right yet" in records(out)[("precomputed", "03_tiny", "test_softmax")].message
+    assert score(out, "precomputed", "03_tiny") == 0  # the checks, whose cases it drew, run in the grader only
+    assert records(out)[("precomputed", "03_tiny", "test_softmax")].status == "missing"
     namespace = {}
     exec(PRECOMPUTED, namespace)  # here, without the run's seed, the same trick would have passed
     assert check_softmax(namespace["softmax"], forbid=False).startswith("softmax: all")
@@ -501,3 +506,40 @@ def test_zip_files_are_read_member_by_member_within_limits(attacked, tmp_path):
     assert any(item.path == "crowd.zip" and f"first {MAX_ZIP_MEMBERS} members" in item.reason for item in skipped)
     with pytest.raises(GradingError, match="is a file, not a folder"):
         collect_submissions(folder / "bomb.zip", chapters)
+
+
+def test_a_file_named_after_a_student_in_a_chapter_s_folder_does_not_replace_their_grade(tmp_path, capsys):
+    """A blank notebook at ``01_tiny/honest.ipynb``, newer than honest's own, once replaced honest's grade
+    (full marks became 0). Honest's own folder counts, and the file is reported, with both origins and the
+    option, ``--prefer``, with which the instructor may grade it instead; back to the default, honest's own
+    is graded again, though older than the file graded in between."""
+    from autograder.results import Skipped
+
+    root, folder, out = tmp_path / "course", tmp_path / "class", tmp_path / "out"
+    root.mkdir()
+    blank = build_course(root)["01_tiny"]
+    own = put(folder, "honest/01_tiny/01_tiny.ipynb", with_cells(blank, add=ADD, double=DOUBLE))
+    os.utime(own, (time.time() - 3600,) * 2)
+    put(folder, "blank/01_tiny/01_tiny.ipynb", blank)
+    put(folder, "mallory/01_tiny/01_tiny.ipynb", blank)  # the attacker's own
+    put(folder, "01_tiny/honest.ipynb", blank)  # and the one she puts in honest's name
+
+    def run(*options: str) -> str:
+        status = cli.main(["grade", str(folder), "--out", str(out), "--root", str(root), "--jobs", "2", "--seed", "12",
+                           "--timeout", str(ATTACK_LIMITS.cell_timeout), *options])
+        assert status == 0
+        return capsys.readouterr().out
+
+    printed = run()
+    assert notebooks(out)["honest", "01_tiny"].origin == "honest/01_tiny/01_tiny.ipynb"
+    assert score(out, "honest") == notebooks(out)["honest", "01_tiny"].max_score == 3
+    assert score(out, "blank") == score(out, "mallory") == 0
+    reason = ("not graded: honest's 01_tiny is also in the student's own folder, honest/01_tiny/01_tiny.ipynb, which "
+              "was graded; --prefer chapter-folders grades this one (a chapter's folder) instead")
+    assert class_results(out).skipped == [Skipped("01_tiny/honest.ipynb", reason, "honest")]
+    assert f"Not graded:\n- 01_tiny/honest.ipynb: {reason}" in printed
+    assert "graded 0, unchanged 3" in run()
+    assert "graded 1, unchanged 2" in run("--prefer", "chapter-folders")  # the instructor's choice
+    assert notebooks(out)["honest", "01_tiny"].origin == "01_tiny/honest.ipynb" and score(out, "honest") == 0
+    assert "--prefer student-folders grades this one" in class_results(out).skipped[0].reason
+    assert "graded 1, unchanged 2" in run("--prefer", "student-folders") and score(out, "honest") == 3

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from grading_helpers import ADD, DOUBLE, build_course, feedback_pages, insert_after, notebooks, put, with_cells
+from grading_helpers import (
+    ADD, DOUBLE, build_course, feedback_pages, insert_after, notebooks, put, student_outputs, with_cells)
 from nbformat.v4 import new_markdown_cell
 
 from autograder import cli
@@ -49,6 +50,31 @@ for _ in range(40):
         while True:
             pass
 print("spinning")"""
+CHAINS = """import os, signal, time
+try:  # children reaped by the kernel would add their time to no process (refused in the sandbox)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+except OSError:
+    pass
+def link():
+    while True:  # a few hundredths of a second of work, then the next link, and this one ends
+        end = time.process_time() + 0.03
+        while time.process_time() < end:
+            pass
+        if os.fork() != 0:
+            os._exit(0)
+for _ in range(6):
+    if os.fork() == 0:
+        link()
+print("chaining")"""
+REAP = """import os, time
+stop = time.time() + 15
+while time.time() < stop:  # the orphaned links come to this process, which reaps them
+    try:
+        os.waitpid(-1, 0)
+    except ChildProcessError:
+        time.sleep(0.01)"""
+HOGS = {"spinners": ("import time\ntime.sleep(15)", "import time\ntime.sleep(15)", SPIN),  # SPIN first, then 30 s
+        "chains": (REAP, REAP, CHAINS)}
 
 
 @pytest.fixture(scope="module")
@@ -270,12 +296,14 @@ def test_the_formgrader_of_the_course_sanitizes():
 
 
 @needs_namespaces
-def test_a_student_spinning_many_processes_leaves_the_others_their_time(course, tmp_path):
+@pytest.mark.parametrize("kind", HOGS)
+def test_a_student_spinning_many_processes_leaves_the_others_their_time(course, tmp_path, kind):
     """The honest student's grading, beside a submission that spins 40 processes in sessions of their
-    own, against the same beside a blank one: within a factor of 2 (without a CPU share: about 6)."""
+    own (without a CPU share: about 6 times slower), or runs six chains of processes that each live
+    shorter than a look of the share, against the same beside a blank one: within a factor of 2."""
     released = course[1]
     hog = released["01_tiny"]
-    for source in ("import time\ntime.sleep(15)", "import time\ntime.sleep(15)", SPIN):  # SPIN first, then 30 s
+    for source in HOGS[kind]:  # inserted after the same cell: the last comes first
         hog = insert_after(hog, "add", source)
     seconds = {}
     for neighbour in ("blank", "hog"):
@@ -287,3 +315,37 @@ def test_a_student_spinning_many_processes_leaves_the_others_their_time(course, 
         assert_honest_full_and_blank_zero(out)
         seconds[neighbour] = notebooks(out)["honest", "01_tiny"].seconds["run"]
     assert seconds["hog"] <= 2 * seconds["blank"] + 2, seconds
+
+
+# --------------------------------------------------------------------------------------------------
+# One student's processes together stay under --memory, with or without cgroup v2
+# --------------------------------------------------------------------------------------------------
+
+HOARD = """import os, time
+for _ in range(4):
+    if os.fork() == 0:  # forked children, each with a block of its own, every page written
+        block = bytearray(300 * 2**20)
+        time.sleep(60)
+        os._exit(0)
+    time.sleep(0.3)
+for megabytes in range(0, 300, 50):  # /dev/shm, a memory file system, which no process's size counts
+    with open(f"/dev/shm/hoard-{megabytes}", "wb") as file:
+        file.write(bytes(50 * 2**20))
+time.sleep(15)
+print("HOARDED")"""
+
+
+@needs_namespaces
+def test_a_student_holding_memory_in_many_processes_is_stopped_at_the_limit(course, tmp_path):
+    """Four forked children of 300 MB and 300 MB in /dev/shm, under --memory 1024: every process under
+    its own limit, 1.5 GB together. The sandbox is killed at 1 GB (cgroup v2's memory.max, or the
+    grader's bound without it), the cell says why, and the honest and blank students beside it get
+    their grades."""
+    submissions, out = tmp_path / "submissions", tmp_path / "out"
+    honest_and_blank(submissions, course[1])
+    put(submissions, "hoarder/01_tiny/01_tiny.ipynb", insert_after(course[1]["01_tiny"], "add", HOARD))
+    limits = Limits(cell_timeout=20, notebook_timeout=240, memory_mb=1024)
+    grade(submissions, out, jobs=2, limits=limits, course_root=course[0], seed=5)
+    assert_honest_full_and_blank_zero(out)
+    outputs = student_outputs(out, "hoarder", "01_tiny")
+    assert "HOARDED" not in outputs and "ran out of memory" in outputs, outputs[:2000]

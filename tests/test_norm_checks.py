@@ -20,6 +20,7 @@ import bertlab.norm
 import bertlab.transformer
 from autograder.checks import norm as checks
 from autograder.checks.framework import CheckFailed
+from autograder.checks.portable import Written
 from bertlab.norm import layer_norm as captured_reference_layer_norm
 from checks_helpers import MutationTests, run_solution_cells
 
@@ -330,7 +331,7 @@ def test_failure_message_says_what_where_and_shows_small_inputs():
 
 def test_hand_checkable_residual_case_prints_the_functions():
     def wrong_only_on_plain_functions(x, sublayer, norm):
-        return norm(x) + sublayer(norm(x)) if isinstance(sublayer, checks._Written) else x + sublayer(norm(x))
+        return norm(x) + sublayer(norm(x)) if isinstance(sublayer, Written) else x + sublayer(norm(x))
 
     with pytest.raises(CheckFailed, match=r"sublayer = lambda h: 2 \* h\n    norm = lambda h: h \+ 1"):
         checks.check_pre_norm_residual(wrong_only_on_plain_functions)

@@ -319,7 +319,8 @@ def test_the_bound_in_force_is_named():
     if bounds.cgroup is not None:
         assert "cgroup v2" in description and "1000 MB" in description
     else:
-        assert "RLIMIT_AS" in description and "RLIMIT_NPROC" in description and "10 x 1000 MB" in description
+        assert "RLIMIT_AS" in description and "RLIMIT_NPROC" in description
+        assert "1000 MB for all the processes of a submission and its scratch space together" in description
 
 
 def test_a_cgroup_is_used_only_where_memory_and_pids_are_delegated(tmp_path, monkeypatch):
@@ -513,3 +514,107 @@ def test_a_child_seen_and_then_reaped_is_counted_once():
     assert 1.4 <= children < 2.5
     assert share.counted_seconds < children + 0.5, (share.counted_seconds, children)  # once, with the parent's own
     assert share.counted_seconds > 0.9 * children
+
+
+CHAINS = """
+import os, signal, time
+try:  # children reaped by the kernel would add their time to no process: the share could not see them
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    print("ignored", flush=True)
+except OSError:
+    print("refused", flush=True)
+def link():
+    while True:  # a few hundredths of a second of work, then the next link, and this one ends
+        end = time.process_time() + 0.03
+        while time.process_time() < end:
+            pass
+        if os.fork() != 0:
+            os.write(1, f"{time.process_time()}\\n".encode())
+            os._exit(0)
+for _ in range(6):
+    if os.fork() == 0:
+        link()
+while True:  # the orphans come to this process, the first of the namespace, which reaps them
+    try:
+        os.waitpid(-1, 0)
+    except ChildProcessError:
+        time.sleep(0.01)
+"""
+
+
+@needs_namespaces
+def test_chains_of_short_processes_are_counted_however_they_are_reparented():
+    """Six chains of processes that each work a few hundredths of a second, fork the next and end: each
+    lives shorter than a look, and is re-parented to the namespace's first process. Their time is
+    counted all the same (the first process reaps them; it may not have the kernel reap them instead),
+    against the sum of what each link says it used."""
+    if resource_bounds().cpu_max:
+        pytest.skip("cgroup v2's cpu.max bounds the CPU here")
+    with Sandbox(Limits(threads=1, processes=32)) as box:
+        started = box.start([sys.executable, "-c", CHAINS], stdout=subprocess.PIPE, text=True)
+        assert started.stdout.readline().strip() == "refused"
+        time.sleep(6)
+        counted = box.cpu_share.counted_seconds
+        used = 0.0
+        os.set_blocking(started.stdout.fileno(), False)
+        for line in started.stdout:
+            used += float(line)
+    assert used > 1.0, used
+    assert counted >= 0.8 * used, (counted, used)
+
+
+@needs_namespaces
+def test_no_process_lifts_the_share_s_stop_for_all_the_others(sandbox):
+    result = run(sandbox, """
+        import os, signal
+        try:
+            os.kill(-1, signal.SIGCONT)
+            print("sent")
+        except PermissionError:
+            print("refused")
+        os.kill(os.getpid(), signal.SIGCONT)  # one process by its pid: allowed
+        print(signal.getsignal(signal.SIGCHLD))
+    """)
+    assert result.stdout.split() == ["refused", "0"]  # SIG_DFL
+
+
+HOARD = """
+import os, sys, time
+for number in range(4):
+    if os.fork() == 0:  # forked children, each with a block of its own, every page written
+        block = bytearray({child_mb} * 2**20)
+        print("child", number, flush=True)
+        time.sleep(60)
+        os._exit(0)
+    time.sleep(0.3)
+for megabytes in range(0, {shm_mb}, 50):  # a memory file system, which no process's size counts
+    with open(f"/dev/shm/hoard-{{megabytes}}", "wb") as file:  # files of 50 MB, each under the file size limit
+        for _ in range(50):
+            file.write(bytes(2**20))
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+@needs_namespaces
+def test_all_the_processes_of_a_sandbox_and_its_scratch_space_are_held_under_its_memory():
+    """Without cgroup v2, four forked children of 300 MB each and 300 MB in /dev/shm (1.5 GB, each
+    process well under its own limit) are killed once they hold 1 GB together; the bound never saw
+    more than 1 GB plus its margin. Beside it, an honest sandbox that holds 300 MB runs to its end."""
+    from autograder.bounds import MEMORY_MARGIN_MB
+
+    if resource_bounds().cgroup is not None:
+        pytest.skip("cgroup v2's memory.max bounds the memory here")
+    limits = Limits(memory_mb=1024, processes=16, scratch_mb=512)
+    with Sandbox(limits) as hoarder, Sandbox(limits) as honest:
+        beside = honest.start([sys.executable, "-c", "block = bytearray(300 * 2**20)\nimport time\ntime.sleep(4)\n"
+                                                     "print('done', flush=True)"], stdout=subprocess.PIPE, text=True)
+        started = hoarder.start([sys.executable, "-c", HOARD.format(child_mb=300, shm_mb=300)],
+                                stdout=subprocess.PIPE, text=True)
+        printed = started.stdout.read()  # until every process of the sandbox is gone
+        assert started.wait(timeout=60) != 0
+        assert "held" not in printed, printed
+        assert "ran out of memory" in hoarder.memory_bound.take_exceeded()
+        assert hoarder.memory_bound.peak <= (1024 + MEMORY_MARGIN_MB) * 2**20, hoarder.memory_bound.peak / 2**20
+        assert beside.stdout.read().strip() == "done"
+        assert honest.memory_bound.take_exceeded() is None and honest.memory_bound.peak > 250 * 2**20

@@ -7,7 +7,8 @@
 dependencies, tolerance); a topic module lists its records in ``EXERCISES`` and names its chapter in
 ``CHAPTER``, and :func:`exercises_by_chapter` collects them. The shared machinery is in
 :mod:`autograder.checks.framework` (the comparison of outputs) and :mod:`autograder.checks.modules`
-(the comparison of ``nn.Module`` classes).
+(the comparison of ``nn.Module`` classes); what a case hands to the student's code is defined in
+:mod:`autograder.checks.portable`, which the student's process can import while a chapter is graded.
 
 A visible test cell runs a check on its fixed cases with :func:`visible_check`, and hand-checked
 cases of a function that builds on earlier exercises through :func:`with_dependencies`.

@@ -57,6 +57,7 @@ from autograder.checks.framework import (
     run_student,
 )
 from autograder.checks.modules import DropoutHints, build_with_reference_weights, check_dropout, tiny_bert_config
+from autograder.checks.portable import seeded_classification_loss
 import bertlab.norm
 from bertlab import bert as bert_reference
 from bertlab import finetuning as reference
@@ -928,15 +929,6 @@ TRAIN_EPOCH_FORBIDDEN = (reference.train_epoch, reference.fit, reference.finetun
                          "transformers.trainer.Trainer.training_step", "transformers.trainer.Trainer.train")
 #: The mean loss of an epoch of a few steps, computed in another order or another process.
 TRAIN_EPOCH_TOLERANCE = Tolerance(atol=1e-6, rtol=1e-5)
-DROPOUT_SEED = 1234
-
-
-def seeded_classification_loss(model: nn.Module, batch: dict) -> torch.Tensor:
-    """:func:`bertlab.finetuning.classification_loss`, with the dropout masks drawn from the global
-    generator seeded by the batch's first index: the student's run and the reference's, in any
-    process, see the same masks for the same batch."""
-    torch.manual_seed(DROPOUT_SEED + int(batch["index"][0]))
-    return reference.classification_loss(model, batch)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from autograder.checks.framework import (
     generator_for,
     random_normal,
 )
+from autograder.checks.portable import Written
 from bertlab import norm as reference
 from bertlab.transformer import FeedForward
 from bertlab.utils import compute_dtype
@@ -352,20 +353,6 @@ def check_rms_norm(student_fn, *, forbid: bool = True) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-class _Written:
-    """A plain function that prints as the code that defines it, so a failing case reads well."""
-
-    def __init__(self, function: Callable, source: str):
-        self.function = function
-        self.source = source
-
-    def __call__(self, h):
-        return self.function(h)
-
-    def __repr__(self) -> str:
-        return self.source
-
-
 def _random_parameters(module: nn.Module, generator: torch.Generator, dtype=torch.float32) -> nn.Module:
     """``module`` in ``dtype``, eval mode, its parameters redrawn: matrices from N(0, 1 / fan_in), a
     norm's gain from N(1, 0.25), biases from N(0, 0.25)."""
@@ -402,7 +389,7 @@ def _residual_cases(name: str) -> list[Case]:
              "a random weight", (5, 16), _random_parameters(FeedForward(16, 64), g),
              _random_parameters(nn.RMSNorm(16), g), scale=3.0),
         case("x (3, 4), sublayer = lambda h: 2 * h, norm = lambda h: h + 1 (checkable by hand)", (3, 4),
-             _Written(lambda h: 2 * h, "lambda h: 2 * h"), _Written(lambda h: h + 1, "lambda h: h + 1")),
+             Written(lambda h: 2 * h, "lambda h: 2 * h"), Written(lambda h: h + 1, "lambda h: h + 1")),
         case("x (2, 3, 8), float64, sublayer = nn.Linear(8, 8), norm = nn.LayerNorm(8), both in float64",
              (2, 3, 8), linear(8, torch.float64), layer_norm(8, torch.float64), dtype=torch.float64, scale=2.0),
         case("x (1, 1, 8): one token, nn.Linear(8, 8), nn.LayerNorm(8)", (1, 1, 8), linear(8), layer_norm(8)),
