@@ -27,6 +27,26 @@ SOFTMAX = '''def softmax(x, dim=-1):
     weights = torch.exp(x - peak)
     norm = torch.sum(weights, dim, keepdim=True)
     return weights / torch.where(norm > 0, norm, torch.ones_like(norm))'''
+# Six chains of processes that each work a few hundredths of a second, fork the next link and end: each
+# lives shorter than a look of the CPU share and is re-parented to the first process of the namespace.
+# Each link writes the CPU time it used on its standard output, for a test to add up.
+FORK_CHAINS = """import os, signal, time
+try:  # children reaped by the kernel would add their time to no process (refused in the sandbox)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    print("ignored", flush=True)
+except OSError:
+    print("refused", flush=True)
+def link():
+    while True:
+        end = time.process_time() + 0.03
+        while time.process_time() < end:
+            pass
+        if os.fork() != 0:
+            os.write(1, f"{time.process_time()}\\n".encode())
+            os._exit(0)
+for _ in range(6):
+    if os.fork() == 0:
+        link()"""
 HIDDEN_LINES = ("add(-1, 1)", "negate(-2.5)", "check_softmax", "BEGIN HIDDEN TESTS")  # in no feedback
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from grading_helpers import (
-    ADD, DOUBLE, build_course, feedback_pages, insert_after, notebooks, put, student_outputs, with_cells)
+    ADD, DOUBLE, FORK_CHAINS, build_course, feedback_pages, insert_after, notebooks, put, student_outputs, with_cells)
 from nbformat.v4 import new_markdown_cell
 
 from autograder import cli
@@ -50,22 +50,6 @@ for _ in range(40):
         while True:
             pass
 print("spinning")"""
-CHAINS = """import os, signal, time
-try:  # children reaped by the kernel would add their time to no process (refused in the sandbox)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-except OSError:
-    pass
-def link():
-    while True:  # a few hundredths of a second of work, then the next link, and this one ends
-        end = time.process_time() + 0.03
-        while time.process_time() < end:
-            pass
-        if os.fork() != 0:
-            os._exit(0)
-for _ in range(6):
-    if os.fork() == 0:
-        link()
-print("chaining")"""
 REAP = """import os, time
 stop = time.time() + 15
 while time.time() < stop:  # the orphaned links come to this process, which reaps them
@@ -74,7 +58,7 @@ while time.time() < stop:  # the orphaned links come to this process, which reap
     except ChildProcessError:
         time.sleep(0.01)"""
 HOGS = {"spinners": ("import time\ntime.sleep(15)", "import time\ntime.sleep(15)", SPIN),  # SPIN first, then 30 s
-        "chains": (REAP, REAP, CHAINS)}
+        "chains": (REAP, REAP, FORK_CHAINS)}
 
 
 @pytest.fixture(scope="module")

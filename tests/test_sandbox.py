@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from grading_helpers import FORK_CHAINS
+
 from autograder.bounds import Limits
 from autograder.sandbox import Sandbox, isolation_available, resource_bounds
 
@@ -516,24 +518,7 @@ def test_a_child_seen_and_then_reaped_is_counted_once():
     assert share.counted_seconds > 0.9 * children
 
 
-CHAINS = """
-import os, signal, time
-try:  # children reaped by the kernel would add their time to no process: the share could not see them
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    print("ignored", flush=True)
-except OSError:
-    print("refused", flush=True)
-def link():
-    while True:  # a few hundredths of a second of work, then the next link, and this one ends
-        end = time.process_time() + 0.03
-        while time.process_time() < end:
-            pass
-        if os.fork() != 0:
-            os.write(1, f"{time.process_time()}\\n".encode())
-            os._exit(0)
-for _ in range(6):
-    if os.fork() == 0:
-        link()
+CHAINS = FORK_CHAINS + """
 while True:  # the orphans come to this process, the first of the namespace, which reaps them
     try:
         os.waitpid(-1, 0)
