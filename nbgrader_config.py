@@ -12,12 +12,24 @@ and normalizes the result. Both fill the install cell with :class:`autograder.re
 which warns of a changed test cell only when it differs from the released one.
 """
 
+import os
+import shutil
+import sysconfig
 from pathlib import Path
 
 from nbgrader.converters import Autograde, GenerateAssignment
 from nbgrader.preprocessors import OverwriteCells
 
 c = get_config()  # noqa: F821 (nbgrader provides get_config when it loads this file)
+
+# nbgrader stamps a new gradebook by running the command `alembic` from PATH (nbgrader.api.get_alembic_version),
+# which is in the environment's bin/ folder only while the environment is activated: `.venv/bin/python -m
+# nbgrader generate_assignment ...` without activation, as the README allows, would fail with
+# "FileNotFoundError: 'alembic'". When PATH has no alembic, the folder of this Python's commands, which has it, goes
+# first on PATH (the commands nbgrader starts inherit it).
+SCRIPTS = sysconfig.get_path("scripts")
+if shutil.which("alembic") is None and shutil.which("alembic", path=SCRIPTS) is not None:
+    os.environ["PATH"] = os.pathsep.join(filter(None, [SCRIPTS, os.environ.get("PATH")]))
 
 ROOT = Path(__file__).resolve().parent
 

@@ -3,7 +3,8 @@
 - :func:`generate` runs nbgrader's generate_assignment (Python API) for each chapter, with the
   configuration in ``nbgrader_config.py`` and a throwaway gradebook, then normalizes the student
   notebooks so that generating twice gives identical bytes: no outputs, no execution counts, only
-  the metadata the notebook needs.
+  the metadata the notebook needs. Into ``chapters/`` it writes only the files whose bytes changed,
+  each replaced in one step, and deletes nothing.
 - :class:`InstallCell`, one of generate_assignment's preprocessors (``nbgrader_config.py`` adds it,
   so plain ``nbgrader generate_assignment`` does the same): the repository URL of ``_config.yml``
   in the install cell, which the book's pages leave out (:data:`BOOK_HIDDEN_TAG`).
@@ -18,7 +19,7 @@
 
 import filecmp
 import os
-import shutil
+import stat
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -169,12 +170,40 @@ def write_notebook(notebook: nbformat.NotebookNode, path: Path) -> None:
     path.write_text(nbformat.writes(notebook) + "\n", encoding="utf-8")
 
 
+def replace_if_changed(source: Path, destination: Path) -> bool:
+    """Give ``destination`` the bytes of ``source`` unless it holds them already; return whether it wrote.
+
+    The bytes go to a hidden temporary file in the destination's folder, which then takes the destination's
+    place in one step (``os.replace``): a reader running meanwhile (a book build executing the chapters)
+    finds the old file or the new one, never none or half of one. A file replaced keeps its permissions; a
+    new one gets the source's.
+    """
+    content = source.read_bytes()
+    if destination.is_file() and destination.read_bytes() == content:
+        return False
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE((destination if destination.exists() else source).stat().st_mode)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(content)
+        os.chmod(temporary, mode)
+        os.replace(temporary, destination)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return True
+
+
 def generate(names=None, *, root: Path = ROOT, output: Path | None = None) -> list[Path]:
     """Generate the student version of each chapter in ``names`` (default: all) into ``output``.
 
-    ``output`` defaults to ``root/chapters``. Each chapter folder is replaced as a whole, and on a
-    full generation into ``chapters/`` folders without a solution are removed. Returns the
-    notebooks written.
+    ``output`` defaults to ``root/chapters``. Each chapter is generated into a scratch folder first;
+    then each file generated replaces its copy in ``output`` only when their bytes differ
+    (:func:`replace_if_changed`), so that releasing unchanged chapters writes nothing. Nothing is
+    deleted: a file of a chapter folder that generation does not produce, and a chapter folder
+    without a solution, stay where they are (:func:`stale_chapters` lists them). Returns the files
+    written.
     """
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
@@ -196,14 +225,10 @@ def generate(names=None, *, root: Path = ROOT, output: Path | None = None) -> li
             generated = scratch / "release" / name
             for path in sorted(generated.rglob("*.ipynb")):
                 write_notebook(normalize(nbformat.read(path, as_version=4)), path)
-            destination = output / name
-            if destination.exists():
-                shutil.rmtree(destination)
-            shutil.copytree(generated, destination)
-            written += sorted(destination.rglob("*.ipynb"))
-    if output == root / CHAPTERS and names == chapter_names(root):
-        for orphan in sorted(p for p in output.iterdir() if p.is_dir() and p.name not in names):
-            shutil.rmtree(orphan)
+            for path in sorted(path for path in generated.rglob("*") if path.is_file()):
+                destination = output / name / path.relative_to(generated)
+                if replace_if_changed(path, destination):
+                    written.append(destination)
     return written
 
 

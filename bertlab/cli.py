@@ -21,29 +21,47 @@ traceback instead.
 
 import argparse
 import contextlib
+import dataclasses
+import hashlib
 import importlib.metadata
 import json
 import math
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from bertlab.bert import PRESETS, BertConfig, BertForPreTraining, BertForSequenceClassification
+from bertlab.course_model import COURSE_BERT_FOLDER, course_bert_sha256
 from bertlab.data import PRETRAINING_CORPORA, SENTIMENT_DATASETS, load_sentiment, pretraining_corpus
 from bertlab.distillation import compare_models, distill, init_student_from_teacher
-from bertlab.finetuning import encoder_layers, evaluate, finetune, format_record, freeze_layers
+from bertlab.finetuning import encoder_layers, evaluate, finetune, format_value, freeze_layers, prediction_metrics
 from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, PackedSegments, pretrain
+from bertlab.task_baselines import majority_label, sliding_window_answers, train_most_frequent_tagger
 from bertlab.task_data import TASK_DATASETS, load_task_splits
-from bertlab.task_finetuning import TASKS, evaluate_task, finetune_task, span_task
+from bertlab.task_finetuning import (
+    TASKS,
+    evaluate_task,
+    finetune_task,
+    span_task,
+    squad_references,
+    word_accuracy,
+)
+from bertlab.tasks import squad_scores
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
 
 RESULTS_FILE = "results.json"
 COMPARISON_FILE = "comparison.md"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # Hugging Face's; holds do_lower_case
+#: The learning rate the course chose on dev to fine-tune its BERT whole, for each --task (benchmarks/RESULTS.md):
+#: sentence on MR (benchmarks/bert_results.py), the others on SNLI, UD EWT and SQuAD (benchmarks/task_results.py).
+COURSE_BERT_LEARNING_RATES = {"sentence": 3e-4, "pairs": 1e-3, "tagging": 1e-3, "spans": 1e-3}
+#: The course BERT's window: the length it was pretrained at (its position embeddings beyond never had a gradient).
+COURSE_BERT_MAX_LENGTH = 128
 
 
 class CommandLineError(Exception):
@@ -390,7 +408,8 @@ def run_finetune(args: argparse.Namespace) -> int:
     if args.model is None:
         model, tokenizer = random_model(args, BertForSequenceClassification, [text for text, _ in splits.train])
     freeze(model, args)
-    lr, max_length = learning_rate(args), args.seq_len or 128
+    course_bert = is_course_bert(args.model)
+    lr, max_length = learning_rate(args, course_bert), window(args, model, 128, course_bert)
     history = finetune(
         model, tokenizer, splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size, encoder_lr=lr,
         head_lr=args.head_lr, weight_decay=args.weight_decay, layer_decay=args.layer_decay,
@@ -399,10 +418,11 @@ def run_finetune(args: argparse.Namespace) -> int:
     )
     tokenizer.save_vocabulary(args.output)
     test = evaluate(model, tokenizer, splits.test, max_length=max_length, precision=args.precision)
-    say(format_record({f"test_{name}": value for name, value in test.items()}))
+    baseline = simple_baseline("sentence", splits.train, splits.test, model.num_labels)
+    say_scores(test, baseline)
     write_results(args.output, {"command": "finetune", "task": "sentence", "settings": settings(args), "lr": lr,
                                 "max_length": max_length, "dataset": splits.name, "source": splits.source,
-                                "history": history, "test": test})
+                                "history": history, "test": test, "baseline": dataclasses.asdict(baseline)})
     say(f"wrote the classifier, vocab.txt, history.json and {RESULTS_FILE} to {args.output}")
     return 0
 
@@ -431,7 +451,10 @@ def run_task_finetune(args: argparse.Namespace) -> int:
     else:
         model, tokenizer = random_model(args, task.model_class, task.texts(splits.train), **options)
     freeze(model, args)
-    lr, max_length = learning_rate(args), args.seq_len or task.max_length
+    course_bert = is_course_bert(args.model)
+    lr, max_length = learning_rate(args, course_bert), window(args, model, task.max_length, course_bert)
+    if args.task == "spans":
+        check_stride(args.stride, max_length)
     with warnings_as_notes():
         history = finetune_task(
             task, model, tokenizer, splits.train, splits.dev, labels=labels, epochs=args.epochs,
@@ -442,11 +465,12 @@ def run_task_finetune(args: argparse.Namespace) -> int:
         tokenizer.save_vocabulary(args.output)
         test = evaluate_task(task, model, tokenizer, splits.test, labels=labels, max_length=max_length,
                              precision=args.precision, what="test")
-    say(format_record({f"test_{name}": value for name, value in test.items()}))
+    baseline = simple_baseline(args.task, splits.train, splits.test, None if labels is None else len(labels))
+    say_scores(test, baseline)
     write_results(args.output, {"command": "finetune", "task": args.task, "settings": settings(args), "lr": lr,
                                 "max_length": max_length, "dataset": splits.name, "source": splits.source,
                                 "labels": None if labels is None else list(labels.names), "history": history,
-                                "test": test})
+                                "test": test, "baseline": dataclasses.asdict(baseline)})
     say(f"wrote the model, vocab.txt, history.json and {RESULTS_FILE} to {args.output}")
     return 0
 
@@ -460,9 +484,85 @@ def freeze(model: torch.nn.Module, args: argparse.Namespace) -> None:
         freeze_layers(model, num_layers - args.freeze)
 
 
-def learning_rate(args: argparse.Namespace) -> float:
-    """--lr, else 5e-5 for a pretrained --model and 1e-4 from random weights."""
-    return args.lr if args.lr is not None else (5e-5 if args.model is not None else 1e-4)
+def is_course_bert(folder: Path | None) -> bool:
+    """Whether the --model ``folder`` holds the course's BERT: its folder in the package, or a copy of its weights."""
+    course_weights = COURSE_BERT_FOLDER / "model.safetensors"
+    if folder is None or not course_weights.is_file():
+        return False
+    if folder.resolve() == COURSE_BERT_FOLDER.resolve():
+        return True
+    weights = folder / "model.safetensors"
+    return (weights.is_file() and weights.stat().st_size == course_weights.stat().st_size
+            and hashlib.sha256(weights.read_bytes()).hexdigest() == course_bert_sha256())
+
+
+def learning_rate(args: argparse.Namespace, course_bert: bool) -> float:
+    """--lr; else, for the course's BERT, the rate the course chose for the task (``COURSE_BERT_LEARNING_RATES``),
+    and otherwise 5e-5 for a pretrained --model, 1e-4 from random weights, with a note that says so."""
+    if args.lr is not None:
+        return args.lr
+    if course_bert:
+        lr = COURSE_BERT_LEARNING_RATES[args.task]
+        say(f"learning rate: {lr:g}, the course's choice for its BERT on --task {args.task} (benchmarks/RESULTS.md)")
+        return lr
+    lr, source = (5e-5, "for a pretrained --model") if args.model is not None else (1e-4, "from random weights")
+    say(f"note: learning rate {lr:g}, the default {source}; the best rate depends on the model and the task "
+        "(the course's BERT, 4 layers of width 256, does best with 3e-4 to 1e-3): compare a few with --lr on dev")
+    return lr
+
+
+def window(args: argparse.Namespace, model: torch.nn.Module, task_default: int, course_bert: bool) -> int:
+    """--seq-len, the tokens of an encoded example; else 128 for the course's BERT (the length it was pretrained
+    at), and otherwise the task's default (``task_default``) within the model's positions."""
+    positions = model.config.max_position_embeddings
+    if args.seq_len is not None:
+        if args.seq_len > positions:
+            raise UsageError(f"--seq-len {args.seq_len} exceeds the model's {positions} positions "
+                             "(max_position_embeddings in its config.json)")
+        return args.seq_len
+    return COURSE_BERT_MAX_LENGTH if course_bert else min(task_default, positions)
+
+
+def check_stride(stride: int | None, max_length: int) -> None:
+    """--stride must leave the windows room to advance: fewer context pieces than a window of ``max_length``
+    tokens holds with the shortest question ([CLS] piece [SEP] ... [SEP], ``max_length - 4``)."""
+    if stride is not None and stride >= max_length - 4:
+        raise UsageError(f"--stride {stride} does not fit windows of {max_length} tokens (--seq-len): a window holds "
+                         f"at most {max_length - 4} context pieces, fewer after a longer question, and two windows "
+                         "must share fewer; give a smaller --stride, or none (the default fits every window)")
+
+
+@dataclasses.dataclass(frozen=True)
+class SimpleBaseline:
+    """A task's simple baseline, trained on the run's training examples and scored on its test examples as the
+    model is: ``scores`` has some of the model's score names, in the same units."""
+
+    name: str
+    scores: dict[str, float]
+
+
+def simple_baseline(task: str, train: Sequence, test: Sequence, num_labels: int | None) -> SimpleBaseline:
+    """The simple baseline of ``task`` (``bertlab.task_baselines``): the majority class of ``train`` (sentence,
+    pairs; accuracy and macro-F1 over ``num_labels`` labels), the most frequent tag of each word (tagging), the
+    sliding window of Rajpurkar et al. (2016) (spans; exact match and F1)."""
+    if task == "tagging":
+        accuracy = word_accuracy(train_most_frequent_tagger(train).predict(test), test)
+        return SimpleBaseline("most frequent tag of each word", {"accuracy": accuracy})
+    if task == "spans":
+        scores = squad_scores(sliding_window_answers(test), squad_references(test))
+        return SimpleBaseline("sliding window", {"exact_match": scores.exact_match, "f1": scores.f1})
+    labels_of = {"pairs": lambda examples: [pair.label for pair in examples],
+                 "sentence": lambda examples: [label for _, label in examples]}[task]
+    majority = majority_label(labels_of(train))
+    scores = prediction_metrics(torch.full((len(test),), majority), torch.tensor(labels_of(test)), num_labels)
+    return SimpleBaseline("majority class", scores)
+
+
+def say_scores(test: dict[str, float], baseline: SimpleBaseline) -> None:
+    """One line per test score, in percent, beside the baseline's where it has that score."""
+    for name, value in test.items():
+        beside = f" ({baseline.name}: {format_value(name, baseline.scores[name])})" if name in baseline.scores else ""
+        say(f"test_{name} {format_value(name, value)}{beside}")
 
 
 def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
@@ -497,7 +597,9 @@ def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=positive_int, default=3, help="default: 3")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="default: 32")
     parser.add_argument("--lr", type=positive_float, default=None,
-                        help="peak learning rate of the encoder (default: 5e-5 with --model, 1e-4 from random weights)")
+                        help="peak learning rate of the encoder (default: the course's choice for its BERT, "
+                        f"{', '.join(f'{task} {lr:g}' for task, lr in COURSE_BERT_LEARNING_RATES.items())}; 5e-5 "
+                        "with another --model, 1e-4 from random weights)")
     parser.add_argument("--head-lr", type=positive_float, default=None,
                         help="learning rate of the pooler and classifier (default: --lr)")
     parser.add_argument("--layer-decay", type=positive_float, default=1.0,
@@ -505,9 +607,11 @@ def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--weight-decay", type=non_negative_float, default=0.01, help="default: 0.01")
     parser.add_argument("--warmup-ratio", type=fraction, default=0.1, help="share of steps of warm-up (default: 0.1)")
     parser.add_argument("--seq-len", type=positive_int, default=None,
-                        help="maximum tokens per example (default: 128, and 384 for --task spans)")
-    parser.add_argument("--stride", type=positive_int, default=128,
-                        help="--task spans: context pieces that two windows of a long context share (default: 128)")
+                        help="maximum tokens per example (default: 128; for --task spans, 128 with the course's BERT, "
+                        "the length it was pretrained at, else 384; at most the model's positions)")
+    parser.add_argument("--stride", type=non_negative_int, default=None,
+                        help="--task spans: context pieces that two windows of a long context share (default: a "
+                        "quarter of the window, at most half of what a question leaves for the context)")
     parser.add_argument("--freeze", type=non_negative_int, metavar="N",
                         help="freeze the embeddings and the N lowest encoder layers (default: train all weights, "
                         "as BERT does)")
@@ -636,6 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     prog = f"bertlab {args.command}"
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    seed_everything(args.seed)  # before anything random: the new head of a --model, a random model, the data order
     try:
         return args.handler(args)
     except UsageError as error:

@@ -699,11 +699,27 @@ def choose_learning_rate(
     return best
 
 
+#: bertlab's scores by name: those computed as fractions (accuracy, macro-F1) and those computed in percent,
+#: as SQuAD's official script reports them (exact match and F1 of ``bertlab.tasks.squad_scores``).
+FRACTION_SCORES = frozenset({"accuracy", "macro_f1"})
+PERCENT_SCORES = frozenset({"exact_match", "f1"})
+
+
+def format_value(name: str, value: float | int) -> str:
+    """The entry ``name`` of a record (``epoch``, ``train_loss``, ``dev_accuracy``, ``test_exact_match``) as
+    printed: a score in percent, with its sign, whichever unit it was computed in (an accuracy of 0.8125 and an
+    exact match of 81.25 are both ``81.25%``); another number as it is, a float to 4 decimals."""
+    score = name.split("_", 1)[1] if name.startswith(("train_", "dev_", "test_")) else name
+    if score in FRACTION_SCORES:
+        return f"{100 * value:.2f}%"
+    if score in PERCENT_SCORES:
+        return f"{value:.2f}%"
+    return f"{value:.4f}" if isinstance(value, float) else f"{value}"
+
+
 def format_record(record: dict[str, float]) -> str:
-    """One line for an epoch's record, e.g. ``epoch 2, train_loss 0.4312, dev_accuracy 0.8125``."""
-    return ", ".join(
-        f"{name} {value:.4f}" if isinstance(value, float) else f"{name} {value}" for name, value in record.items()
-    )
+    """One line for an epoch's record, every score in percent: ``epoch 2, train_loss 0.4312, dev_accuracy 81.25%``."""
+    return ", ".join(f"{name} {format_value(name, value)}" for name, value in record.items())
 
 
 def save_run(model: nn.Module, history: list[dict[str, float]], output_dir: str | Path) -> Path:

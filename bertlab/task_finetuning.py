@@ -282,11 +282,19 @@ def sentence_texts(sentences: Sequence[TaggedSentence]) -> list[str]:
 # --------------------------------------------------------------------------------------------------
 
 
+def default_stride(max_length: int, question_pieces: int) -> int:
+    """The context pieces two windows of a question share when no stride is given: a quarter of the window
+    (32 of 128 tokens, the course's setting in ``benchmarks/task_results.py``), and at most half of what a
+    question of ``question_pieces`` word pieces leaves for the context, so that the windows always advance."""
+    return max(0, min(max_length // 4, (max_length - question_pieces - 3) // 2))
+
+
 class SpanBatches(PaddedBatches):
     """SQuAD questions encoded as windows [CLS] question [SEP] part of the context [SEP], in batches.
 
     :func:`~bertlab.tasks.squad_windows` cuts each context into windows of at most ``max_length``
-    tokens, consecutive ones sharing ``stride`` context pieces. The tensors are, (num_windows, N),
+    tokens, consecutive ones sharing ``stride`` context pieces (None: :func:`default_stride` of each
+    question, which fits any question that leaves room for its context). The tensors are, (num_windows, N),
     ``input_ids``, ``token_type_ids``, ``attention_mask`` and ``context_mask`` (True on the context's
     tokens, where an answer may start and end), and, (num_windows,), ``start_positions`` and
     ``end_positions``: the first answer's first and last tokens in the window, or (0, 0), the [CLS]
@@ -306,7 +314,7 @@ class SpanBatches(PaddedBatches):
         labels: None = None,
         *,
         max_length: int = 384,
-        stride: int = 128,
+        stride: int | None = 128,
         batch_size: int = 32,
         shuffle: bool = False,
         seed: int = 0,
@@ -318,8 +326,10 @@ class SpanBatches(PaddedBatches):
         windows, self.question_of_window = [], []
         for index, question in enumerate(questions):
             answer = question.answers[0]  # for training; every answer counts in the evaluation
+            shared = (default_stride(max_length, len(tokenizer.tokenize(question.question)))
+                      if stride is None else stride)
             for window in squad_windows(question.question, question.context, answer.answer_start, answer.text,
-                                        tokenizer, max_length, stride):
+                                        tokenizer, max_length, shared):
                 windows.append(window)
                 self.question_of_window.append(index)
         super().__init__({
@@ -440,9 +450,10 @@ TAGGING = TaskType(
 )
 
 
-def span_task(stride: int = 128, max_answer_length: int = 30) -> TaskType:
-    """The span-extraction task type with windows sharing ``stride`` context pieces and answers of at
-    most ``max_answer_length`` tokens (Hugging Face's defaults, with 384 tokens a window, BERT's)."""
+def span_task(stride: int | None = 128, max_answer_length: int = 30) -> TaskType:
+    """The span-extraction task type with windows sharing ``stride`` context pieces (None: each question's
+    :func:`default_stride`) and answers of at most ``max_answer_length`` tokens (Hugging Face's defaults,
+    with 384 tokens a window, BERT's)."""
     return TaskType(
         name="spans", model_class=BertForQuestionAnswering, labels=None,
         batches=functools.partial(SpanBatches, stride=stride), loss=span_loss,

@@ -14,6 +14,7 @@ import torch
 from bertlab.bert import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlab import cli
 from bertlab.cli import CommandLineError, main
+from bertlab.course_model import COURSE_BERT_FOLDER, course_bert_sha256
 from bertlab.data import pretraining_corpus
 from bertlab.pretraining import PackedSegments, load_metrics
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
@@ -176,6 +177,42 @@ def test_finetune_from_random_weights_is_seeded_and_freezes_layers(tmp_path, cap
     for name, tensor in encoder_state(initial).items():  # embeddings and both layers frozen: unchanged
         torch.testing.assert_close(encoder_state(saved)[name], tensor, msg=name)
     assert not torch.equal(saved.classifier.weight, initial.classifier.weight)
+
+
+def test_a_seed_makes_finetuning_a_pretrained_folder_reproducible(pipeline, tmp_path, capsys):
+    """The new classifier of a pretrained BERT is drawn from the seed, not from whatever the process drew before."""
+    histories = []
+    for run in ("first", "second"):
+        torch.manual_seed(len(run))  # another state of the global generator, as in another process
+        status, out, err = run_cli(capsys, "finetune", "--model", pipeline["pretrain"], *SYNTHETIC, "--lr", "1e-3",
+                                   "--output", tmp_path / run)
+        assert status == 0, err
+        results = json.loads((tmp_path / run / "results.json").read_text())
+        histories.append(results["history"])
+    assert histories[0] == histories[1]  # every loss and score, exactly
+    # the summary: each score in percent beside the majority class's, the loss as it is
+    majority = results["baseline"]
+    assert majority["name"] == "majority class"
+    assert (f"test_accuracy {100 * results['test']['accuracy']:.2f}% "
+            f"(majority class: {100 * majority['scores']['accuracy']:.2f}%)") in out.splitlines()
+    assert f"test_loss {results['test']['loss']:.4f}" in out.splitlines()
+
+
+def test_the_course_choices_are_the_ones_recorded_for_the_installed_course_bert():
+    results = REPO_ROOT / "benchmarks" / "results"
+    tasks = json.loads((results / "tasks-cpu.json").read_text())
+    sentence = json.loads((results / "bert-cpu.json").read_text())
+    assert tasks["course_bert_sha256"] == sentence["course_bert_sha256"] == course_bert_sha256()
+    recorded = {"sentence": sentence["classification"]["course_bert"]["learning_rate"],
+                **{task: record["course_bert"]["learning_rate"] for task, record in tasks["tasks"].items()}}
+    assert cli.COURSE_BERT_LEARNING_RATES == recorded
+    assert cli.COURSE_BERT_MAX_LENGTH == tasks["settings"]["max_length"]
+
+
+def test_the_course_bert_is_known_by_its_folder_or_its_weights(pipeline, tmp_path):
+    shutil.copytree(COURSE_BERT_FOLDER, tmp_path / "copy")
+    assert cli.is_course_bert(COURSE_BERT_FOLDER) and cli.is_course_bert(tmp_path / "copy")
+    assert not cli.is_course_bert(pipeline["pretrain"]) and not cli.is_course_bert(None)
 
 
 def test_only_rank_0_prints(tmp_path, capsys, monkeypatch):

@@ -6,13 +6,16 @@ generate_assignment`` registers the chapter and fills the install cell's URL in 
 ``autograde`` grades an honest, a blank and a tampering student in ``submitted/`` (warning of the
 tampered test cell only), ``generate_feedback`` and
 ``export`` write the feedback and ``grades.csv``. ``chapters/`` stays as it was, and every file the
-commands write is one the repository's ``.gitignore`` covers.
+commands write is one the repository's ``.gitignore`` covers. The commands run as the README prints them,
+``.venv/bin/python -m nbgrader ...``, in a shell where the environment is not activated: nbgrader runs
+``alembic`` from PATH, which ``nbgrader_config.py`` finds in the environment's folder.
 """
 
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import nbformat
@@ -25,9 +28,21 @@ REPO = Path(__file__).resolve().parents[1]
 URL = "https://example.org/course"
 
 
+def not_activated() -> dict[str, str]:
+    """This process's environment as a shell's before ``. .venv/bin/activate``: no ``VIRTUAL_ENV``, and a
+    PATH without the environment's commands (its ``bin/`` folder, nor any other folder with an ``alembic``)."""
+    environment = {name: value for name, value in os.environ.items() if name != "VIRTUAL_ENV"}
+    scripts = Path(sysconfig.get_path("scripts")).resolve()
+    folders = [folder for folder in environment.get("PATH", "").split(os.pathsep) if folder
+               and Path(folder).resolve() != scripts and shutil.which("alembic", path=folder) is None]
+    return {**environment, "PATH": os.pathsep.join(folders)}
+
+
 def nbgrader(course: Path, *arguments: str) -> str:
-    """Run ``nbgrader ARGUMENTS`` in ``course`` with this checkout's packages; its output."""
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    """Run ``.venv/bin/python -m nbgrader ARGUMENTS`` in ``course`` with this checkout's packages, the environment
+    not activated (as the README allows); its output."""
+    environment = {**not_activated(),
+                   "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "nbgrader", *arguments], cwd=course, env=environment, text=True,
                           capture_output=True, timeout=1800)
     assert done.returncode == 0, f"nbgrader {' '.join(arguments)}:\n{done.stdout}\n{done.stderr}"

@@ -126,17 +126,40 @@ def tiny_course(tmp_path):
     return tmp_path
 
 
-def test_generate_writes_stubs_and_removes_orphans(tiny_course):
+def test_generate_writes_stubs_and_leaves_orphans_to_the_author(tiny_course):
     assert release.stale_chapters(tiny_course)  # not generated yet
     [path] = release.generate(root=tiny_course)
     assert path == tiny_course / "chapters" / "01_tiny" / "01_tiny.ipynb"
-    assert not (tiny_course / "chapters" / "00_orphan").exists()
     text = path.read_text()
     assert "raise NotImplementedError()" in text and "return a + b" not in text and "add(2, 2)" not in text
     assert "https://example.org/course" in text
+    # a chapter folder without a solution is not deleted: the check names it
+    assert release.stale_chapters(tiny_course) == ["chapters/00_orphan should not be there"]
+    (tiny_course / "chapters" / "00_orphan").rmdir()
     assert release.stale_chapters(tiny_course) == []
     path.write_text(text.replace("add(1, 2)", "add(1, 5)"))
     assert any("differs" in line for line in release.stale_chapters(tiny_course))
+
+
+def test_releasing_again_writes_only_what_changed_and_deletes_nothing(tiny_course):
+    """A book build executing chapters/ while a release runs must keep its files (a chapter folder deleted
+    and copied again lost its kernel): an unchanged notebook is not touched, a changed one is replaced in
+    one step, and a file the release did not write stays."""
+    chapter = tiny_course / "chapters" / "01_tiny"
+    [notebook] = release.generate(root=tiny_course)
+    extra = chapter / "notes.md"
+    extra.write_text("the author's notes")
+    before = notebook.stat()
+    assert release.generate(root=tiny_course) == []
+    after = notebook.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert extra.read_text() == "the author's notes"
+
+    solution = tiny_course / "solutions" / "01_tiny" / "01_tiny.ipynb"
+    solution.write_text(solution.read_text().replace("assert add(1, 2) == 3", "assert add(2, 3) == 5"))
+    assert release.generate(root=tiny_course) == [notebook]
+    assert "add(2, 3) == 5" in notebook.read_text() and extra.read_text() == "the author's notes"
+    assert sorted(path.name for path in chapter.iterdir()) == ["01_tiny.ipynb", "notes.md"]  # no temporary left
 
 
 def test_generate_names_unknown_chapters(tiny_course):
@@ -163,6 +186,9 @@ def test_cli_release(tiny_course, capsys):
     assert "chapters/01_tiny is missing" in capsys.readouterr().out
     assert main(["release", *root]) == 0
     assert "generated chapters/01_tiny/01_tiny.ipynb" in capsys.readouterr().out
+    assert main(["release", *root, "--dry-run"]) == 1  # the release deletes nothing, and says what to delete
+    assert "chapters/00_orphan should not be there" in capsys.readouterr().out
+    (tiny_course / "chapters" / "00_orphan").rmdir()
     assert main(["release", *root, "--dry-run"]) == 0
     assert main(["release", *root, "02_missing"]) == 2
     assert "no solution notebook for 02_missing" in capsys.readouterr().err

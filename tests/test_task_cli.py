@@ -15,6 +15,7 @@ from bertlab.bert import (
     BertForTokenClassification,
 )
 from bertlab.cli import main
+from bertlab.course_model import COURSE_BERT_FOLDER
 from bertlab.task_data import UPOS_TAGS
 from tests.conftest import REPO_ROOT, run_cli
 
@@ -102,11 +103,13 @@ def test_finetune_a_task_from_a_pretrained_folder(capsys, data_root, model_folde
                            *SMALL, *extra, "--output", tmp_path)
     assert status == 0, err
     assert "test_" in out and "newly initialized" in out  # the head of a pretrained BERT is new: a note says so
+    assert "note: learning rate 5e-05, the default for a pretrained --model" in out  # not the course's BERT
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["task"] == task and results["settings"]["task"] == task and len(results["history"]) == 1
     assert set(results["history"][0]) == {"epoch", "train_loss", *dev_keys}
     assert {f"dev_{name}" for name in results["test"]} == dev_keys
-    assert results["max_length"] == (48 if task == "spans" else 128)
+    assert results["lr"] == 5e-5
+    assert results["max_length"] == (48 if task == "spans" else 64)  # the task's 128 cut to the model's 64 positions
     for name in ("config.json", "model.safetensors", "vocab.txt", "history.json"):
         assert (tmp_path / name).is_file(), name
     reloaded = model_class.from_pretrained(tmp_path)
@@ -160,7 +163,12 @@ def test_a_missing_dataset_is_one_line_that_names_the_folder_and_the_file(capsys
     (["--task", "tagging", "--download"], 2, "--download fetches the sentiment datasets only"),
     (["--task", "nli"], 2, "invalid choice: 'nli'"),
     (["--task", "spans", "--model", "{tmp}/nowhere"], 1, "is not a BERT checkpoint folder"),
-    (["--task", "spans", "--model", "{model}", "--seq-len", "32", "--stride", "32"], 1, "which must exceed stride=32"),
+    (["--task", "spans", "--model", "{model}", "--seq-len", "32", "--stride", "28"], 2,
+     "--stride 28 does not fit windows of 32 tokens (--seq-len): a window holds at most 28 context pieces"),
+    (["--task", "spans", "--model", "{model}", "--seq-len", "32", "--stride", "25"], 1,
+     "leaves 24 for the context, which must exceed stride=25"),  # fits the window, not after this question
+    (["--task", "tagging", "--model", "{model}", "--seq-len", "65"], 2,
+     "--seq-len 65 exceeds the model's 64 positions"),
     (["--task", "tagging", "--model", "{model}", "--freeze", "3"], 1, "the model has only 2 encoder layers"),
 ])
 def test_bad_input_gives_one_line(capsys, tmp_path, data_root, model_folder, argv, status, message):
@@ -168,6 +176,42 @@ def test_bad_input_gives_one_line(capsys, tmp_path, data_root, model_folder, arg
     code, _, err = run_cli(capsys, "finetune", *argv, "--data-root", data_root, *SMALL, "--output", tmp_path / "out")
     assert code == status and err.count("\n") == 1 and "Traceback" not in err
     assert message in err
+
+
+def test_a_seed_makes_a_run_from_a_pretrained_folder_reproducible(capsys, data_root, model_folder, tmp_path):
+    """The new head of a pretrained BERT is drawn from the seed, not from whatever the process drew before."""
+    histories = []
+    for run in ("first", "second"):
+        torch.manual_seed(len(run))  # another state of the global generator, as in another process
+        status, _, err = run_cli(capsys, "finetune", "--task", "tagging", "--model", model_folder, "--data-root",
+                                 data_root, *SMALL, "--epochs", "2", "--seed", "7", "--output", tmp_path / run)
+        assert status == 0, err
+        histories.append(json.loads((tmp_path / run / "results.json").read_text())["history"])
+    assert histories[0] == histories[1]  # every loss and score, exactly
+
+
+def test_the_default_stride_fits_every_window(capsys, data_root, model_folder, tmp_path):
+    # "Who won the cup?" leaves 16 of 24 tokens for the context: the default stride is 6, a quarter of the window
+    status, _, err = run_cli(capsys, "finetune", "--task", "spans", "--model", model_folder, "--data-root", data_root,
+                             *SMALL, "--seq-len", "24", "--output", tmp_path)
+    assert status == 0, err
+    assert json.loads((tmp_path / "results.json").read_text())["settings"]["stride"] is None
+
+
+@pytest.mark.parametrize("task, baseline", [("tagging", "most frequent tag of each word"), ("spans", "sliding window")])
+def test_the_course_bert_gets_the_course_choices_and_the_scores_print_in_percent_beside_the_baseline(
+        capsys, data_root, tmp_path, task, baseline):
+    status, out, err = run_cli(capsys, "finetune", "--task", task, "--model", COURSE_BERT_FOLDER, "--data-root",
+                               data_root, *SMALL, "--output", tmp_path)
+    assert status == 0, err
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert (results["lr"], results["max_length"]) == (1e-3, 128)  # not 5e-5, nor windows of 384 with stride 128
+    assert f"learning rate: 0.001, the course's choice for its BERT on --task {task}" in out
+    assert results["baseline"]["name"] == baseline
+    scale = 100 if task == "tagging" else 1  # accuracy is a fraction, SQuAD's scores are in percent: both print in %
+    for name, value in results["test"].items():
+        assert (f"test_{name} {scale * value:.2f}% ({baseline}: {scale * results['baseline']['scores'][name]:.2f}%)"
+                in out.splitlines()), out
 
 
 def test_a_tag_of_the_test_split_unseen_in_training_is_named(capsys, tmp_path, data_root, model_folder):
