@@ -56,6 +56,7 @@ MAX_ERROR_LINE_CHARS = 10_000  # of each line of that traceback, and of its mess
 MAX_OUTPUT_CHARS = 100_000  # of one output's text the grader keeps (a stream, a display's text, a traceback)
 MAX_IMAGE_CHARS = 2_000_000  # of one image the grader keeps (base64)
 MAX_NOTEBOOK_OUTPUT_CHARS = 5_000_000  # of all the outputs of a notebook the grader keeps
+MAX_NOTEBOOK_OUTPUTS = 10_000  # outputs of a notebook the grader keeps, however small (the rest are dropped)
 MAX_ERROR_NAME_CHARS = 200  # of an error output's name
 MAX_TEST_OUTPUT_CHARS = 20_000  # of what a test cell prints, kept for the feedback
 
@@ -67,6 +68,32 @@ MAX_STUDENT_EXCEPTION_CHARS = 5_000  # of the message (and each argument) of an 
 MAX_STUDENT_TRACEBACK_CHARS = 5_000  # of the traceback of the student's code that comes with it
 MAX_OUTCOME_MESSAGE_CHARS = 10_000  # of a test's message in results.json and the feedback
 SUMMARY_MESSAGE_CHARS = 120  # of a test's message, in the summary's line of its student
+
+# --------------------------------------------------------------------------------------------------
+# The grader's own work on a submission's text: reading its code for copies (autograder.reference_copies),
+# sanitizing its Markdown and HTML (sanitize, cell_outputs) and its feedback page (feedback)
+# --------------------------------------------------------------------------------------------------
+
+MAX_RUN_CELL_CHARS = 1_000_000  # of one code cell sent to the student's process; a longer one is not run, and says so
+MAX_COPY_READ_CELL_CHARS = 100_000  # of one code cell the copy reader parses; a longer one is not read, and flagged
+# Of all the code cells of a notebook the copy reader parses, each counted once more for each line of IPython's
+# syntax (%magic, !shell, obj?), for which IPython's transformation reads the whole cell again.
+MAX_COPY_READ_CHARS = 200_000  # the cells past it are not read, and flagged
+# Start tags of one Markdown cell's HTML, or of one HTML output, the sanitizer parses: html5lib's work grows with the
+# square of how deep or how wide they nest. A cell with more is shown as written; an output with more, as its text.
+MAX_HTML_TAGS = 1_000
+MAX_NOTEBOOK_HTML_TAGS = 10_000  # of a page's Markdown cells together, and of a notebook's HTML outputs together
+MAX_RICH_OUTPUT_CHARS = 200_000  # of a notebook's HTML and Markdown outputs kept as such; past it, their text only
+# Of one cell's source a page shows: a longer code cell is cut, a longer Markdown cell is shown as written (not
+# rendered) and cut, each with a line that says how much was cut.
+MAX_SHOWN_CELL_CHARS = 20_000
+# Of all the cells' sources one page shows (a feedback page; the Markdown of the notebook kept for the formgrader):
+# the cells past it are replaced by a line that says so.
+MAX_SHOWN_CHARS = 150_000
+MAX_SHOWN_CELLS = 1_000  # cells of the notebook's own one page shows (each costs it its frame, however short)
+MAX_SHOWN_OUTPUT_CHARS = 2_000_000  # of the outputs of the student's cells a feedback page shows
+MAX_SHOWN_OUTPUTS = 1_000  # outputs a feedback page shows (each costs it its frame, whatever its size)
+MAX_FEEDBACK_PAGE_BYTES = 5_000_000  # of one feedback page; a larger one is replaced by the plain page of the grades
 
 # --------------------------------------------------------------------------------------------------
 # Time: code that never ends, or a process that never answers

@@ -4,38 +4,71 @@ The student process reports what each cell showed; the report is the student's t
 grader keeps only well-formed nbformat outputs of known kinds (streams, displays and results of the
 mimetypes of :data:`KEPT_MIMETYPES`, errors), each text cut to ``MAX_OUTPUT_CHARS`` and the whole
 notebook to ``MAX_NOTEBOOK_OUTPUT_CHARS`` (:mod:`autograder.bounds`; after which only the start of each
-error is kept); what is cut is replaced by a note saying so.
+error is kept) and ``MAX_NOTEBOOK_OUTPUTS`` outputs (after which none); what is cut is replaced by a note
+saying so. A feedback page cleans them again within its own bounds. HTML and Markdown outputs, which the grader
+sanitizes and renders, are kept as such within ``MAX_RICH_OUTPUT_CHARS`` characters and the tags of a
+:class:`autograder.sanitize.TagBudget`; past them, their text is kept, with a note that says why.
 """
 
 from nbformat.v4 import new_output
 
-from autograder.bounds import MAX_ERROR_NAME_CHARS, MAX_IMAGE_CHARS, MAX_NOTEBOOK_OUTPUT_CHARS, MAX_OUTPUT_CHARS
+from autograder.bounds import (
+    MAX_ERROR_NAME_CHARS, MAX_IMAGE_CHARS, MAX_NOTEBOOK_OUTPUT_CHARS, MAX_NOTEBOOK_OUTPUTS, MAX_OUTPUT_CHARS,
+    MAX_RICH_OUTPUT_CHARS)
+from autograder.sanitize import TagBudget
 from autograder.wire import printable
 
 KEPT_MIMETYPES = ("text/plain", "text/html", "text/markdown", "text/latex", "image/png", "image/jpeg")
+RICH_MIMETYPES = ("text/html", "text/markdown")  # sanitized and rendered as HTML
 
 
 class OutputBudget:
-    """What is left of a notebook's MAX_NOTEBOOK_OUTPUT_CHARS."""
+    """What is left of a notebook's MAX_NOTEBOOK_OUTPUT_CHARS and MAX_NOTEBOOK_OUTPUTS (or of ``chars`` and
+    ``outputs``: a feedback page's), and of what its HTML and Markdown outputs may hold: MAX_RICH_OUTPUT_CHARS
+    characters and the tags of a :class:`TagBudget`."""
 
-    def __init__(self, chars: int = MAX_NOTEBOOK_OUTPUT_CHARS):
+    def __init__(self, chars: int = MAX_NOTEBOOK_OUTPUT_CHARS, outputs: int = MAX_NOTEBOOK_OUTPUTS,
+                 whole: str = "the notebook"):
+        self.whole = whole  # what the budget is of, for the notes
         self.left = chars
         self.exhausted = False
+        self.outputs = outputs
+        self.counted_out = False  # whether the outputs ran out; a note says so where they did
+        self.out_note = f"[{whole} keeps no more outputs: at most {outputs:,}]\n"
+        self.rich = MAX_RICH_OUTPUT_CHARS
+        self.tags = TagBudget(f"{whole}'s outputs")
 
     def take(self, text: str, limit: int) -> str:
         """``text`` cut to ``limit`` and to what is left of the budget, with a note when cut."""
         allowed = max(0, min(limit, self.left))
         kept = text if len(text) <= allowed else text[:allowed] + f"\n[output truncated: {len(text) - allowed} more characters]\n"
+        self.exhausted = self.exhausted or len(text) > self.left  # the budget, not ``limit``, cut it
         self.left -= min(len(text), allowed)
-        self.exhausted = self.exhausted or len(text) > allowed
         return kept
+
+    def refuse_rich(self, text: str) -> str | None:
+        """None when an HTML or Markdown output's ``text`` may be kept as such (its characters and tags are then
+        taken from what is left); else why not."""
+        if len(text) > self.rich:
+            return (f"{self.whole}'s HTML and Markdown outputs reached the {MAX_RICH_OUTPUT_CHARS:,} characters the "
+                    "grader renders")
+        refusal = self.tags.admit(text)
+        if refusal is None:
+            self.rich -= len(text)
+        return refusal
 
 
 def clean(raw, budget: OutputBudget) -> list:
     """The outputs of one cell, as nbformat outputs, from what the student process sent. Once the
-    notebook's budget is spent, only errors are kept, each as its name and the start of its message."""
+    notebook's characters are spent, only errors are kept, each as its name and the start of its message;
+    once its outputs are, none, and a note says so where they ran out."""
     outputs = []
     for item in raw if isinstance(raw, list) else []:
+        if budget.outputs == 0:
+            if not budget.counted_out:
+                outputs.append(new_output("stream", name="stderr", text=budget.out_note))
+                budget.counted_out = budget.exhausted = True
+            break
         if not isinstance(item, dict):
             continue
         if not budget.exhausted:
@@ -47,6 +80,7 @@ def clean(raw, budget: OutputBudget) -> list:
             output = None
         if output is not None:
             outputs.append(output)
+            budget.outputs -= 1
     return outputs
 
 
@@ -65,6 +99,8 @@ def _clean_one(item: dict, budget: OutputBudget):
                         continue  # a cut image is no image
                     budget.left -= len(value)
                     data[mimetype] = value
+                elif mimetype in RICH_MIMETYPES and (refusal := budget.refuse_rich(value)):
+                    data["text/plain"] = f"[{mimetype} output shown as text: {refusal}]\n" + data.get("text/plain", "")
                 else:
                     data[mimetype] = budget.take(value, MAX_OUTPUT_CHARS)
         if not data:

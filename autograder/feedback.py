@@ -1,4 +1,4 @@
-"""Feedback for a student: the graded notebook without any hidden test, sanitized, in a locked page.
+"""Feedback for a student: the graded notebook without any hidden test, sanitized and bounded, in a locked page.
 
 :func:`student_view` turns the graded notebook (:mod:`autograder.graded_notebook`) into what the
 student may see: every test cell holds the released source (the hidden tests removed, as the
@@ -6,11 +6,20 @@ student received it) and, as its only output, the grader's outcome; a summary of
 the notebook. The hidden tests never ran in the student's process, so no output of the student's
 code can hold them.
 
-Everything in it that comes from the submission is treated as hostile: :func:`render` runs nbconvert's
-HTML sanitizer on the notebook (Markdown, HTML and SVG outputs cleaned, JavaScript and other active
-outputs dropped) and nbgrader's feedback exporter with sanitizing on, escapes what the grader writes
-itself (messages, names), and puts a Content-Security-Policy in the page that allows no script, no
-remote resource and no form: whatever slipped through would not run.
+Everything in it that comes from the submission is treated as hostile: :func:`student_view` runs nbconvert's
+HTML sanitizer on the outputs (HTML, Markdown and SVG cleaned, JavaScript and other active outputs dropped);
+:func:`render` renders the page with nbgrader's feedback exporter with sanitizing on, each Markdown cell
+rendered and sanitized as the notebook kept for the formgrader is (:mod:`autograder.sanitize`), escapes what
+the grader writes itself (messages, names), and puts a Content-Security-Policy in the page that allows no
+script, no remote resource and no form: whatever slipped through would not run.
+
+The page is bounded (:mod:`autograder.bounds`), and so is the grader's work on it: it shows at most
+``MAX_SHOWN_CELL_CHARS`` characters of one cell's source, ``MAX_SHOWN_CHARS`` of all and ``MAX_SHOWN_CELLS``
+cells, cut before they are highlighted or rendered, each cut with a line that says how much
+(:class:`autograder.sanitize.SourceBudget`), at most ``MAX_SHOWN_OUTPUT_CHARS`` characters and
+``MAX_SHOWN_OUTPUTS`` outputs of the cells' outputs, and its Markdown's HTML is parsed within a
+:class:`autograder.sanitize.TagBudget`. A page still larger than ``MAX_FEEDBACK_PAGE_BYTES`` is not written
+(:class:`PageTooLarge`): the job writes the plain page of the grades instead.
 
 Since no script runs, the Markdown cells' math is rendered to MathML and their citations to text on
 the grader (:mod:`autograder.book_markdown`); the page loads no MathJax.
@@ -19,22 +28,29 @@ the grader (:mod:`autograder.book_markdown`); the page loads no MathJax.
 import copy
 import functools
 import html
+import itertools
 import re
 
 from jinja2 import pass_context
-from nbformat.v4 import new_markdown_cell
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograder import book_markdown
+from autograder import cell_outputs
+from autograder.bounds import MAX_FEEDBACK_PAGE_BYTES, MAX_SHOWN_OUTPUT_CHARS, MAX_SHOWN_OUTPUTS
 from autograder.chapters import Chapter
 from autograder.citations import Reference
 from autograder.course import grade_id
 from autograder.graded_notebook import MARKS, outcome_text
 from autograder.results import NotebookResult, Status
-from autograder.sanitize import sanitized_html
+from autograder.sanitize import SourceBudget, TagBudget, markdown_html, sanitized_html
 
 CONTENT_SECURITY_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
                            "base-uri 'none'; form-action 'none'")
 _POLICY_TAG = f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'.encode()
+
+
+class PageTooLarge(Exception):
+    """A feedback page larger than ``MAX_FEEDBACK_PAGE_BYTES``: the job writes the plain page of the grades instead."""
+
 
 def markdown_text(text: str) -> str:
     """``text`` as literal Markdown on one line: HTML escaped, Markdown's punctuation (and the ``$`` of
@@ -58,19 +74,38 @@ def summary(result: NotebookResult) -> str:
 
 
 def student_view(graded, chapter: Chapter, result: NotebookResult, printed: dict[str, str]):
-    """The graded notebook as the student may see it (see the module's docstring)."""
+    """The graded notebook as the student may see it (see the module's docstring): a new notebook, whose
+    cells' sources are cut to what the page shows of them (the cells it has no room for replaced, a run of them
+    at a time, by a line that says so), and whose outputs are cleaned again within what the page shows of outputs
+    (:func:`autograder.cell_outputs.clean`), then sanitized. A raw cell becomes a Markdown cell: a page shows both
+    as HTML, which the Markdown cells' filters render and sanitize. Test cells are always shown."""
     from nbconvert.preprocessors.sanitize import SanitizeHTML
 
-    notebook = copy.deepcopy(graded)
+    sanitizer = SanitizeHTML(strip=True)
+    shown = SourceBudget()
+    outputs = cell_outputs.OutputBudget(MAX_SHOWN_OUTPUT_CHARS, MAX_SHOWN_OUTPUTS, "the page")
     tests = {test.grade_id: test for test in result.tests}
-    for cell in notebook.cells:
-        name = grade_id(cell)
+
+    def view(cell):
+        """The cell as the page shows it; None when the page has no room left for it."""
+        name, metadata = grade_id(cell), copy.deepcopy(cell.metadata)
         if name in tests and cell.cell_type == "code":
-            cell.source = chapter.test(name).released
-            cell.outputs = [_stream(outcome_text(tests[name], printed.get(name, "")), tests[name].status)]
-    notebook.cells.insert(0, new_markdown_cell(summary(result)))
-    notebook, _ = SanitizeHTML(strip=True).preprocess(notebook, {})
-    return notebook
+            outcome = _stream(outcome_text(tests[name], printed.get(name, "")), tests[name].status)
+            return new_code_cell(chapter.test(name).released, metadata=metadata, outputs=[outcome])
+        if cell.cell_type == "code":
+            source = shown.code(cell.source)
+            return None if source is None else new_code_cell(source, metadata=metadata, outputs=(
+                sanitizer.sanitize_code_outputs(cell_outputs.clean(cell.outputs, outputs))))
+        source = shown.markdown(cell.source)
+        return None if source is None else new_markdown_cell(source, metadata=metadata)
+
+    cells = [new_markdown_cell(summary(result))]
+    for left_out, run in itertools.groupby(((view(cell), cell.source) for cell in graded.cells),
+                                           key=lambda pair: pair[0] is None):
+        run = list(run)
+        cells += [new_markdown_cell(SourceBudget.not_shown([source for _, source in run]))] if left_out else [
+            shown_cell for shown_cell, _ in run]
+    return new_notebook(cells=cells, metadata=copy.deepcopy(graded.metadata))
 
 
 def _stream(text: str, status: Status):
@@ -98,18 +133,25 @@ def exporter():
 
 @pass_context
 def _book_markdown(context, source: str) -> str:
-    """The template's filter ``book_markdown``: a Markdown cell's HTML, with the citations of the page's
-    ``references`` (a resource of the page: the exporter serves every page)."""
-    return book_markdown.render(source, context["resources"]["references"])
+    """The template's filter ``book_markdown``: a Markdown cell's HTML (:func:`autograder.sanitize.markdown_html`),
+    with the citations of the page's ``references`` and within the page's ``tags`` (resources of the page: the
+    exporter serves every page)."""
+    resources = context["resources"]
+    return markdown_html(source, resources["references"], resources["tags"])
 
 
 def render(view, result: NotebookResult, chapter: Chapter, references: dict[str, Reference]) -> bytes:
     """The feedback page of a student's view, rendered as nbgrader's feedback converter renders it and
-    locked; ``references`` are the course's, for the citations of its Markdown cells."""
+    locked; ``references`` are the course's, for the citations of its Markdown cells. Raises
+    :class:`PageTooLarge` for a page of more than ``MAX_FEEDBACK_PAGE_BYTES``."""
     from autograder.nbgrader_adapter import render_feedback
 
-    page = render_feedback(exporter(), view, result, chapter.notebook, {"references": references})
-    return lock(page.encode())
+    resources = {"references": references, "tags": TagBudget("the page")}
+    page = lock(render_feedback(exporter(), view, result, chapter.notebook, resources).encode())
+    if len(page) > MAX_FEEDBACK_PAGE_BYTES:
+        raise PageTooLarge(f"the page would be {len(page) / 1e6:.1f} MB, more than the limit of "
+                           f"{MAX_FEEDBACK_PAGE_BYTES / 1e6:g} MB")
+    return page
 
 
 def plain_page(result: NotebookResult, why: str) -> bytes:

@@ -183,7 +183,7 @@ def grade_job(job: Job) -> NotebookResult:
     result = NotebookResult(
         student=job.student, chapter=chapter.name, origin=job.origin, timestamp=job.timestamp,
         fingerprint=job.fingerprint, seed=job.seed, problem=problem, notes=unsandboxed + notes, copies=copies,
-        tests=tests)
+        tests=tests, timed_out_cells=tuple(index + 1 for index in run.timed_out) if run else ())
     graded = graded_notebook.build(notebook, instructor, chapter, run, result)
     nbformat.write(inert_notebook(graded, job.references), folder.graded)  # for the formgrader
     before_feedback = time.perf_counter()

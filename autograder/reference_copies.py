@@ -20,7 +20,10 @@ exercise's code, or a helper it uses, names the reference, its name is bound to 
 builds code at run time from something that names it (``exec(inspect.getsource(reference))``): the
 code that ran is the reference's. Suspected: the code is the reference's up to names (the solution
 notebooks are too, so an honest student who writes the specified algorithm plainly may match), or
-the exercise or the notebook builds code at run time without naming the reference. What the grade
+the exercise or the notebook builds code at run time without naming the reference, or a code cell was too
+large to read (more than ``MAX_COPY_READ_CELL_CHARS``, or past the ``MAX_COPY_READ_CHARS`` that IPython's
+transformation may read of a notebook: :func:`ipython_lines`; :mod:`autograder.bounds`): it could define any
+exercise. What the grade
 does with each is the instructor's copy policy (:mod:`autograder.grade`, ``--copies``). What static
 reading cannot see (a reference reached through strings built at run time and an unflagged library)
 is not flagged; the threat model in ``instructors.md`` says so.
@@ -31,10 +34,14 @@ import functools
 import importlib
 import inspect
 import pkgutil
+import re
 import sys
 import textwrap
 import types
 
+from IPython.core.inputtransformer2 import TRANSFORM_LOOP_LIMIT
+
+from autograder.bounds import MAX_COPY_READ_CELL_CHARS, MAX_COPY_READ_CHARS
 from autograder.course import python_source
 from autograder.results import CERTAIN, SUSPECTED, ReferenceCopy
 
@@ -43,6 +50,9 @@ DYNAMIC_ATTRIBUTES = {"getsource", "getsourcelines", "getsourcefile", "__code__"
                       "reload", "run_path", "run_module", "__globals__"}
 CODE_LOADERS = {"marshal", "pickle", "dill", "cloudpickle"}  # their load and loads build code too
 MIN_COPY_NODES = 50  # syntax nodes in a reference's body (docstring aside) for its shape to be a sign of a copy
+# A line IPython's transformation may rewrite: an escape first (%magic, !shell, ?obj, ,f, ;f, /f), an assignment of
+# a magic or a shell command (x = %time f(), x = !ls), a help request last (obj?).
+IPYTHON_SYNTAX = re.compile(r"^\s*[!%?,;/]|=\s*[!%]|\?\s*$")
 
 
 @functools.cache
@@ -158,6 +168,13 @@ def _bertlab_object(path: str | None):
     return None
 
 
+def ipython_lines(source: str) -> int:
+    """How many lines of a cell's ``source`` may be IPython's syntax (:data:`IPYTHON_SYNTAX`): IPython's
+    transformation reads the whole cell again after each (500 such lines in a cell of 90,000 characters took it
+    over two minutes), and gives up on a cell of ``TRANSFORM_LOOP_LIMIT`` (500)."""
+    return sum(1 for line in source.splitlines() if IPYTHON_SYNTAX.search(line))
+
+
 class _Notebook:
     """The top-level definitions and bindings of a submission's code cells."""
 
@@ -166,7 +183,11 @@ class _Notebook:
         self.bindings: dict[str, str] = {}  # name -> dotted path, from imports and aliases
         self.rebound: dict[str, ast.AST] = {}  # name -> the last assignment or import of it after its def
         self.dynamic_top_level: list[tuple[int, ast.stmt]] = []  # (cell, statement) building code at run time
+        self.unread: list[int] = []  # cells too large to read (MAX_COPY_READ_CELL_CHARS, MAX_COPY_READ_CHARS)
+        self.left = MAX_COPY_READ_CHARS  # of what IPython's transformation may read
         for number, source in enumerate(sources, start=1):
+            if not self._affordable(number, source):
+                continue
             try:
                 tree = ast.parse(python_source(source))
             except (SyntaxError, ValueError, RuntimeError, RecursionError, MemoryError):
@@ -175,6 +196,20 @@ class _Notebook:
                 continue
             for node in tree.body:
                 self._read(node, number)
+
+    def _affordable(self, number: int, source: str) -> bool:
+        """Whether the cell ``number`` may be read within the bounds (what IPython's transformation reads of it is
+        then taken from what is left); one too large is recorded in ``unread``, one that IPython gives up on is
+        not (it gives up in the student's process too: the cell defines nothing)."""
+        lines = ipython_lines(source) if len(source) <= min(MAX_COPY_READ_CELL_CHARS, self.left) else 0
+        if lines >= TRANSFORM_LOOP_LIMIT:
+            return False
+        cost = len(source) * (1 + lines)
+        if len(source) > MAX_COPY_READ_CELL_CHARS or cost > self.left:
+            self.unread.append(number)
+            return False
+        self.left -= cost
+        return True
 
     def _read(self, node: ast.stmt, cell: int) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -273,4 +308,9 @@ def _reasons(notebook: _Notebook, exercise: str, targets: tuple) -> list[tuple[b
     elif building:
         cells = ", ".join(str(cell) for cell, _ in notebook.dynamic_top_level[:5])
         reasons.append((False, f"the notebook builds code at run time at the top level of code cell(s) {cells}"))
+    if notebook.unread:
+        cells = ", ".join(str(cell) for cell in notebook.unread[:5])
+        reasons.append((False, f"code cell(s) {cells} of the notebook, which could define it, are too large to read "
+                               f"(more than {MAX_COPY_READ_CELL_CHARS:,} characters, or past the "
+                               f"{MAX_COPY_READ_CHARS:,} read of a notebook)"))
     return reasons

@@ -9,6 +9,7 @@ the collector skipped (:class:`Skipped`), and the class's :class:`ClassResults`,
      "look_alikes": ["students whose names look alike: ...", ...],
      "notebooks": [{"student", "chapter", "origin", "timestamp", "fingerprint", "seed", "problem",
                     "notes": [...], "copies": [{"exercise", "reason", "certainty", "withheld"}],
+                    "timed_out_cells": [cells stopped at the time limit of a cell, numbered from 1 in the notebook],
                     "tests": [{"grade_id", "points", "max_points", "status", "message", "cause"}],
                     "feedback", "seconds": {...}}, ...],
      "skipped": [{"path", "student", "reason"}, ...]}
@@ -146,6 +147,7 @@ class NotebookResult:
     problem: str | None = None  # why the notebook could not be graded as one of its chapter
     notes: tuple[str, ...] = ()
     copies: tuple[ReferenceCopy, ...] = ()
+    timed_out_cells: tuple[int, ...] = ()  # the cells (numbered from 1 in the notebook) stopped at their time limit
     feedback: str | None = None  # the feedback page, relative to the output folder
     seconds: dict[str, float] = field(default_factory=dict, compare=False)
 
@@ -186,6 +188,7 @@ class NotebookResult:
                                 for test in data["tests"])
         values["copies"] = tuple(ReferenceCopy(**copy) for copy in data.get("copies", ()))
         values["notes"] = tuple(data.get("notes", ()))
+        values["timed_out_cells"] = tuple(data.get("timed_out_cells", ()))
         return cls(**values)
 
 
@@ -222,8 +225,9 @@ class ClassResults:
 
     def summary(self) -> str:
         """Markdown: a warning when the students' code ran without the sandbox; per chapter the
-        students, those who handed it in, the mean score, full marks and the exercises flagged; then one line per student and chapter (:meth:`NotebookResult.line`), the
-        exercises flagged as copies of the reference, the students whose names look alike, and what
+        students, those who handed it in, the mean score, full marks and the exercises flagged; then one line
+        per student and chapter (:meth:`NotebookResult.line`), the exercises flagged as copies of the
+        reference, the code cells stopped at their time limit, the students whose names look alike, and what
         was skipped, student by student: at most MAX_SKIPPED_SHOWN_PER_STUDENT entries each, then how
         many more results.json holds."""
         by_chapter = defaultdict(list)
@@ -247,6 +251,11 @@ class ClassResults:
             lines += ["", "Exercises that may be the reference's code (for the instructor to look at):"]
             lines += [f"- {_text(result.student)}/{_text(result.chapter)}, {_text(copy.describe())}"
                       for result, copy in copies]
+        stopped = [result for result in self.notebooks if result.timed_out_cells]
+        if stopped:
+            lines += ["", "Cells stopped at the time limit of a cell (--timeout; raise it to let them finish):"]
+            lines += [f"- {_text(result.student)}/{_text(result.chapter)}: cell(s) "
+                      + ", ".join(map(str, result.timed_out_cells)) for result in stopped]
         if self.look_alikes:
             lines += ["", "Names that look alike (check that they are different students):"]
             lines += [f"- {_text(line)}" for line in self.look_alikes]

@@ -31,7 +31,8 @@ import traceback
 from dataclasses import dataclass, field
 
 from autograder import cell_outputs
-from autograder.bounds import MAX_OUTCOME_MESSAGE_CHARS, MAX_RESTARTS, MAX_TEST_OUTPUT_CHARS, Limits
+from autograder.bounds import (
+    MAX_OUTCOME_MESSAGE_CHARS, MAX_RESTARTS, MAX_RUN_CELL_CHARS, MAX_TEST_OUTPUT_CHARS, Limits)
 from autograder.chapters import Chapter
 from autograder.course import hidden_test_lines, python_source
 from autograder.grader_side import StudentProcess, StudentProcessEnded, StudentTimeout
@@ -41,6 +42,8 @@ from autograder.sandbox import Sandbox
 from autograder.stand_ins import ReferenceUnavailable, Withholding
 from autograder.steps import CodeStep, ContextStep, SubmissionStep, TestStep
 from autograder.wire import printable
+
+CELL_TIMEOUT = "CellTimeout"  # the name of the error output of a cell stopped at its time limit
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class NotebookRun:
     outputs: dict[int, list] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     truncated: bool = False  # the outputs reached their cap
+    timed_out: list[int] = field(default_factory=list)  # the code cells (by index in the submission) past their limit
 
 
 class _Students:
@@ -93,7 +97,7 @@ class _Students:
         try:
             outputs = self.current().run_cell(source)
         except StudentTimeout as error:  # not replayed after a restart: it would run out of time again
-            return [_error_output("Timeout", f"this cell ran past its time limit: {error}")]
+            return [_error_output(CELL_TIMEOUT, f"this cell ran past its time limit: {error}")]
         except StudentProcessEnded as error:
             return [_error_output("ProcessEnded", f"the Python process running your code ended: {error}")]
         except Exception as error:  # the student process failed to run it (the student replaced parts of it)
@@ -211,8 +215,9 @@ def run_notebook(steps: list[SubmissionStep], chapter: Chapter, sandbox: Sandbox
         with use_run_seed(seed):
             for step in steps:
                 if isinstance(step, CodeStep):
-                    raw = students.run_cell(step.source) if time.monotonic() < deadline else [
-                        _error_output("Timeout", "not run: the notebook's time limit was reached")]
+                    raw = _run_code_cell(students, step.source, deadline)
+                    if any(output.get("ename") == CELL_TIMEOUT for output in raw):
+                        run.timed_out.append(step.index)
                     run.outputs[step.index] = cell_outputs.clean(raw, budget)
                 elif chapter.test(step.grade_id) is not None:
                     for test in _in_order(chapter, step.grade_id):
@@ -225,6 +230,18 @@ def run_notebook(steps: list[SubmissionStep], chapter: Chapter, sandbox: Sandbox
         students.close()
     run.truncated = budget.exhausted
     return run
+
+
+def _run_code_cell(students: _Students, source: str, deadline: float) -> list:
+    """A code cell's outputs: run in the student process, unless the notebook's time is up or the cell is
+    longer than MAX_RUN_CELL_CHARS (IPython's transformation of a cell, in that process, grows faster than
+    its size: a cell of megabytes would spend the cell's time limit before any of it runs)."""
+    if time.monotonic() >= deadline:
+        return [_error_output("Timeout", "not run: the notebook's time limit was reached")]
+    if len(source) > MAX_RUN_CELL_CHARS:
+        return [_error_output("CellTooLarge", f"not run: this cell has {len(source):,} characters, more than the "
+                                              f"{MAX_RUN_CELL_CHARS:,} a cell may have")]
+    return students.run_cell(source)
 
 
 def _in_order(chapter: Chapter, grade_id: str) -> list:

@@ -102,6 +102,8 @@ def write_class(folder: Path, solutions: dict, released: dict) -> None:
     put(folder, "deleter/01_tiny/01_tiny.ipynb", without(with_cells(blank, add=ADD, double=DOUBLE), "test_add", "double"))
     put(folder, "dupe/01_tiny/01_tiny.ipynb", _with_duplicates(with_cells(blank, add=ADD, double=DOUBLE)))
     put(folder, "axis/03_tiny/03_tiny.ipynb", with_cells(released["03_tiny"], softmax=WRONG_AXIS_SOFTMAX))
+    put(folder, "sleeper/01_tiny/01_tiny.ipynb", insert_after(with_cells(blank, add=ADD, double=DOUBLE), "add",
+                                                               "import time\ntime.sleep(600)  # past the cell's limit"))
 
 
 ZOLA = student_id("Émile Zola (v2)")
@@ -121,6 +123,7 @@ EXPECTED = {  # (student, chapter, test) -> (status, points)
     ("deleter", "01_tiny", "test_add"): ("tampered", 1), ("deleter", "01_tiny", "test_double"): ("missing", 0),
     ("dupe", "01_tiny", "test_add"): ("failed", 0), ("dupe", "01_tiny", "test_double"): ("passed", 2),
     ("axis", "03_tiny", "test_softmax"): ("failed", 0),
+    ("sleeper", "01_tiny", "test_add"): ("passed", 1), ("sleeper", "01_tiny", "test_double"): ("passed", 2),
 }
 
 
@@ -211,6 +214,18 @@ def test_feedback_shows_outcomes_but_not_hidden_tests(graded):
     assert "Hint: your values sum to 1 along another axis than `dim`" in pages["axis"]  # the hidden check's hint
 
 
+def test_a_cell_stopped_at_its_time_limit_is_named_in_results_and_the_summary(graded):
+    submissions, out, report = graded
+    cells = nbformat.read(submissions / "sleeper" / "01_tiny" / "01_tiny.ipynb", as_version=4).cells
+    sleeping = next(number for number, cell in enumerate(cells, start=1) if "time.sleep(600)" in cell.source)
+    result = notebooks(out)["sleeper", "01_tiny"]
+    assert result.timed_out_cells == (sleeping,)
+    assert all(result.timed_out_cells == () for key, result in notebooks(out).items() if key[0] != "sleeper")
+    summary = report.results.summary()
+    assert "Cells stopped at the time limit of a cell (--timeout; raise it to let them finish):" in summary
+    assert f"- sleeper/01_tiny: cell(s) {result.timed_out_cells[0]}" in summary
+
+
 def test_huge_output_is_truncated(graded):
     _, out, _ = graded
     executed = out / ".work" / "course" / "autograded" / "bob" / "01_tiny" / "01_tiny.ipynb"
@@ -233,7 +248,7 @@ def test_regrading_is_idempotent_and_the_cli_reports(graded, course_folder, caps
                        "--timeout", str(LIMITS.cell_timeout), "--notebook-timeout", str(LIMITS.notebook_timeout),
                        "--memory", str(LIMITS.memory_mb)])
     printed = capsys.readouterr().out
-    assert status == 0 and "graded 0, unchanged 15" in printed and "| 01_tiny |" in printed
+    assert status == 0 and "graded 0, unchanged 16" in printed and "| 01_tiny |" in printed
     assert {name: (out / name).read_bytes() for name in before} == before
 
 
@@ -242,7 +257,7 @@ def test_a_newer_submission_replaces_the_graded_one_and_an_older_one_is_ignored(
     path = submissions / "mixup" / "01_tiny" / "01_tiny.ipynb"
     path.write_text('{"cells": [')  # newer: graded again (quickly: no student process for a broken file)
     report = grade(submissions, out, jobs=2, limits=LIMITS, course_root=course_folder[0])
-    assert (report.graded, report.reused) == (1, 14)
+    assert (report.graded, report.reused) == (1, 15)
     assert "not valid JSON" in records(out)[("mixup", "01_tiny", "test_add")].message
     path.write_text(nbformat.writes(course_folder[1]["01_tiny"]))
     os.utime(path, (time.time() - 86400,) * 2)  # older than the graded one: ignored
