@@ -176,3 +176,12 @@ def student_outputs(out: Path, student: str, chapter: str) -> str:
     """The outputs of a student's own code cells (not the test cells), as text."""
     cells = graded_notebook(out, student, chapter).cells
     return json.dumps([cell.outputs for cell in cells if cell.cell_type == "code" and not is_graded_test(cell)])
+
+
+def assert_honest_full_and_blank_zero(out: Path) -> None:
+    """The honest student has full marks and the blank one zero in chapters 01_tiny and 03_tiny, neither flagged."""
+    results = notebooks(out)
+    for chapter in ("01_tiny", "03_tiny"):
+        assert results["honest", chapter].score == results["honest", chapter].max_score > 0, results["honest", chapter]
+        assert results["blank", chapter].score == 0
+        assert not results["honest", chapter].copies and not results["blank", chapter].copies

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 from grading_helpers import (
-    ADD, DOUBLE, SOFTMAX, build_course, insert_after, notebooks, put, student_outputs, with_cells)
+    ADD, DOUBLE, SOFTMAX, assert_honest_full_and_blank_zero, build_course, insert_after, notebooks, put,
+    student_outputs, with_cells)
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 
 from autograder import cell_outputs, feedback, graded_notebook, reference_copies
@@ -130,14 +131,6 @@ def redo_grader_work(graded, monkeypatch, student: str, chapter: str) -> Work:
     except feedback.PageTooLarge as error:
         work.page = str(error)
     return work
-
-
-def assert_honest_full_and_blank_zero(out: Path) -> None:
-    results = notebooks(out)
-    for chapter in ("01_tiny", "03_tiny"):
-        assert results["honest", chapter].score == results["honest", chapter].max_score > 0, results["honest", chapter]
-        assert results["blank", chapter].score == 0
-        assert not results["honest", chapter].copies and not results["blank", chapter].copies
 
 
 def assert_pages_within_their_bound(out: Path) -> None:

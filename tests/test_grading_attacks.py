@@ -33,8 +33,8 @@ import nbformat
 import pytest
 from checks_helpers import run_in_grader
 from grading_helpers import (
-    ADD, DOUBLE, HIDDEN_LINES, SOFTMAX, build_course, class_results, feedback_pages, insert_after,
-    notebooks, put, records, student_outputs, tiny_solutions, with_cells)
+    ADD, DOUBLE, HIDDEN_LINES, SOFTMAX, assert_honest_full_and_blank_zero, build_course, class_results,
+    feedback_pages, insert_after, notebooks, put, records, student_outputs, tiny_solutions, with_cells)
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from autograder import cli
@@ -221,14 +221,6 @@ def attacked(tmp_path_factory):
     write_attackers(submissions, root, tiny_solutions(), released)
     report = grade(submissions, out, jobs=2, limits=ATTACK_LIMITS, course_root=root, seed=12)
     return root, submissions, out, report
-
-
-def assert_honest_full_and_blank_zero(out: Path) -> None:
-    results = notebooks(out)
-    for chapter in ("01_tiny", "03_tiny"):
-        assert results["honest", chapter].score == results["honest", chapter].max_score > 0, results["honest", chapter]
-        assert results["blank", chapter].score == 0
-        assert not results["honest", chapter].copies and not results["blank", chapter].copies
 
 
 def assert_no_file_outside_the_sandbox(*folders: Path) -> None:
