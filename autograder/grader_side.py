@@ -71,6 +71,7 @@ class Release:
     def __init__(self, withholding: Withholding, graded: set[str]):
         self.withholding, self.graded = withholding, graded
         self.sent: set[str] = set()  # digests of the module sources the student process has
+        self.sources: dict[tuple[str, frozenset[str]], tuple[str, str]] = {}  # (module, graded) -> (source, digest)
 
     def persistent_id(self, value):
         """("released", module, qualname, digest, source or None) for a withheld reference; None else."""
@@ -80,8 +81,11 @@ class Release:
         if withheld.exercise not in self.graded:
             raise WithheldReference(f"the check would send {withheld.module}.{withheld.name}, the reference of "
                                     f"{withheld.exercise}, whose test has not run yet")
-        source = self.withholding.released_source(withheld.module, frozenset(self.graded))
-        digest = hashlib.sha256(source.encode()).hexdigest()
+        key = (withheld.module, frozenset(self.graded))
+        if key not in self.sources:  # built once: a check sends its references with every case
+            source = self.withholding.released_source(*key)
+            self.sources[key] = source, hashlib.sha256(source.encode()).hexdigest()
+        source, digest = self.sources[key]
         sent, self.sent = digest in self.sent, self.sent | {digest}
         return "released", withheld.module, value.__qualname__, digest, None if sent else source
 

@@ -722,7 +722,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 0x1, 0x2, 0x4, 0x1000, 0x4000
 MNT_DETACH, AT_RECURSIVE = 0x2, 0x8000
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 0x1, 0x2
 CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
-PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
 
 
 class _MountAttributes(ctypes.Structure):
@@ -769,6 +769,11 @@ class _Kernel:
 
     def unshare(self, flags: int) -> None:
         self._check(self.libc.unshare(flags), "unshare")
+
+    def die_with_parent(self) -> None:
+        """SIGKILL this process when its parent ends (``unshare``, which ends with the grader's job)."""
+        self._check(self.libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0),
+                                    ctypes.c_ulong(0), ctypes.c_ulong(0)), "pdeathsig")
 
     def refuse(self, refusals: tuple[Refusal, ...]) -> None:
         """A seccomp filter: the system calls of ``refusals`` fail with EPERM where their arguments
@@ -886,6 +891,9 @@ def _build_root(config: dict) -> None:
         os.setgroups([])
         os.setresgid(config["uid"], config["uid"], config["uid"])
         os.setresuid(config["uid"], config["uid"], config["uid"])
+    # A change of user clears the parent-death signal (unshare --kill-child's): set it again, so that the
+    # namespace, whose first process this is, ends with the job that started it, however that job ends.
+    kernel.die_with_parent()
 
 
 def enter(config: dict, argv: list[str]) -> None:

@@ -183,6 +183,22 @@ def test_closing_kills_everything_it_started():
     assert not [pid for pid in descendants if _alive(pid)]
 
 
+@needs_namespaces
+def test_the_student_s_code_ends_with_the_process_that_started_the_sandbox():
+    """Killing the sandbox's own first process alone (as a job's end may) ends the student's code too:
+    the namespace's first process dies with its parent, even after it changed user."""
+    with Sandbox() as box:
+        process = box.start([sys.executable, "-c", "import time\nprint('started', flush=True)\ntime.sleep(600)"],
+                            stdout=subprocess.PIPE, text=True)
+        assert process.stdout.readline().strip() == "started"
+        descendants = _descendants(process.pid)
+        os.kill(process.pid, signal.SIGKILL)  # not its process group, not the namespace
+        deadline = time.monotonic() + 10
+        while [pid for pid in descendants if _alive(pid)] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in descendants if _alive(pid)]
+
+
 def _descendants(pid: int) -> list[int]:
     found, stack = [], [pid]
     while stack:
