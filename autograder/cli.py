@@ -3,7 +3,8 @@
     autograder release [CHAPTER ...] [--check] [--dry-run] [--jobs N] [--timeout S] [--root DIR]
     autograder grade SUBMISSIONS --out DIR [--jobs N] [--timeout S] [--notebook-timeout S] [--memory MB]
                      [--db URL] [--root DIR] [--seed N] [--regrade] [--copies withhold|flag] [--unsandboxed]
-                     [--prefer student-folders|chapter-folders|files]
+                     [--prefer student-folders|chapter-folders|files] [--engine local|dask]
+                     [--scheduler ADDRESS] [--tls-ca FILE --tls-cert FILE --tls-key FILE] [--insecure-network]
 
 A subcommand is a function ``add_<name>_command(subcommands)`` that declares its arguments and sets
 ``handler``, a function of the parsed arguments returning the exit status.
@@ -12,12 +13,18 @@ A subcommand is a function ``add_<name>_command(subcommands)`` that declares its
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder import course, release
 from autograder.bounds import Limits
 from autograder.output_layout import OutputLayout
 from autograder.results import COPY_POLICIES, WITHHOLD
 from autograder.submissions import Layout
+
+if TYPE_CHECKING:
+    from autograder.cluster import ClusterOptions
+
+ENGINES = ("local", "dask")  # autograder.grade.Engine, which this module does not import to build its parser
 
 
 def _run_release(args: argparse.Namespace) -> int:
@@ -67,9 +74,29 @@ def add_release_command(subcommands) -> None:
     parser.set_defaults(handler=_run_release)
 
 
+def _cluster_options(args: argparse.Namespace) -> "ClusterOptions | None":
+    """The Dask cluster the options name (None for the local engine); raises GradingError for options
+    that do not go together."""
+    from autograder.cluster import ClusterOptions, TlsFiles
+    from autograder.course import GradingError
+    from autograder.grade import Engine
+
+    tls = [args.tls_ca, args.tls_cert, args.tls_key]
+    if Engine(args.engine) == Engine.LOCAL:
+        given = [option for option, value in (("--scheduler", args.scheduler), ("--tls-ca", args.tls_ca),
+                                              ("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key),
+                                              ("--insecure-network", args.insecure_network)) if value]
+        if given:
+            raise GradingError(f"{', '.join(given)}: only with --engine dask")
+        return None
+    if any(tls) and not all(tls):
+        raise GradingError("--tls-ca, --tls-cert and --tls-key go together")
+    return ClusterOptions(args.scheduler, TlsFiles(*tls) if all(tls) else None, args.insecure_network)
+
+
 def _run_grade(args: argparse.Namespace) -> int:
     from autograder.course import GradingError
-    from autograder.grade import grade
+    from autograder.grade import Engine, grade
     from autograder.nbgrader_adapter import hidden_password
     from autograder.wire import printable
 
@@ -77,7 +104,8 @@ def _run_grade(args: argparse.Namespace) -> int:
     try:
         report = grade(args.submissions, args.out, jobs=args.jobs, limits=limits, db=args.db, course_root=args.root,
                        progress="bar" if sys.stderr.isatty() else "lines", seed=args.seed, regrade=args.regrade,
-                       unsandboxed=args.unsandboxed, copies=args.copies, prefer=args.prefer)
+                       unsandboxed=args.unsandboxed, copies=args.copies, prefer=args.prefer,
+                       engine=Engine(args.engine), cluster=_cluster_options(args))
     except GradingError as error:
         print(f"autograder grade: {error}", file=sys.stderr)
         return 2
@@ -86,6 +114,8 @@ def _run_grade(args: argparse.Namespace) -> int:
         return 130
     for note in report.notes:
         print(printable(note, 2000), file=sys.stderr)
+    if report.engine:
+        print(f"{report.engine}\n")
     print(report.results.summary())
     out = OutputLayout(args.out.resolve())
     print(f"\ngraded {report.graded}, unchanged {report.reused}")
@@ -139,6 +169,23 @@ def add_grade_command(subcommands) -> None:
                         "default), in a chapter's folder, <chapter>/<student>.ipynb or <chapter>/<student>/... "
                         "('chapter-folders'), or a file named by the student, <student>.ipynb or <student>.zip "
                         "('files'); the other is reported under \"Not graded\", with this option")
+    cluster = parser.add_argument_group("grading on a Dask cluster (pip install -e \".[cluster]\"; instructors.md, "
+                                        "\"Grading a large class\")")
+    cluster.add_argument("--engine", choices=ENGINES, default=ENGINES[0],
+                         help="where the notebooks are graded: 'local', --jobs worker processes of this machine (the "
+                         "default), or 'dask', the workers of a Dask cluster: a LocalCluster of --jobs workers on "
+                         "127.0.0.1, or the cluster --scheduler names")
+    cluster.add_argument("--scheduler", metavar="ADDRESS",
+                         help="the address of a running Dask scheduler (tls://host:8786); another machine's must be "
+                         "reached over TLS, unless --insecure-network")
+    cluster.add_argument("--tls-ca", type=Path, metavar="FILE", help="the certificate authority of the cluster's "
+                         "certificates (PEM), for mutual TLS (default: Dask's distributed.comm.tls configuration)")
+    cluster.add_argument("--tls-cert", type=Path, metavar="FILE", help="this machine's certificate (PEM)")
+    cluster.add_argument("--tls-key", type=Path, metavar="FILE", help="this machine's private key (PEM)")
+    cluster.add_argument("--insecure-network", action="store_true",
+                         help="accept a scheduler on another machine reached without TLS: whoever can reach it can "
+                         "run code as you, so only on a network that the grading machines alone reach (the summary "
+                         "says so)")
     parser.set_defaults(handler=_run_grade)
 
 

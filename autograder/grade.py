@@ -11,9 +11,11 @@ The run, step by step (:func:`grade`):
    (:class:`autograder.results.ResultStore`). A submission older than the one graded is ignored, unless
    the one graded is of a layout that ``prefer`` now passes over (:func:`grade`).
 4. **Grade** the rest, ``--jobs`` at a time, each in a fresh worker process that ends with its job
-   (:mod:`autograder.job`), within a time limit per job (:func:`job_seconds`). The hidden tests'
+   (:mod:`autograder.job`, :class:`JobProcess`), within a time limit per job (:func:`job_seconds`): on
+   this machine (:class:`Engine` ``local``), or on the workers of a Dask cluster (``dask``,
+   :mod:`autograder.cluster`), which send back what the job wrote (:class:`Finished`). The hidden tests'
    inputs come from the run's seed, chosen here and recorded with each result.
-5. **Write**, each atomically (a temporary file, then ``os.replace``), as each job ends: the graded
+5. **Write**, here only, each atomically (a temporary file, then ``os.replace``), as each job ends: the graded
    notebook (``DIR/.work/course/autograded``, for nbgrader's formgrader), the feedback page
    (``DIR/feedback/<student>/<chapter>/<notebook>.html``) and the signed result; at the end, from every
    result, the gradebook's scores (``DIR/gradebook.db`` or ``--db``), ``DIR/results.json`` and
@@ -28,6 +30,7 @@ the graded notebooks and the stored results) by the instructor only (0600). An o
 the course's git repository is refused unless git ignores it: the grades must never be committed.
 """
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -37,13 +40,16 @@ import multiprocessing.forkserver
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder import course
 from autograder.bounds import FEEDBACK_SECONDS, JOB_MARGIN_SECONDS, MAX_RESTARTS, STARTUP_SECONDS, Limits
@@ -52,16 +58,19 @@ from autograder.citations import read_references
 from autograder.course import GradingError
 from autograder.feedback import plain_page
 from autograder.job import Job, work
-from autograder.nbgrader_adapter import (
-    export_csv, prepare_gradebook, quiet_nbgrader, register_chapters, store_grades)
-from autograder.output_layout import OutputLayout
+from autograder.gradebook import export_csv, write_grades
+from autograder.nbgrader_adapter import prepare_gradebook, quiet_nbgrader, register_chapters, without_password
+from autograder.output_layout import JobFolder, OutputLayout
 from autograder.results import (
     COPY_POLICIES, GRADER_VERSION, UNSANDBOXED, WITHHOLD, Cause, ClassResults, NotebookResult, ResultStore, Skipped,
     Status, TestResult)
-from autograder.sandbox import SandboxOptions, isolation_available, resource_bounds
+from autograder.sandbox import SandboxOptions, descendants, isolation_available, resource_bounds
 from autograder.stand_ins import Withholding, withhold
 from autograder.submissions import Layout, Submission, collect_submissions, error_line, look_alike_names
 from autograder.wire import printable
+
+if TYPE_CHECKING:
+    from autograder.cluster import ClusterOptions
 
 SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
 # Imported once by the server the workers are forked from, rather than by every worker; the last one
@@ -70,6 +79,13 @@ WORKER_MODULES = ["autograder.job", "IPython.core.inputtransformer2", "bertlab.d
 PRIVATE, SHARED = 0o600, 0o644  # files for the instructor only; files handed to students
 SHARED_FOLDER = 0o755
 PROGRESS = ("bar", "lines", "none")  # a bar on a terminal; a line per finished job (logs, pipes); nothing
+
+
+class Engine(StrEnum):
+    """Where the jobs run: worker processes of this machine, or the workers of a Dask cluster."""
+
+    LOCAL = "local"
+    DASK = "dask"
 
 
 @dataclass
@@ -82,6 +98,7 @@ class Report:
     failures: list[str] = field(default_factory=list)  # jobs the grader itself could not finish, and why
     grader_errors: dict[tuple[str, str], NotebookResult] = field(default_factory=dict)  # their results
     notes: list[str] = field(default_factory=list)
+    engine: str | None = None  # where a Dask run graded, in words (an unencrypted network named); None: here
 
     @property
     def exit_status(self) -> int:
@@ -107,13 +124,19 @@ def write_atomically(path: Path, data: bytes | str, mode: int = PRIVATE) -> None
 
 
 @functools.cache
+def source_digests() -> dict[str, str]:
+    """The SHA-256 of each source file of the grader and the reference, by its path ("autograder/grade.py")."""
+    return {f"{package}/{path.relative_to(course.ROOT / package).as_posix()}":
+            hashlib.sha256(path.read_bytes()).hexdigest()
+            for package in SOURCES for path in sorted((course.ROOT / package).rglob("*.py"))}
+
+
+@functools.cache
 def grader_sources() -> str:
     """A digest of the grader's and the reference's source files: a grade depends on both."""
     digest = hashlib.sha256(GRADER_VERSION.encode())
-    for package in SOURCES:
-        folder = course.ROOT / package
-        for path in sorted(folder.rglob("*.py")):
-            digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    for name, each in source_digests().items():
+        digest.update(f"{name}\0{each}\0".encode())
     return digest.hexdigest()
 
 
@@ -153,17 +176,28 @@ def _prepare_course(layout: OutputLayout, course_root: Path, chapter_names: list
     register_chapters(layout.nbgrader_course, db_url, chapter_names)
 
 
-def _sandbox_options(course_root: Path, out: Path, submissions: Path, isolated: bool) -> SandboxOptions:
+def sandbox_options(course_root: Path, isolated: bool, private: tuple[Path, ...]) -> SandboxOptions:
     """Whether the sandboxes get namespaces, what every sandbox hides (should it bind a folder that
-    holds them) and may read: the course's data folder (``bertlab.data.data_root``), read-only, when
-    there is one."""
+    holds them: the course's ``solutions/`` and ``.git``, and the ``private`` folders and files, such
+    as the output and submissions folders) and may read: the course's data folder
+    (``bertlab.data.data_root``), read-only, when there is one."""
     from bertlab.data import data_root
 
-    hide = (course_root / course.SOLUTIONS, course_root / ".git", out, submissions.resolve())
-    data = data_root()
+    hide = (course_root / course.SOLUTIONS, course_root / ".git", *private)
+    data = data_root().resolve()  # a link's target: the sandbox binds the folder itself, where the variable points
     share = (data,) if data.is_dir() else ()
     return SandboxOptions(isolate=isolated, hide=hide, share=share,
                           variables={"BERTLAB_DATA": str(data)} if share else {})
+
+
+def _data_note(options: SandboxOptions) -> str:
+    """What the sandboxes see of the course's data, in words (for the notes of the run)."""
+    from bertlab.data import data_root
+
+    if options.share:
+        return f"the course's data: the sandboxes read {options.share[0]} (read-only; BERTLAB_DATA points there)"
+    return (f"the course's data: none in the sandboxes ({data_root()} is not a folder): the chapters skip their "
+            "live runs on it")
 
 
 def _sandbox_in_force(unsandboxed: bool) -> tuple[bool, str]:
@@ -228,6 +262,8 @@ def grade(
     unsandboxed: bool = False,
     copies: str = WITHHOLD,
     prefer: Layout = Layout.STUDENT_FOLDERS,
+    engine: Engine = Engine.LOCAL,
+    cluster: "ClusterOptions | None" = None,
 ) -> Report:
     """Grade every submission in ``submissions`` into ``out``; see the module's docstring.
 
@@ -240,8 +276,11 @@ def grade(
     gives 0 points to a test whose exercise is certainly the reference's code, ``flag`` leaves the
     points; both flag every copy in results.json, grades.csv and the gradebook. ``prefer`` is the
     layout of SUBMISSIONS graded when a (student, chapter) is found in several (the others are reported
-    as not graded; :func:`autograder.submissions.collect_submissions`). Raises :class:`GradingError`
-    when grading cannot start; a submission that fails is graded with the reason instead.
+    as not graded; :func:`autograder.submissions.collect_submissions`). ``engine`` says where the jobs
+    run: ``local``, ``jobs`` worker processes of this machine; ``dask``, the workers of a Dask cluster, a
+    ``LocalCluster`` of ``jobs`` workers on this machine unless ``cluster`` names a running one
+    (:class:`autograder.cluster.ClusterOptions`). Raises :class:`GradingError` when grading cannot
+    start; a submission that fails is graded with the reason instead.
     """
     if progress not in PROGRESS:
         raise ValueError(f"progress={progress!r}: one of {', '.join(PROGRESS)}")
@@ -249,6 +288,14 @@ def grade(
         raise ValueError(f"copies={copies!r}: one of {', '.join(COPY_POLICIES)}")
     if prefer not in set(Layout):
         raise ValueError(f"prefer={prefer!r}: one of {', '.join(Layout)}")
+    if engine not in set(Engine):
+        raise ValueError(f"engine={engine!r}: one of {', '.join(Engine)}")
+    if cluster is not None and engine != Engine.DASK:
+        raise ValueError("cluster options are for engine=Engine.DASK")
+    if engine == Engine.DASK:  # before anything: a cluster that cannot be used safely stops the run here
+        from autograder.cluster import ClusterOptions, DaskEngine
+
+        dask = DaskEngine(cluster or ClusterOptions(), jobs)
     quiet_nbgrader()
     out, course_root = Path(out).resolve(), Path(course_root).resolve()
     _check_folders(Path(submissions), out, course_root)
@@ -268,9 +315,11 @@ def grade(
         if not chapters:
             raise GradingError(f"no chapter to grade: {course_root / course.SOLUTIONS} has no notebooks")
         found, skipped = collect_submissions(submissions, chapters, prefer)
-        bounds = resource_bounds().describe(limits)
+        bounds = resource_bounds().describe(limits)  # a Dask run's are its workers' (autograder.cluster)
         report = Report(ClassResults([], skipped, bounds, sandbox, look_alike_names(found)),
-                        notes=[f"memory, processes and CPU: {bounds}"])
+                        notes=[f"memory, processes and CPU: {bounds}"] if engine == Engine.LOCAL else [])
+        if engine == Engine.DASK:
+            report.engine = dask.description
         if not isolated:
             report.notes.append(sandbox)
         if not found:
@@ -279,7 +328,9 @@ def grade(
         store = ResultStore(layout)
         previous = store.load()
         involved = sorted({s.chapter for s in found if s.chapter in chapters} | {c for _, c in previous if c in chapters})
-        options = _sandbox_options(course_root, out, Path(submissions), isolated)
+        private = (out, Path(submissions).resolve())
+        options = sandbox_options(course_root, isolated, private)
+        report.notes.append(_data_note(options))
         references = read_references(course_root / "references.bib")
         withheld = {name: withhold(name, chapters[name].exercises, layout.stand_ins(name)) if isolated
                     else Withholding() for name in {s.chapter for s in found if s.chapter in chapters}}
@@ -302,17 +353,23 @@ def grade(
                 continue
             todo.append(_job(submission, chapter, layout, print_id, seed, limits, options, references, copies,
                              withheld[chapter.name]))
-        if todo:  # the workers' server imports the grader while the course is prepared
-            _workers()
+        if todo and engine == Engine.LOCAL:  # the workers' server imports the grader while the course is prepared
+            worker_context()
             multiprocessing.forkserver.ensure_running()
         _prepare_course(layout, course_root, involved, db_url)
         if progress == "lines":
-            print(f"grading {len(todo)} notebook(s), {max(1, jobs)} at a time ({report.reused} unchanged)",
-                  file=sys.stderr, flush=True)
+            where = f"{max(1, jobs)} at a time" if engine == Engine.LOCAL else "on a Dask cluster"
+            print(f"grading {len(todo)} notebook(s), {where} ({report.reused} unchanged)", file=sys.stderr, flush=True)
+        finish = _Finisher(layout, store, report, _Progress(len(todo), progress))
         try:
-            _run_jobs(todo, jobs, _Finisher(layout, store, report), progress)
+            if engine == Engine.LOCAL:
+                _run_jobs(todo, jobs, finish)
+            else:
+                dask.run(todo, finish, report, private, isolated)
         finally:
-            _write_class_results(layout, db_url, chapters, {**store.load(), **report.grader_errors}, report)
+            finish.progress.close()
+            _write_class_results(layout, db_url, chapters, {**previous, **finish.stored, **report.grader_errors},
+                                 report)
             shutil.rmtree(layout.jobs, ignore_errors=True)
     return report
 
@@ -320,20 +377,16 @@ def grade(
 def _write_class_results(layout: OutputLayout, db_url: str, chapters: dict[str, Chapter],
                          results: dict[tuple[str, str], NotebookResult], report: Report) -> None:
     """The gradebook, results.json and grades.csv, from every result (this run's and the stored ones,
-    so that the next run heals one cut short before this step); a record or a step that fails is
-    reported in ``report.failures`` and the others are still written. The one place where grades
-    reach the class's gradebook."""
-    from nbgrader.api import Gradebook
-
+    so that the next run heals one cut short before this step), each in time proportional to the class
+    (:mod:`autograder.gradebook`: what is unchanged in the gradebook is not written again); a record or a
+    step that fails is reported in ``report.failures`` and the others are still written. The one place
+    where grades reach the class's gradebook."""
     notebooks = [result for result in results.values() if result.chapter in chapters]
-    with Gradebook(db_url) as gradebook:
-        for result in notebooks:
-            try:
-                store_grades(gradebook, result, chapters[result.chapter].notebook)
-            except Exception as error:
-                gradebook.db.rollback()
-                report.failures.append(f"{result.student}/{result.chapter}: not written to the gradebook: "
-                                       f"{error_line(error)}")
+    try:
+        names = {name: chapter.notebook for name, chapter in chapters.items()}
+        report.failures += write_grades(db_url, notebooks, names)
+    except Exception as error:
+        report.failures.append(f"the gradebook could not be written: {without_password(error_line(error), db_url)}")
     report.results.notebooks = sorted(notebooks + _missing(results, chapters),
                                       key=lambda result: (result.student, result.chapter))
     write_atomically(layout.results_json, report.results.to_json())
@@ -354,8 +407,6 @@ def _job(submission: Submission, chapter: Chapter, layout: OutputLayout, print_i
         write_atomically(stored, b"")
         problem = problem or f"the file could not be read ({error})"
     folder = layout.job_folder(submission.student, submission.chapter)
-    shutil.rmtree(folder.root, ignore_errors=True)
-    folder.root.mkdir(parents=True)
     return Job(student=submission.student, chapter=chapter, origin=submission.origin,
                timestamp=submission.timestamp.isoformat(), fingerprint=print_id, seed=seed, submitted=str(stored),
                problem=problem, notes=tuple(submission.notes), folder=folder,
@@ -364,25 +415,63 @@ def _job(submission: Submission, chapter: Chapter, layout: OutputLayout, print_i
                sandbox=options, references=references, copy_policy=copy_policy, withholding=withholding)
 
 
+@dataclass(frozen=True)
+class Finished:
+    """What a job that ended with a result sends back to the instructor's process, from either engine:
+    the result, and the files it wrote into its folder, as bytes."""
+
+    result: NotebookResult
+    feedback: bytes  # the student's feedback page
+    graded: bytes  # the graded notebook, for the formgrader
+
+
+class _Progress:
+    """What stderr shows as jobs end (one of :data:`PROGRESS`): a bar, a line per job, or nothing."""
+
+    def __init__(self, total: int, progress: str):
+        from tqdm import tqdm
+
+        self.total, self.done, self.lines = total, 0, progress == "lines"
+        self.bar = tqdm(total=total, desc="grading", unit="notebook", disable=progress != "bar" or not total)
+
+    def ended(self, line: str) -> None:
+        self.done += 1
+        self.bar.update()
+        if self.lines:
+            print(f"[{self.done}/{self.total}] {line}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 class _Finisher:
-    """Puts a finished job's files in place and stores its signed result, as each job ends."""
+    """Puts a finished job's files in place and stores its signed result, as each job ends: the one
+    writer of the output folder, whichever engine ran the job."""
 
-    def __init__(self, layout: OutputLayout, store: ResultStore, report: Report):
-        self.layout, self.store, self.report = layout, store, report
+    def __init__(self, layout: OutputLayout, store: ResultStore, report: Report, progress: _Progress):
+        self.layout, self.store, self.report, self.progress = layout, store, report, progress
+        self.stored: dict[tuple[str, str], NotebookResult] = {}  # the results this run stored, as stored
 
-    def __call__(self, job: Job, output: NotebookResult | None, failure: str | None) -> str:
-        """Put the job's files in place; return a line saying how it went."""
+    def __call__(self, job: Job, output: Finished | None, failure: str | None) -> None:
+        """Put the job's files in place, or record why the grader failed; show a line saying how it went."""
+        self.progress.ended(self._put(job, output, failure))
+
+    def _put(self, job: Job, output: Finished | None, failure: str | None) -> str:
         name = f"{job.student}/{job.chapter.name}"
         page = self.layout.feedback_page(job.student, job.chapter.name, job.chapter.notebook)
         try:
             if output is None:
                 raise RuntimeError(failure)
             _shared_folder(page.parent, self.layout.feedback)
-            write_atomically(page, job.folder.feedback.read_bytes(), SHARED)
+            write_atomically(page, output.feedback, SHARED)
             graded = self.layout.autograded(job.student, job.chapter.name, job.chapter.notebook)
-            write_atomically(graded, job.folder.graded.read_bytes())
-            result = replace(output, feedback=str(page.relative_to(self.layout.root)))
-            write_atomically(self.store.path(job.student, job.chapter.name), self.store.encode(result))
+            write_atomically(graded, output.graded)
+            result = replace(output.result, feedback=str(page.relative_to(self.layout.root)))
+            stored = self.store.encode(result)
+            write_atomically(self.store.path(job.student, job.chapter.name), stored)
+            # as ResultStore.load reads it back, so that results.json is the same when a later run writes it
+            self.stored[job.student, job.chapter.name] = NotebookResult.from_json(
+                json.loads(json.loads(stored)["result"]))
             self.report.graded += 1
             return f"{result.line()} ({result.seconds.get('total', 0):.0f} s)"
         except Exception as error:
@@ -392,9 +481,6 @@ class _Finisher:
             result = grader_error_result(job, why)
             self.report.grader_errors[job.student, job.chapter.name] = replace(result, feedback=self._plain(page, result))
             return f"{name}: the grader failed (see the end of the run)"
-        finally:
-            shutil.rmtree(job.folder.root, ignore_errors=True)
-
 
     def _plain(self, page: Path, result: NotebookResult) -> str | None:
         """A plain feedback page for a job the grader could not finish; its path, or None when even
@@ -418,68 +504,118 @@ def grader_error_result(job: Job, why: str) -> NotebookResult:
                                                        for test in job.chapter.tests))
 
 
-def _workers():
+def worker_context():
     """The multiprocessing context of the workers: each forked from a server that imported the grader."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(WORKER_MODULES)
     return context
 
 
-def _run_jobs(todo: list[Job], jobs: int, finish: _Finisher, progress: str) -> None:
-    """Each job in a fresh worker process (forked from a server that imported the grader once), at
-    most ``jobs`` at a time, each killed when it runs past :func:`job_seconds`; ``progress`` (one of
-    :data:`PROGRESS`) on stderr."""
-    from tqdm import tqdm
 
+def kill_descendants(pid: int) -> None:
+    """Kill every process that descends from the process ``pid``: a job's process's sandboxes. Their first
+    process also dies with its parent (``sandbox.enter``); this ends, besides, a sandbox that the job's
+    process was still starting when it was killed."""
+    for each in descendants([pid]):
+        if each != pid:
+            with contextlib.suppress(OSError):
+                os.kill(each, signal.SIGKILL)
+
+
+class JobProcess:
+    """One job in a fresh worker process of its own, forked from the workers' server (:func:`worker_context`),
+    as both engines run it: ``target(*args, connection)`` grades the job into ``folder`` and sends its
+    result (or why it failed) on ``connection`` (:func:`autograder.job.work`); past ``seconds`` the
+    process is killed, with its sandboxes (:meth:`kill`). What it leaves (:meth:`outcome`) is read from
+    ``folder``, which is then deleted."""
+
+    def __init__(self, context, target, args: tuple, folder: JobFolder, seconds: float):
+        self.folder = folder
+        self.receiver, sender = context.Pipe(duplex=False)
+        self.process = context.Process(target=target, args=(*args, sender), daemon=True)
+        self.process.start()
+        sender.close()
+        self.deadline = time.monotonic() + seconds
+
+    @property
+    def sentinels(self) -> list:
+        """What :func:`multiprocessing.connection.wait` waits on: the result, or the process's end."""
+        return [self.receiver, self.process.sentinel]
+
+    def outcome(self) -> tuple[Finished | None, str | None] | None:
+        """``(what the job left, None)`` or ``(None, why it failed)`` once the job ended; None while it
+        works within its time limit."""
+        ended = self._ended()
+        if ended is None:
+            return None
+        self.receiver.close()
+        self.process.join(timeout=10)
+        result, failure = ended
+        try:
+            if result is None:
+                return None, failure
+            return Finished(result, self.folder.feedback.read_bytes(), self.folder.graded.read_bytes()), None
+        except OSError as error:
+            return None, f"the job's files cannot be read: {error}"
+        finally:
+            shutil.rmtree(self.folder.root, ignore_errors=True)
+
+    def wait(self) -> tuple[Finished | None, str | None]:
+        """The :meth:`outcome`, once the job ended or ran out of time."""
+        while (ended := self.outcome()) is None:
+            multiprocessing.connection.wait(self.sentinels, max(0.0, self.deadline - time.monotonic()))
+        return ended
+
+    def kill(self) -> None:
+        """Kill the job's process and every process it started: stopped first, so that it starts no other
+        while they are found. A process already reaped is left alone: its process id may be another's."""
+        if self.process.exitcode is None:
+            with contextlib.suppress(ProcessLookupError):  # it ended this instant
+                os.kill(self.process.pid, signal.SIGSTOP)
+            kill_descendants(self.process.pid)
+            self.process.kill()
+
+    def _ended(self) -> tuple[NotebookResult | None, str | None] | None:
+        """The process's (result, failure), or None while it still works within its time limit."""
+        if self.receiver.poll():
+            try:
+                status, value = self.receiver.recv()
+            except (EOFError, OSError):
+                return None, f"the worker process ended (exit status {self.process.exitcode})"
+            return (value, None) if status == "ok" else (None, value)
+        if not self.process.is_alive():
+            return None, f"the worker process ended without a result (exit status {self.process.exitcode})"
+        if time.monotonic() > self.deadline:
+            self.kill()
+            return None, "the job ran past its time limit and was stopped"
+        return None
+
+
+def _run_jobs(todo: list[Job], jobs: int, finish: _Finisher) -> None:
+    """Each job in a fresh worker process (forked from a server that imported the grader once), at
+    most ``jobs`` at a time, each killed when it runs past :func:`job_seconds`."""
     if not todo:
         return
-    context = _workers()
-    waiting, running, done = list(todo), {}, 0
-    bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=progress != "bar")
+    context = worker_context()
+    waiting, running = list(todo), {}
     try:
         while waiting or running:
             while waiting and len(running) < max(1, jobs):
                 job = waiting.pop(0)
-                receiver, sender = context.Pipe(duplex=False)
-                process = context.Process(target=work, args=(job, sender), daemon=True)
-                process.start()
-                sender.close()
-                running[receiver] = (process, job, time.monotonic() + job_seconds(job.limits))
-            wait = max(0.0, min(deadline for _, _, deadline in running.values()) - time.monotonic())
-            multiprocessing.connection.wait([*running, *(process.sentinel for process, _, _ in running.values())], wait)
-            for receiver, (process, job, deadline) in list(running.items()):
-                outcome = _outcome(receiver, process, deadline)
+                shutil.rmtree(job.folder.root, ignore_errors=True)
+                job.folder.root.mkdir(parents=True)
+                running[JobProcess(context, work, (job,), job.folder, job_seconds(job.limits))] = job
+            wait = max(0.0, min(process.deadline for process in running) - time.monotonic())
+            multiprocessing.connection.wait([each for process in running for each in process.sentinels], wait)
+            for process, job in list(running.items()):
+                outcome = process.outcome()
                 if outcome is not None:
-                    del running[receiver]
-                    receiver.close()
-                    process.join(timeout=10)
-                    line = finish(job, *outcome)
-                    done += 1
-                    bar.update()
-                    if progress == "lines":
-                        print(f"[{done}/{len(todo)}] {line}", file=sys.stderr, flush=True)
+                    del running[process]
+                    finish(job, *outcome)
     except KeyboardInterrupt:
-        for process, _, _ in running.values():
+        for process in running:
             process.kill()
         raise
-    finally:
-        bar.close()
-
-
-def _outcome(receiver, process, deadline: float) -> tuple[NotebookResult | None, str | None] | None:
-    """A worker's (output, failure), or None while it still works within its time limit."""
-    if receiver.poll():
-        try:
-            status, value = receiver.recv()
-        except (EOFError, OSError):
-            return None, f"the worker process ended (exit status {process.exitcode})"
-        return (value, None) if status == "ok" else (None, value)
-    if not process.is_alive():
-        return None, f"the worker process ended without a result (exit status {process.exitcode})"
-    if time.monotonic() > deadline:
-        process.kill()
-        return None, "the job ran past its time limit and was stopped"
-    return None
 
 
 class _exclusive:

@@ -185,3 +185,26 @@ def assert_honest_full_and_blank_zero(out: Path) -> None:
         assert results["honest", chapter].score == results["honest", chapter].max_score > 0, results["honest", chapter]
         assert results["blank", chapter].score == 0
         assert not results["honest", chapter].copies and not results["blank", chapter].copies
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes descended from ``pid`` (its children's children included), read from each task's
+    ``/proc/<pid>/task/<tid>/children``: independent of the grader's own reading of ``/proc``."""
+    found, stack = set(), [pid]
+    while stack:
+        for task in Path(f"/proc/{stack.pop()}/task").glob("*"):
+            try:
+                children = {int(child) for child in (task / "children").read_text().split()}
+            except OSError:  # ended meanwhile
+                continue
+            stack += children - found
+            found |= children
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether the process ``pid`` runs (a zombie, dead and not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

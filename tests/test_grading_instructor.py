@@ -18,6 +18,7 @@ from grading_helpers import ADD, DOUBLE, build_course, feedback_pages, notebooks
 from nbformat.v4 import new_markdown_cell
 
 from autograder import cli
+from autograder.bounds import Limits
 from autograder.results import Cause
 
 BIB = """@inproceedings{vaswani2017attention,
@@ -153,3 +154,26 @@ def test_an_output_folder_git_would_commit_is_refused(course, tmp_path, capsys):
     (root / ".gitignore").write_text("/grading/\n")
     assert cli.main(["grade", str(tmp_path / "submissions"), "--out", str(root / "grading"), "--root", str(root)]) == 0
     assert "where git would commit" not in capsys.readouterr().err
+
+
+def test_a_data_folder_given_through_a_link_is_the_one_the_sandbox_reads(tmp_path, monkeypatch):
+    """BERTLAB_DATA naming a symbolic link: the sandbox binds the folder it points to, and its variable
+    names that folder, where the student's code finds the data; the run's notes say which folder."""
+    import sys
+
+    from autograder.grade import _data_note, sandbox_options
+    from autograder.sandbox import isolation_available
+
+    data = tmp_path / "datasets"
+    (data / "rt-polarity").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(data)
+    monkeypatch.setenv("BERTLAB_DATA", str(tmp_path / "link"))
+    options = sandbox_options(tmp_path, isolation_available()[0], ())
+    assert options.share == (data.resolve(),) and options.variables["BERTLAB_DATA"] == str(data.resolve())
+    assert str(data.resolve()) in _data_note(options)
+    if options.isolate:
+        with options.new_sandbox(Limits()) as sandbox:
+            probe = "import os; print(sorted(os.listdir(os.environ['BERTLAB_DATA'])))"
+            assert sandbox.run([sys.executable, "-c", probe], timeout=120).stdout.strip() == "['rt-polarity']"
+    monkeypatch.setenv("BERTLAB_DATA", str(tmp_path / "nowhere"))
+    assert "none in the sandboxes" in _data_note(sandbox_options(tmp_path, False, ()))

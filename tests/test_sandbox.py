@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from grading_helpers import FORK_CHAINS
+from grading_helpers import FORK_CHAINS, alive, descendants
 
 from autograder.bounds import Limits
 from autograder.sandbox import Sandbox, isolation_available, resource_bounds
@@ -177,10 +177,10 @@ def test_closing_kills_everything_it_started():
     with Sandbox() as box:
         process = box.start([sys.executable, "-c", textwrap.dedent(program)], stdout=subprocess.PIPE, text=True)
         assert process.stdout.readline().strip() == "started"
-        descendants = _descendants(process.pid)
-        assert len(descendants) >= 2
+        started = descendants(process.pid)
+        assert len(started) >= 2
     time.sleep(0.5)
-    assert not [pid for pid in descendants if _alive(pid)]
+    assert not [pid for pid in started if alive(pid)]
 
 
 @needs_namespaces
@@ -191,30 +191,14 @@ def test_the_student_s_code_ends_with_the_process_that_started_the_sandbox():
         process = box.start([sys.executable, "-c", "import time\nprint('started', flush=True)\ntime.sleep(600)"],
                             stdout=subprocess.PIPE, text=True)
         assert process.stdout.readline().strip() == "started"
-        descendants = _descendants(process.pid)
+        started = descendants(process.pid)
         os.kill(process.pid, signal.SIGKILL)  # not its process group, not the namespace
         deadline = time.monotonic() + 10
-        while [pid for pid in descendants if _alive(pid)] and time.monotonic() < deadline:
+        while [pid for pid in started if alive(pid)] and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not [pid for pid in descendants if _alive(pid)]
+        assert not [pid for pid in started if alive(pid)]
 
 
-def _descendants(pid: int) -> list[int]:
-    found, stack = [], [pid]
-    while stack:
-        parent = stack.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            children = [int(child) for child in (task / "children").read_text().split()]
-            found += children
-            stack += children
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def test_interrupt_reaches_the_code():
