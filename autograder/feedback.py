@@ -41,7 +41,7 @@ from autograder.citations import Reference
 from autograder.course import grade_id
 from autograder.graded_notebook import MARKS, outcome_text
 from autograder.results import NotebookResult, Status
-from autograder.sanitize import SourceBudget, TagBudget, markdown_html, sanitized_html
+from autograder.sanitize import SourceBudget, TagBudget, markdown_html, output_sanitizer, sanitized_html
 
 CONTENT_SECURITY_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
                            "base-uri 'none'; form-action 'none'")
@@ -79,9 +79,7 @@ def student_view(graded, chapter: Chapter, result: NotebookResult, printed: dict
     at a time, by a line that says so), and whose outputs are cleaned again within what the page shows of outputs
     (:func:`autograder.cell_outputs.clean`), then sanitized. A raw cell becomes a Markdown cell: a page shows both
     as HTML, which the Markdown cells' filters render and sanitize. Test cells are always shown."""
-    from nbconvert.preprocessors.sanitize import SanitizeHTML
-
-    sanitizer = SanitizeHTML(strip=True)
+    sanitizer = output_sanitizer()
     shown = SourceBudget()
     outputs = cell_outputs.OutputBudget(MAX_SHOWN_OUTPUT_CHARS, MAX_SHOWN_OUTPUTS, "the page")
     tests = {test.grade_id: test for test in result.tests}

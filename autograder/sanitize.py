@@ -145,15 +145,22 @@ def sanitized_html(html_text: str) -> str:
                         protocols=["http", "https", "mailto"], strip=True)
 
 
+def output_sanitizer():
+    """nbconvert's sanitizer of code cells' outputs (HTML and Markdown cleaned with bleach, JavaScript and
+    other active outputs dropped), keeping the tags and attributes of :func:`sanitized_html`: a table a
+    cell displays stays a table."""
+    from nbconvert.preprocessors.sanitize import SanitizeHTML
+
+    return SanitizeHTML(strip=True, tags=sorted(SAFE_TAGS), attributes=SAFE_ATTRIBUTES)
+
+
 def inert_notebook(notebook, references: dict[str, Reference]):
     """A copy of ``notebook`` that runs no script wherever it is rendered: each Markdown or raw cell
     becomes its sanitized HTML (math as MathML, citations of ``references`` as text, no Markdown left
     for a renderer to read again), within a page's bounds (:class:`SourceBudget`, :class:`TagBudget`), and the
     outputs of code cells go through nbconvert's sanitizer (HTML, Markdown and SVG cleaned, JavaScript and
     other active outputs dropped). Code cells' sources are kept: they are text, never rendered as HTML."""
-    from nbconvert.preprocessors.sanitize import SanitizeHTML
-
-    sanitizer = SanitizeHTML(strip=True)
+    sanitizer = output_sanitizer()
     shown, tags = SourceBudget(), TagBudget("the notebook")
     notebook = copy.deepcopy(notebook)
     for cell in notebook.cells:

@@ -1,4 +1,5 @@
-"""What the fine-tuning benchmarks share: resumable stages, a summary over seeds, the machine's record.
+"""What the fine-tuning benchmarks share: resumable stages, a summary over seeds, the paired significance
+of a comparison, the machine's record.
 
 ``bert_results.py`` (MR, the learning curve, distillation) and ``task_results.py`` (sentence pairs,
 tagging, spans) import this module; run them as scripts (``python benchmarks/NAME.py``), which puts
@@ -6,16 +7,21 @@ this folder on the import path.
 """
 
 import argparse
+import dataclasses
 import json
+import math
 import os
 import platform
 import statistics
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from bertlab.recorded import Significance
 from bertlab.utils import autocast_dtype
 
 
@@ -23,7 +29,9 @@ class Stages:
     """The named stages of a run, each finished one kept in ``folder/stages.json`` with its wall-clock
     seconds and its ``identity``: the course BERT's weights, the data and the settings that stage
     depends on. A run resumes after its last finished stage, and a run with other settings computes
-    again only the stages that depend on them."""
+    again only the stages that depend on them. A stage whose record keeps its model's score on each test
+    example (one number per example, in the order of the test split) lets :func:`paired_comparison` test
+    a comparison from the stored stages, without training again."""
 
     def __init__(self, folder: Path, common: dict):
         self.path = folder / "stages.json"
@@ -63,6 +71,118 @@ def summary(scores: list[float]) -> dict:
     and their sample standard deviation (0 for one seed)."""
     return {"by_seed": scores, "mean": statistics.mean(scores),
             "std": statistics.stdev(scores) if len(scores) > 1 else 0.0}
+
+
+# --------------------------------------------------------------------------------------------------
+# Is "A above B" more than the luck of the test examples? Paired tests over the same examples
+# --------------------------------------------------------------------------------------------------
+
+
+def paired_bootstrap(
+    scores_a: Sequence[float],
+    scores_b: Sequence[float],
+    weights: Sequence[float] | None = None,
+    *,
+    resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """The difference of two models' scores on the same n test examples, and its paired bootstrap interval.
+
+    Example i has the score a_i under model A and b_i under model B (1 or 0 for a right or a wrong
+    prediction, a question's F1, the words of a sentence tagged right) and a weight w_i (1 by default;
+    the words of a sentence), and a model's score on a multiset S of examples is sum_S a_i / sum_S w_i,
+    so the difference is
+
+        D(S) = sum_{i in S} (a_i - b_i) / sum_{i in S} w_i .
+
+    Each of the ``resamples`` draws n examples with replacement, S*, the same ones for both models (the
+    pairing: what both models find hard cancels), and the interval is the (1 - c) / 2 and (1 + c) / 2
+    percentiles of D(S*), c = ``confidence`` (Efron and Tibshirani's percentile interval). Seeded by
+    ``seed``: the same inputs give the same interval. Returns (D(all examples), low, high), in the unit
+    of the scores.
+    """
+    weights = [1.0] * len(scores_a) if weights is None else weights
+    if not len(scores_a) == len(scores_b) == len(weights) > 0:
+        raise ValueError(f"give one score per example to both models and one weight per example, got "
+                         f"{len(scores_a)}, {len(scores_b)} and {len(weights)}")
+    differences = np.asarray(scores_a, dtype=np.float64) - np.asarray(scores_b, dtype=np.float64)  # (n,)
+    weights = np.asarray(weights, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    n, resampled = len(differences), []
+    for start in range(0, resamples, 256):  # (chunk, n) counts at a time: 10,000 x n would not fit for large n
+        counts = rng.multinomial(n, np.full(n, 1 / n), size=min(256, resamples - start))  # how often each example
+        resampled.append(counts @ differences / (counts @ weights))
+    low, high = np.quantile(np.concatenate(resampled), [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(differences.sum() / weights.sum()), float(low), float(high)
+
+
+def exact_mcnemar(correct_a: Sequence[bool], correct_b: Sequence[bool]) -> tuple[int, int, float]:
+    """The exact McNemar test of two classifiers' accuracies on the same examples.
+
+    Only the examples on which they disagree count: b of them A gets right and B wrong, c the reverse.
+    If both had the same accuracy, each disagreement would go either way with probability 1/2, so b
+    follows Binomial(b + c, 1/2); the two-sided p-value is
+
+        p = min(1, 2 sum_{k=0}^{min(b, c)} C(b + c, k) / 2^(b + c)),   1 when b + c = 0.
+
+    Returns (b, c, p).
+    """
+    if len(correct_a) != len(correct_b):
+        raise ValueError(f"the two models were scored on {len(correct_a)} and {len(correct_b)} examples")
+    only_a = sum(bool(a) and not bool(b) for a, b in zip(correct_a, correct_b))
+    only_b = sum(bool(b) and not bool(a) for a, b in zip(correct_a, correct_b))
+    disagreements = only_a + only_b
+    tail = sum(math.comb(disagreements, k) for k in range(min(only_a, only_b) + 1))
+    return only_a, only_b, min(1.0, 2 * tail / 2 ** disagreements)
+
+
+def paired_comparison(
+    runs_a: Sequence[Sequence[float]],
+    runs_b: Sequence[Sequence[float]],
+    *,
+    margin: float = 0.0,
+    weights: Sequence[float] | None = None,
+    accuracy: bool = False,
+    scale: float = 100.0,
+    resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Significance:
+    """The paired test of "model A scores more than ``margin`` points above model B" on the same test
+    examples, from their per-example scores (one list per run: a model trained with several seeds has
+    several; a baseline one).
+
+    A model's score on example i is the mean of its runs' scores there, and :func:`paired_bootstrap`
+    gives the difference and its interval, multiplied by ``scale`` (100: fractions to points). With
+    ``accuracy`` (scores of 1 and 0), :func:`exact_mcnemar` tests every pair of runs, each run of A
+    against each run of B when one model has one run, the runs of the same seed otherwise, and the
+    largest p-value is kept: the claim must hold for every seed. The expectation is significant when
+    the interval lies above ``margin`` and, for accuracies, every pair has b > c with p below
+    1 - ``confidence``. The interval covers the choice of the test examples, not of the training
+    examples or the seed; the record's spread over the seeds covers the seed.
+    """
+    mean_a, mean_b = (np.mean(np.asarray(runs, dtype=np.float64), axis=0) for runs in (runs_a, runs_b))
+    difference, low, high = (scale * value for value in paired_bootstrap(
+        mean_a, mean_b, weights, resamples=resamples, confidence=confidence, seed=seed))
+    significant, mcnemar_p = low > margin, None
+    if accuracy:
+        pairs = ([(a, b) for a in runs_a for b in runs_b] if 1 in (len(runs_a), len(runs_b))
+                 else list(zip(runs_a, runs_b, strict=True)))
+        tests = [exact_mcnemar(a, b) for a, b in pairs]
+        mcnemar_p = max(p for _, _, p in tests)
+        significant = significant and mcnemar_p < 1 - confidence and all(b > c for b, c, _ in tests)
+    return Significance(difference=difference, low=low, high=high, confidence=confidence, resamples=resamples,
+                        examples=len(mean_a), mcnemar_p=mcnemar_p, significant=bool(significant))
+
+
+def expectation(name: str, measured: str, met_by_scores: bool, significance: Significance | None) -> dict:
+    """An entry of a record's ``checks`` (``bertlab.recorded.RecordedCheck`` reads it): ``holds`` only when
+    the scores meet it and its paired test finds it significant; None when no test could be made (no
+    per-example scores), so that a record never claims what it did not test."""
+    holds = None if significance is None else met_by_scores and significance.significant
+    return {"expectation": name, "measured": measured, "met_by_scores": met_by_scores,
+            "significance": None if significance is None else dataclasses.asdict(significance), "holds": holds}
 
 
 def computed_in(device: torch.device, args: argparse.Namespace) -> str:

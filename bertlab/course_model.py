@@ -12,8 +12,9 @@ import torch
 
 from bertlab.bert import BertForPreTraining
 from bertlab.data import IMDB_HELD_OUT_FOLDERS, imdb_documents
+from bertlab.recorded import RecordedResultsUnavailable, read_recorded_results
 from bertlab.tokenization import BertTokenizer
-from bertlab.utils import RecordedResultsUnavailable, read_recorded_results, resolve_device
+from bertlab.utils import resolve_device
 
 COURSE_BERT_FOLDER = Path(__file__).resolve().parent / "course_bert"
 TOKEN_COUNTS_FILE = "token_counts.txt"
@@ -61,10 +62,11 @@ def course_bert_sha256() -> str:
 
 
 def read_course_bert_results(name: str, required: Mapping[str, Sequence[str]], start: str | Path | None = None) -> dict:
-    """``bertlab.utils.read_recorded_results`` for a recorded run of the course's BERT, which must have
-    used the weights installed here: the run's ``course_bert_sha256`` is compared with
-    :func:`course_bert_sha256`, and :class:`~bertlab.utils.RecordedResultsUnavailable` says so when
-    they differ, so that a chapter never shows another release's numbers as this model's."""
+    """``bertlab.recorded.read_recorded_results`` (from the course repository, else the copy shipped with
+    the package) for a recorded run of the course's BERT, which must have used the weights installed
+    here: the run's ``course_bert_sha256`` is compared with :func:`course_bert_sha256`, and
+    :class:`~bertlab.recorded.RecordedResultsUnavailable` says so when they differ, so that a chapter never
+    shows another release's numbers as this model's."""
     recorded = read_recorded_results(name, {**required, "course_bert_sha256": []}, start)
     if recorded["course_bert_sha256"] != course_bert_sha256():
         raise RecordedResultsUnavailable(

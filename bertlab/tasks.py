@@ -10,6 +10,10 @@ outputs mapped between words or characters and word pieces:
   word's label and every other piece the label -100 (:func:`word_piece_labels`), which the
   cross-entropy (``ignore_index``) and the metric (:func:`tagging_accuracy`) skip, as Devlin et al.
   (2019, section 5.3) do.
+- **Named entities** are spans of words, tagged one word at a time in the BIO scheme (B-T on an
+  entity's first word, I-T on its others, O outside): :func:`entity_spans` reads the entities back
+  from the tags, and :func:`entity_scores` scores predicted tags by their entities (precision, recall
+  and F1, the CoNLL-2003 metric), not by their words.
 - **Span extraction** (SQuAD v1.1; Rajpurkar et al., 2016): the answer is a span of characters of
   the context. :func:`squad_windows` encodes [CLS] question [SEP] context [SEP], cuts a long context
   into overlapping windows, and marks the answer's first and last word pieces in each window
@@ -170,6 +174,104 @@ def tagging_accuracy(logits: torch.Tensor, labels: torch.Tensor, ignore_index: i
     labelled = labels != ignore_index  # (...)
     correct = (logits.argmax(dim=-1) == labels) & labelled  # (...)
     return correct.sum() / labelled.sum()
+
+
+# --------------------------------------------------------------------------------------------------
+# Named entities: BIO tags, the entities they mark, and entity-level precision, recall and F1
+# --------------------------------------------------------------------------------------------------
+
+
+def entity_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """The entities that the BIO tags of a sentence mark, as ``(type, start, end)``: the words
+    ``start`` to ``end - 1`` (``end`` excluded, as in ``words[start:end]``) form an entity of ``type``.
+
+    Each word has a tag: ``"O"`` (outside every entity), ``"B-T"`` (the first word of an entity of type
+    T) or ``"I-T"`` (a later word of one). An entity of type T
+
+        starts at a word tagged B-T, or tagged I-T that continues no entity of type T (the word before
+            it is O, B- or I- of another type, or there is none);
+        goes on over the words tagged I-T that follow it, and ends before the first word that does not
+            continue it (O, any B-, I- of another type), or at the end of the sentence.
+
+    Reading an I-T that continues nothing as the start of an entity is the rule of conlleval, the
+    scorer of the CoNLL shared tasks, and seqeval's default: the CoNLL-2003 files (the IOB1 scheme)
+    start most entities with I-T and write B-T only where an entity follows one of its type, and a
+    tagger's predictions need not follow the rules of BIO either. "B-PER I-PER O I-LOC B-LOC" holds
+    ``[("PER", 0, 2), ("LOC", 3, 4), ("LOC", 4, 5)]``.
+
+    Args:
+        tags: one tag per word.
+
+    Returns:
+        The entities, in the order of their first words.
+
+    Raises:
+        ValueError: for a tag other than "O", "B-<type>" and "I-<type>".
+    """
+    if isinstance(tags, str):
+        raise TypeError("tags must be a list of tags, one per word, not one string")
+    spans = []
+    kind, start = None, 0  # the type and the first word of the entity being read; None outside one
+    for t, tag in enumerate([*tags, "O"]):  # an "O" after the last word ends an entity that reaches it
+        prefix, _, tag_type = tag.partition("-")
+        if tag != "O" and (prefix not in ("B", "I") or not tag_type):
+            raise ValueError(f"tag {t} is {tag!r}: a BIO tag is 'O', 'B-<type>' or 'I-<type>'")
+        continues = prefix == "I" and tag_type == kind
+        if kind is not None and not continues:
+            spans.append((kind, start, t))
+            kind = None
+        if tag != "O" and not continues:
+            kind, start = tag_type, t
+    return spans
+
+
+@dataclass
+class EntityScores:
+    """Entity-level scores of predicted tags (fractions in [0, 1]), and the counts they come from."""
+
+    precision: float
+    recall: float
+    f1: float
+    gold: int  # entities in the gold tags
+    predicted: int  # entities in the predicted tags
+    correct: int  # predicted entities that are gold ones: the same sentence, type, start and end
+
+
+def entity_scores(gold_tags: Sequence[Sequence[str]], predicted_tags: Sequence[Sequence[str]]) -> EntityScores:
+    """Precision, recall and F1 of the entities of predicted tags, the metric of CoNLL-2003.
+
+    With G the gold entities and P the predicted ones (:func:`entity_spans` of every sentence), a
+    predicted entity is correct only when a gold entity of the same sentence has exactly its type, its
+    first and its last word (partial overlaps count nothing):
+
+        precision = |G n P| / |P|,   recall = |G n P| / |G|,   F1 = 2 precision recall / (precision + recall),
+
+    each 0 when its denominator is 0 (as conlleval and seqeval report them), counted over all the
+    entities of all the sentences and types (micro-averaged: conlleval's overall score, and seqeval's
+    ``precision_score``, ``recall_score`` and ``f1_score`` by default).
+
+    Args:
+        gold_tags: the BIO tags of each sentence, one per word.
+        predicted_tags: the predicted tags of the same sentences.
+
+    Raises:
+        ValueError: when the two give different numbers of sentences, or of tags to a sentence.
+    """
+    if len(gold_tags) != len(predicted_tags):
+        raise ValueError(f"{len(gold_tags)} sentences of gold tags but {len(predicted_tags)} of predicted ones")
+    gold, predicted = set(), set()
+    for index, (gold_sentence, predicted_sentence) in enumerate(zip(gold_tags, predicted_tags)):
+        if len(gold_sentence) != len(predicted_sentence):
+            raise ValueError(f"sentence {index} has {len(gold_sentence)} gold tags but {len(predicted_sentence)} "
+                             "predicted ones")
+        gold |= {(index, *span) for span in entity_spans(gold_sentence)}
+        predicted |= {(index, *span) for span in entity_spans(predicted_sentence)}
+    correct = len(gold & predicted)
+    precision = correct / len(predicted) if predicted else 0.0
+    recall = correct / len(gold) if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    return EntityScores(precision=precision, recall=recall, f1=f1, gold=len(gold), predicted=len(predicted),
+                        correct=correct)
 
 
 # --------------------------------------------------------------------------------------------------

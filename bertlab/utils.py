@@ -1,12 +1,8 @@
-"""Small helpers shared by the training code and the book: devices, seeds, mixed precision and the
-recorded results of the course's benchmarks."""
+"""Small helpers shared by the training code and the book: devices, seeds and mixed precision."""
 
 import contextlib
 import functools
-import json
 import random
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -105,40 +101,3 @@ def grad_scaler(device: torch.device, precision: str = "auto") -> torch.amp.Grad
     float32's range and needs none; disabled, the scaler passes everything through unchanged.
     """
     return torch.amp.GradScaler(device.type, enabled=autocast_dtype(device, precision) == torch.float16)
-
-
-class RecordedResultsUnavailable(Exception):
-    """The recorded results of a benchmark cannot be shown; the message says why."""
-
-
-def read_recorded_results(name: str, required: Mapping[str, Sequence[str]], start: str | Path | None = None) -> dict:
-    """The recorded run ``benchmarks/results/<name>`` (JSON) of the course repository, looked for in
-    ``start`` (default: the current folder) and the folders above it, as a dict.
-
-    ``required`` ({key: [sub-keys]}) names the entries the reader uses, the layout of the script that
-    wrote the file. Raises :class:`RecordedResultsUnavailable`, with one line saying why, when the file
-    is absent (say, on Colab), unreadable, or lacks one of them (a run of an older script).
-    """
-    start = Path.cwd() if start is None else Path(start).resolve()
-    path = next((folder / "benchmarks" / "results" / name for folder in (start, *start.parents)
-                 if (folder / "benchmarks" / "results" / name).is_file()), None)
-    if path is None:
-        raise RecordedResultsUnavailable(f"No recorded results here (benchmarks/results/{name} is in the course "
-                                         f"repository)")
-    try:
-        recorded = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise RecordedResultsUnavailable(f"{path} could not be read ({error})") from None
-    if not isinstance(recorded, dict):
-        raise RecordedResultsUnavailable(f"{path} holds a {type(recorded).__name__}, not the record of a run")
-    missing = []
-    for key, sub_keys in required.items():
-        if key not in recorded:
-            missing.append(key)
-        else:
-            missing += [f"{key}.{sub_key}" for sub_key in sub_keys
-                        if not (isinstance(recorded[key], dict) and sub_key in recorded[key])]
-    if missing:
-        raise RecordedResultsUnavailable(f"{path} lacks {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}: "
-                                         f"it was written by an older version of the script")
-    return recorded

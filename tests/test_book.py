@@ -4,6 +4,7 @@ cells of the blank exercises, each one line that says so (no frames, no build ma
 build, and the pages pass in a real headless browser when chromium is installed."""
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,10 @@ def test_chapter_page_has_its_figures_math_and_only_intended_tracebacks(built_bo
         assert len(text.splitlines()) <= 3, text  # a line, not the checks' frames
         assert str(ROOT) not in text and "site-packages" not in text and 'File "' not in text, text
     assert not main.select(".output.stderr"), "a cell wrote to stderr (a warning?)"
+    for output in main.select(".cell_output"):  # a Markdown table a cell displays is a table, not its pipes
+        assert not re.search(r"^\s*\|.*\|\s*$", output.get_text(), re.M), output.get_text()[:500]
+    for formula in main.select(".math"):  # MathJax shows \_ in \text{} as written; \mathtt{a\_b} is a name
+        assert not re.search(r"\\text\{[^}]*\\_", formula.get_text()), formula.get_text()
     assert "colab.research.google.com" in page.read_text(), "no Colab launch button"
 
 
@@ -93,27 +98,62 @@ def test_top_level_pages_exist(built_book):
     assert "attention is all you need" in references and "bahdanau" in references
 
 
-def test_a_failing_cell_that_is_not_tagged_fails_the_build(tmp_path):
-    """The book's own settings (allow_errors false, raise_on_error true) on a one-page book."""
-    book = tmp_path / "book"
-    book.mkdir()
+def small_book(folder: Path, pages: dict[str, list]) -> Path:
+    """A book of the course's settings (``_config.yml``, ``_ext``, ``references.bib``) whose chapters are
+    ``pages``: {name: cells}, each page a notebook after an introduction."""
+    book = folder / "book"
+    book.mkdir(parents=True)
     for name in ("_config.yml", "references.bib"):
         shutil.copy(ROOT / name, book / name)
     shutil.copytree(ROOT / "_ext", book / "_ext")
-    (book / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: broken\n")
+    (book / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n"
+                                   + "".join(f"  - file: {name}\n" for name in pages))
     (book / "intro.md").write_text("# Intro\n\nA formula: $x^2$.\n")
-    notebook = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    for name, cells in pages.items():
+        notebook = nbformat.v4.new_notebook(
+            metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+        notebook.cells = [nbformat.v4.new_markdown_cell(f"# {name}"), *cells]
+        nbformat.write(notebook, book / f"{name}.ipynb")
+    return book
+
+
+def test_a_failing_cell_that_is_not_tagged_fails_the_build(tmp_path):
+    """The book's own settings (allow_errors false, raise_on_error true) on a one-page book."""
     tagged = nbformat.v4.new_code_cell("raise NotImplementedError()", metadata={"tags": ["raises-exception"]})
-    notebook.cells = [nbformat.v4.new_markdown_cell("# Broken"), tagged, nbformat.v4.new_code_cell("1 / 0")]
-    nbformat.write(notebook, book / "broken.ipynb")
+    book = small_book(tmp_path, {"broken": [tagged, nbformat.v4.new_code_cell("1 / 0")]})
     result = build(book, tmp_path / "out")
     assert result.returncode != 0
     assert "ZeroDivisionError" in result.stdout + result.stderr
 
-    notebook.cells = notebook.cells[:2]  # only the tagged failure: the build passes
-    nbformat.write(notebook, book / "broken.ipynb")
+    small_book(tmp_path / "fixed", {"broken": [tagged]})  # only the tagged failure: the build passes
+    result = build(tmp_path / "fixed" / "book", tmp_path / "out")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+TABLE = "| task | score |\n| --- | ---: |\n| pairs | $57.8$ |"
+
+
+def test_a_table_a_cell_displays_is_a_table_and_a_name_in_math_shows_no_backslash(tmp_path):
+    """A Markdown table that a cell displays (IPython's Markdown) is a table on the page (MyST-NB renders
+    it as MyST, not CommonMark); a program's name in math, $\\mathtt{word\\_ids}$, is typeset without
+    the backslash that $\\text{word\\_ids}$ shows, and the browser check tells the two apart."""
+    display = nbformat.v4.new_code_cell(f"from IPython.display import Markdown, display\ndisplay(Markdown({TABLE!r}))")
+    book = small_book(tmp_path, {
+        "named": [nbformat.v4.new_markdown_cell("A name: $\\mathtt{word\\_ids}[t]$."), display],
+        "written": [nbformat.v4.new_markdown_cell("A name: $\\text{word\\_ids}[t]$.")]})
     result = build(book, tmp_path / "out")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    html = tmp_path / "out" / "_build" / "html"
+    output = BeautifulSoup((html / "named.html").read_text(), "html.parser").select_one(".cell_output")
+    assert [cell.get_text() for cell in output.select("table td")] == ["pairs", "\\(57.8\\)"], output
+    assert "| ---" not in output.get_text()
+
+    checker = _browser_checker()
+    if checker.find_chromium() is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    problems = checker.check_book(html, log=lambda line: None)
+    assert problems["named.html"] == [] and problems["intro.html"] == []
+    assert problems["written.html"] == ["a formula shows its TeX: word\\_ids[t]"], problems
 
 
 def _browser_checker():

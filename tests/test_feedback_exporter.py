@@ -258,3 +258,28 @@ def test_a_job_sanitizes_a_markdown_cell_once_for_its_formgrader_notebook_and_it
     cells = sanitized_html.cache_info().misses
     feedback.render(view, result, chapter, references)
     assert sanitized_html.cache_info().hits >= 0.7 * cells  # those the view's sanitizer left as they were
+
+
+def test_tables_and_math_that_cells_display_are_tables_and_math_on_the_page(chapters, references):
+    """What a student's cells display as Markdown (chapter 10's tables, a name in math) or as an HTML table
+    is a table and MathML on the page, as the book shows it; nothing of it is escaped into visible tags,
+    and a script in either is removed."""
+    chapter = chapters["10_tasks"]
+    graded, _, result = graded_view(chapter, *solved("10_tasks"), passed(chapter), {}, ())
+    markdown = ("| task | score |\n| --- | ---: |\n| pairs | $57.8$ |\n\n"
+                "Labels of $\\mathtt{word\\_ids}[t]$.<script>alert(6)</script>")
+    html_table = ("<table><thead><tr><th>model</th></tr></thead><tbody><tr><td>teacher</td></tr></tbody></table>"
+                  "<img src=x onerror=alert(7)>")
+    code = next(cell for cell in graded.cells if cell.cell_type == "code" and "nbgrader" not in cell.metadata)
+    code.outputs = [new_output("display_data", data={"text/markdown": markdown, "text/plain": "<Markdown>"}),
+                    new_output("display_data", data={"text/html": html_table, "text/plain": "<HTML>"})]
+    page = feedback.render(feedback.student_view(graded, chapter, result, {}), result, chapter, references).decode()
+    soup = BeautifulSoup(page, "html.parser")
+    markdown_output, html_output = soup.select(".output_markdown")[0], soup.select(".output_html")[0]
+    assert [cell.get_text() for cell in markdown_output.select("thead th")] == ["task", "score"]
+    assert markdown_output.select_one("tbody td").get_text() == "pairs"
+    assert markdown_output.select_one("tbody math") is not None  # $57.8$, typeset
+    assert "_" in markdown_output.select("p math")[0].get_text() and "\\" not in markdown_output.get_text()
+    assert [cell.get_text() for cell in html_output.select("table th, table td")] == ["model", "teacher"]
+    assert "&lt;" not in str(markdown_output) + str(html_output), "a tag shown as text"
+    assert "<script" not in page and "onerror" not in page  # the tags removed, their text left as text

@@ -49,7 +49,8 @@ from bertlab.pretraining import (
     weight_decay_groups,
 )
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
-from bertlab.utils import RecordedResultsUnavailable, cpu_computes_bfloat16, grad_scaler
+from bertlab.recorded import RecordedResultsUnavailable
+from bertlab.utils import cpu_computes_bfloat16, grad_scaler
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB_SIZE = 1000

@@ -1,9 +1,10 @@
-"""Tests of bertlab.tasks: word-piece labels, character offsets, SQuAD windows, spans and metrics.
+"""Tests of bertlab.tasks: word-piece labels, entities of BIO tags, character offsets, SQuAD windows,
+spans and metrics (the records chapter 10 reads are tested in test_recorded.py).
 
 Hugging Face's tokenizer (transformers 5, the ``tokenizers`` library) is the independent
 implementation of the tokenizer's offsets, of ``is_split_into_words`` and of the overflowing
 windows; the SQuAD metrics are checked against the official evaluation script's logic, written out
-below.
+below; the entities and their scores against seqeval and the conlleval rules written out below.
 """
 
 import collections
@@ -19,11 +20,16 @@ import pytest
 import torch
 import transformers
 
+from bertlab.task_baselines import train_most_frequent_tagger
+from bertlab.task_data import load_task_splits
 from bertlab.tasks import (
     IGNORE_INDEX,
+    EntityScores,
     align_labels_to_word_pieces,
     best_span,
     char_span_to_token_span,
+    entity_scores,
+    entity_spans,
     squad_exact_match,
     squad_f1,
     squad_normalize,
@@ -156,6 +162,115 @@ def test_tagging_accuracy_counts_the_labelled_positions_of_the_whole_batch():
     assert tagging_accuracy(logits, torch.full((2, 3), -100)).isnan()
     with pytest.raises(ValueError, match="shape of logits"):
         tagging_accuracy(logits, labels.T)
+
+
+# --------------------------------------------------------------------------------------------------
+# Named entities: BIO tags, entities, entity-level scores
+# --------------------------------------------------------------------------------------------------
+
+
+def test_entity_spans_by_hand():
+    assert entity_spans(["B-PER", "I-PER", "O", "O", "B-LOC", "I-LOC", "O", "B-LOC", "O"]) == [
+        ("PER", 0, 2), ("LOC", 4, 6), ("LOC", 7, 8)]
+    assert entity_spans(["B-LOC", "B-LOC", "I-LOC"]) == [("LOC", 0, 1), ("LOC", 1, 3)], "B- always starts one"
+    # IOB1, as in the CoNLL-2003 files: I- starts an entity, B- only where one follows another of its type
+    assert entity_spans(["I-ORG", "I-ORG", "O", "I-PER", "B-PER", "I-PER"]) == [
+        ("ORG", 0, 2), ("PER", 3, 4), ("PER", 4, 6)]
+    assert entity_spans(["B-PER", "I-LOC", "I-LOC", "I-PER"]) == [("PER", 0, 1), ("LOC", 1, 3), ("PER", 3, 4)]
+    assert entity_spans(["O", "O"]) == [] and entity_spans([]) == []
+    assert entity_spans(("B-WORK_OF_ART", "I-WORK_OF_ART")) == [("WORK_OF_ART", 0, 2)]
+    for wrong in (["B-PER", "PER"], ["E-PER"], ["B-"], ["o"]):
+        with pytest.raises(ValueError, match="a BIO tag is 'O', 'B-<type>' or 'I-<type>'"):
+            entity_spans(wrong)
+    with pytest.raises(TypeError, match="not one string"):
+        entity_spans("B-PER")
+
+
+def test_entity_scores_by_hand():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
+    predicted = [["B-PER", "I-PER", "O", "O"], ["B-LOC", "B-ORG"]]  # PER found; LOC and ORG missed; 2 that are none
+    assert entity_scores(gold, predicted) == EntityScores(precision=1 / 3, recall=1 / 3, f1=pytest.approx(1 / 3),
+                                                          gold=3, predicted=3, correct=1)
+    # an entity is right only in its own sentence
+    assert entity_scores([["B-PER"], ["O"]], [["O"], ["B-PER"]]).correct == 0
+    nothing_predicted = entity_scores(gold, [["O"] * 4, ["O"] * 2])
+    assert (nothing_predicted.precision, nothing_predicted.recall, nothing_predicted.f1) == (0.0, 0.0, 0.0)
+    nothing_to_find = entity_scores([["O"]], [["B-PER"]])
+    assert (nothing_to_find.precision, nothing_to_find.recall, nothing_to_find.f1) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="2 sentences of gold tags but 1"):
+        entity_scores(gold, predicted[:1])
+    with pytest.raises(ValueError, match="sentence 1 has 2 gold tags but 1 predicted"):
+        entity_scores(gold, [predicted[0], ["O"]])
+
+
+def conlleval_spans(tags: list[str]) -> list[tuple[str, int, int]]:
+    """The chunks of conlleval's startOfChunk and endOfChunk (the CoNLL scorer, in Perl), for O, B- and I-
+    tags, written out: a chunk ends when the previous tag was in one and this one is B, O, or of
+    another type; it starts at B, or at I after O or after another type."""
+    chunks, previous_tag, previous_type, start = [], "O", "", 0
+    for position, tag in enumerate([*tags, "O"]):
+        tag_kind, tag_type = ("O", "") if tag == "O" else tag.split("-", 1)
+        if previous_tag != "O" and (tag_kind in ("B", "O") or tag_type != previous_type):
+            chunks.append((previous_type, start, position))
+        if tag_kind == "B" or (tag_kind == "I" and (previous_tag == "O" or tag_type != previous_type)):
+            start = position
+        previous_tag, previous_type = tag_kind, tag_type
+    return chunks
+
+
+def random_tags(rng: random.Random, length: int, types: tuple[str, ...]) -> list[str]:
+    """Tags as an untrained tagger predicts them: O, B- and I- of every type, in any order."""
+    return [rng.choice(["O", *(f"{prefix}-{kind}" for kind in types for prefix in "BI")]) for _ in range(length)]
+
+
+def test_entity_spans_follow_conllevals_rules_on_random_tags():
+    rng = random.Random(0)
+    for _ in range(2000):
+        tags = random_tags(rng, rng.randint(0, 25), ("PER", "LOC", "MISC"))
+        assert entity_spans(tags) == conlleval_spans(tags), tags
+
+
+def test_entity_spans_and_scores_agree_with_seqeval_on_random_tags():
+    from seqeval import metrics
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    rng = random.Random(1)
+    for _ in range(300):
+        tags = random_tags(rng, rng.randint(1, 25), ("PER", "LOC", "ORG"))
+        assert entity_spans(tags) == [(kind, start, end + 1) for kind, start, end in get_entities(tags)], tags
+    gold = [random_tags(rng, length, ("PER", "LOC")) for length in range(1, 40)]
+    predicted = [random_tags(rng, len(sentence), ("PER", "LOC")) for sentence in gold]
+    ours = entity_scores(gold, predicted)
+    assert 0 < ours.correct < min(ours.gold, ours.predicted)
+    assert ours.precision == pytest.approx(metrics.precision_score(gold, predicted))
+    assert ours.recall == pytest.approx(metrics.recall_score(gold, predicted))
+    assert ours.f1 == pytest.approx(metrics.f1_score(gold, predicted))
+
+
+def names_and_numbers(tags: list[str | None], *, iob1: bool) -> list[str]:
+    """Entities made of a sentence's part-of-speech tags: each run of PROPN words a NAME, each run of
+    NUM words a NUMBER, in BIO tags (IOB2), or with I- on every word of an entity (IOB1: runs of one type
+    never touch, so B- is never needed)."""
+    types = [{"PROPN": "NAME", "NUM": "NUMBER"}.get(tag) for tag in tags]
+    return ["O" if kind is None else f"{'I' if iob1 or (t > 0 and types[t - 1] == kind) else 'B'}-{kind}"
+            for t, kind in enumerate(types)]
+
+
+@pytest.mark.skipif(not (SHARED_DATASETS / "UD_English-EWT").is_dir(), reason="the English Web Treebank is absent")
+def test_entity_scores_agree_with_seqeval_on_a_taggers_predictions():
+    """Real predictions: the most frequent tag of each word, learned from the treebank's training split,
+    on its test sentences; the entities are the runs of proper nouns and of numbers, gold in BIO tags and
+    predicted in IOB1 (read by the same rule)."""
+    from seqeval import metrics
+    splits = load_task_splits("tagging", SHARED_DATASETS)
+    predictions = train_most_frequent_tagger(splits.train).predict(splits.test)
+    gold = [names_and_numbers(sentence.tags, iob1=False) for sentence in splits.test]
+    predicted = [names_and_numbers(tags, iob1=True) for tags in predictions]
+    ours = entity_scores(gold, predicted)
+    assert ours.gold > 1000 and 0.5 < ours.f1 < 0.95  # a tagger with errors to count
+    assert ours.precision == pytest.approx(metrics.precision_score(gold, predicted))
+    assert ours.recall == pytest.approx(metrics.recall_score(gold, predicted))
+    assert ours.f1 == pytest.approx(metrics.f1_score(gold, predicted))
 
 
 # --------------------------------------------------------------------------------------------------

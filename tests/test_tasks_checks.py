@@ -21,12 +21,14 @@ from autograder.checks import tasks as checks
 from autograder.checks.framework import CheckFailed
 from bertlab.tasks import best_span as captured_best_span
 from bertlab.tasks import char_span_to_token_span as captured_char_span_to_token_span
+from bertlab.tasks import entity_spans as captured_entity_spans
 from bertlab.tasks import squad_normalize
 from bertlab.tasks import word_piece_labels as captured_word_piece_labels
 from checks_helpers import MutationTests, run_solution_cells
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "10_tasks" / "10_tasks.ipynb"
-EXERCISES = ["word_piece_labels", "tagging_accuracy", "char_span_to_token_span", "best_span", "squad_f1"]
+EXERCISES = ["word_piece_labels", "tagging_accuracy", "entity_spans", "char_span_to_token_span", "best_span",
+             "squad_f1"]
 NEG_INF = float("-inf")
 
 
@@ -158,6 +160,148 @@ def accuracy_with_torchmetrics(logits, labels, ignore_index=-100):
 def accuracy_with_scikit_learn(logits, labels, ignore_index=-100):
     keep = labels != ignore_index
     return torch.tensor(accuracy_score(labels[keep].numpy(), logits.argmax(-1)[keep].numpy()), dtype=torch.float32)
+
+
+# --------------------------------------------------------------------------------------------------
+# entity_spans
+# --------------------------------------------------------------------------------------------------
+
+
+def spans_with_last_word_as_end(tags):
+    spans, current = [], None
+    for t, tag in enumerate(tags):
+        if current is not None and not (tag.startswith("I-") and tag[2:] == current[0]):
+            spans.append(tuple(current))
+            current = None
+        if tag != "O" and current is None:
+            current = [tag[2:], t, t]
+        elif current is not None:
+            current[2] = t
+    if current is not None:
+        spans.append(tuple(current))
+    return spans
+
+
+def spans_started_by_b_only(tags):
+    spans, current = [], None
+    for t, tag in enumerate(tags):
+        if tag.startswith("B-"):
+            if current:
+                spans.append(tuple(current))
+            current = [tag[2:], t, t + 1]
+        elif tag.startswith("I-") and current:
+            current[2] = t + 1
+        elif current:
+            spans.append(tuple(current))
+            current = None
+    if current:
+        spans.append(tuple(current))
+    return spans
+
+
+def spans_without_the_last(tags):
+    spans, kind, start = [], None, 0
+    for t, tag in enumerate(tags):
+        if kind is not None and tag != f"I-{kind}":
+            spans.append((kind, start, t))
+            kind = None
+        if tag != "O" and kind is None:
+            kind, start = tag[2:], t
+    return spans
+
+
+def spans_typed_by_their_first_tag(tags):
+    spans, first, start = [], None, 0
+    for t, tag in enumerate([*tags, "O"]):
+        if first is not None and tag != f"I-{first[2:]}":
+            spans.append((first, start, t))
+            first = None
+        if tag != "O" and first is None:
+            first, start = tag, t
+    return spans
+
+
+def spans_of_runs_of_one_type(tags):
+    spans, kind, start = [], None, 0
+    for t, tag in enumerate([*tags, "O"]):
+        tag_type = None if tag == "O" else tag.split("-", 1)[1]
+        if tag_type != kind:
+            if kind is not None:
+                spans.append((kind, start, t))
+            kind, start = tag_type, t
+    return spans
+
+
+def spans_comparing_with_the_previous_tag(tags):
+    spans = []
+    for t in range(len(tags)):
+        tag, previous = tags[t], tags[t - 1]
+        if tag == "O" or (tag.startswith("I-") and previous[2:] == tag[2:]):
+            continue
+        end = t + 1
+        while end < len(tags) and tags[end] == "I-" + tag[2:]:
+            end += 1
+        spans.append((tag[2:], t, end))
+    return spans
+
+
+def spans_of_strict_bio(tags):
+    spans, current = [], None
+    for t, tag in enumerate(tags):
+        if current is not None and tag == f"I-{current[0]}":
+            current[2] = t + 1
+            continue
+        if current is not None:
+            spans.append(tuple(current))
+            current = None
+        if tag.startswith("B-"):
+            current = [tag[2:], t, t + 1]
+    if current is not None:
+        spans.append(tuple(current))
+    return spans
+
+
+def spans_as_lists(tags):
+    return [[kind, start, end] for kind, start, end in spans_from_starts(tags)]
+
+
+def spans_from_starts(tags):
+    """The starts first (B-T, or I-T whose previous tag is not of type T), then each start's I-T tags."""
+    types = [None if tag == "O" else tag[2:] for tag in tags]
+    starts = [t for t, tag in enumerate(tags) if tag.startswith("B-")
+              or (tag.startswith("I-") and (t == 0 or types[t - 1] != types[t]))]
+    spans = []
+    for start in starts:
+        end = start + 1
+        while end < len(tags) and tags[end] == f"I-{types[start]}":
+            end += 1
+        spans.append((types[start], start, end))
+    return spans
+
+
+def spans_by_conlleval_rules(tags):
+    """conlleval's startOfChunk and endOfChunk, for B, I and O."""
+    spans, previous_prefix, previous_type, start = [], "O", "", 0
+    for t, tag in enumerate([*tags, "O"]):
+        prefix, _, tag_type = tag.partition("-")
+        ends = previous_prefix != "O" and (prefix in ("B", "O") or tag_type != previous_type)
+        begins = prefix == "B" or (prefix == "I" and (previous_prefix == "O" or tag_type != previous_type))
+        if ends:
+            spans.append((previous_type, start, t))
+        if begins:
+            start = t
+        previous_prefix, previous_type = prefix, tag_type
+    return spans
+
+
+def spans_with_captured_reference(tags):
+    return captured_entity_spans(tags)
+
+
+def spans_with_seqeval(tags):
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    return [(kind, start, end + 1) for kind, start, end in get_entities(tags)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -466,6 +610,16 @@ class TestTasksChecks(MutationTests):
             (accuracy_of_maximum_scores, "not the score (max)"),
             (number_of_right_words, "not their number"),
         ],
+        "entity_spans": [
+            (spans_with_last_word_as_end, "end is excluded"),
+            (spans_started_by_b_only, "and one that continues none"),
+            (spans_without_the_last, "ends with the sentence"),
+            (spans_typed_by_their_first_tag, "the tag without its prefix"),
+            (spans_of_runs_of_one_type, "a B- tag always starts a new entity"),
+            (spans_comparing_with_the_previous_tag, "at position 0 there is no previous tag"),
+            (spans_of_strict_bio, "starts a new entity, as conlleval"),
+            (spans_as_lists, "return a list of tuples (type, start, end)"),
+        ],
         "char_span_to_token_span": [
             (token_span_end_exclusive, "both token positions are inclusive"),
             (token_span_by_containment, "a character of the answer may lie in no token"),
@@ -498,6 +652,7 @@ class TestTasksChecks(MutationTests):
     alternatives = {
         "word_piece_labels": [labels_with_seen_words],
         "tagging_accuracy": [accuracy_by_selection, accuracy_flattened],
+        "entity_spans": [spans_from_starts, spans_by_conlleval_rules],
         "char_span_to_token_span": [token_span_by_scanning],
         "best_span": [best_span_by_triangles, best_span_by_loops],
         "squad_f1": [f1_by_dictionaries],
@@ -507,6 +662,8 @@ class TestTasksChecks(MutationTests):
          "bertlab.tasks.word_piece_labels"),
         ("tagging_accuracy", accuracy_with_torchmetrics, "multiclass_accuracy"),
         ("tagging_accuracy", accuracy_with_scikit_learn, "accuracy_score"),
+        ("entity_spans", spans_with_captured_reference, "bertlab.tasks.entity_spans"),
+        ("entity_spans", spans_with_seqeval, "seqeval.metrics.sequence_labeling.get_entities"),
         ("char_span_to_token_span", token_span_with_captured_reference, "bertlab.tasks.char_span_to_token_span"),
         ("best_span", best_span_with_default_argument, "bertlab.tasks.best_span"),
         ("squad_f1", f1_with_torchmetrics, "torchmetrics.functional.text.squad._compute_f1_score"),

@@ -6,7 +6,9 @@ Serves the built HTML on 127.0.0.1, opens each page in headless Chromium through
 protocol, waits for MathJax to finish, and checks that:
 
 - every image of the page loaded (``naturalWidth > 0``), and chapter pages have at least one figure;
-- every formula was typeset by MathJax without a MathJax error, and chapter pages have formulas;
+- every formula was typeset by MathJax without a MathJax error and shows no TeX as written (a backslash,
+  as ``\\_`` inside ``\\text{}`` gives), and chapter pages have formulas;
+- every Markdown table that a cell displays is a table, not its pipes;
 - every traceback belongs to a cell tagged ``raises-exception`` and is a ``NotImplementedError``
   (the test cells of blank exercises), so no other cell failed;
 - nothing failed to load, and nothing was requested from outside 127.0.0.1 (the book works offline).
@@ -53,6 +55,12 @@ INSPECT_PAGE = """
     mathErrors: content.querySelectorAll('mjx-merror').length,
     images: images.map(img => ({src: img.getAttribute('src'), width: img.naturalWidth})),
     figures: images.filter(img => img.getAttribute('src').includes('_images/')).length,
+    // Formulas whose typeset text still shows a backslash: TeX that MathJax showed as written (\\_ in \\text{}).
+    texAsWritten: Array.from(content.querySelectorAll('mjx-assistive-mml'))
+        .filter(element => element.textContent.includes('\\\\')).map(element => element.textContent.trim()),
+    // Cell outputs that show a Markdown table as its pipes instead of a table.
+    pipeTables: Array.from(content.querySelectorAll('.cell_output, .output'))
+        .filter(element => /^\\s*\\|.*\\|\\s*$/m.test(element.innerText) && /\\|\\s*:?-{3,}/.test(element.innerText)).length,
     tracebacks: Array.from(content.querySelectorAll('.output.traceback')).map(element => ({
       intended: !!element.closest('.tag_raises-exception'),
       text: element.innerText.trim().split('\\n').slice(-1)[0],
@@ -172,6 +180,9 @@ def page_problems(report: dict, network_failures: list[str], is_chapter: bool) -
         problems.append(f"only {report['typeset']} of {report['formulas']} formulas were typeset")
     if report["mathErrors"]:
         problems.append(f"{report['mathErrors']} formulas have MathJax errors")
+    problems += [f"a formula shows its TeX: {text}" for text in report["texAsWritten"]]
+    if report["pipeTables"]:
+        problems.append(f"{report['pipeTables']} outputs show a Markdown table as text")
     for traceback in report["tracebacks"]:
         if not traceback["intended"] or "NotImplementedError" not in traceback["text"]:
             problems.append(f"unexpected traceback: {traceback['text']}")

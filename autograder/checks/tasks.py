@@ -1,11 +1,13 @@
 """Checks of chapter 10 (BERT's other tasks), called by the hidden tests of ``chapters/10_tasks``.
 
-Five exercises, graded against :mod:`bertlab.tasks`:
+Six exercises, graded against :mod:`bertlab.tasks`:
 
 - ``word_piece_labels(word_ids, word_labels)``: the label of each word piece, the word's label on its
   first piece and -100 elsewhere (exact comparison of a list of ints);
 - ``tagging_accuracy(logits, labels, ignore_index=-100)``: the accuracy over the labelled positions
   (the words) of a batch of tagged sentences;
+- ``entity_spans(tags)``: the entities that a sentence's BIO tags mark, as (type, start, end), read
+  as conlleval reads them (exact comparison of a list of tuples);
 - ``char_span_to_token_span(offsets, start_char, end_char)``: the first and last tokens of an answer
   given in characters, or None when the window does not hold it (exact comparison);
 - ``best_span(start_logits, end_logits, context_mask, max_answer_length=30)``: the valid span of the
@@ -356,6 +358,186 @@ def check_tagging_accuracy(student_fn, *, forbid: bool = True) -> str:
     and scikit-learn.
     """
     return TAGGING_ACCURACY.check(student_fn, forbid=forbid)
+
+
+# --------------------------------------------------------------------------------------------------
+# entity_spans
+# --------------------------------------------------------------------------------------------------
+
+ENTITY_SPANS_FORBIDDEN = (reference.entity_spans, reference.entity_scores,
+                          "seqeval.metrics.sequence_labeling.get_entities")
+
+#: The entity types of the cases: CoNLL-2003's four and some of OntoNotes'.
+ENTITY_TYPES = ("PER", "LOC", "ORG", "MISC", "PERSON", "GPE", "NORP", "FAC", "DATE", "EVENT", "PRODUCT", "LAW",
+                "WORK_OF_ART", "LANGUAGE", "MONEY", "QUANTITY")
+
+
+def _entity_types(g: torch.Generator, count: int) -> list[str]:
+    """``count`` different entity types, drawn."""
+    return [ENTITY_TYPES[index] for index in torch.randperm(len(ENTITY_TYPES), generator=g)[:count].tolist()]
+
+
+def _entity(kind: str, length: int, first: str = "B") -> list[str]:
+    """The tags of an entity of ``length`` words: ``first``-kind, then I-kind."""
+    return [f"{first}-{kind}"] + [f"I-{kind}"] * (length - 1)
+
+
+def _outside(g: torch.Generator, low: int, high: int) -> list[str]:
+    """The tags of ``low`` to ``high`` words outside every entity (drawn)."""
+    return ["O"] * random_integer(g, low, high)
+
+
+def entity_spans_cases() -> list[Case]:
+    """BIO tag sequences, the types, lengths and positions drawn: well-formed entities apart, the last
+    one at the end of the sentence; two entities of one type side by side; a tagger's ill-formed
+    output (an I- after O, an I- of another type right after an entity); an I- at position 0 with an
+    entity of its type at the end; no entity; one entity that is the whole sentence; random tags."""
+    g = generator_for("entity_spans")
+    cases = []
+    # Each case is built so that the mistakes it is the first to show give different outputs on it: the
+    # first shows those of any sentence (the end, the type, the last entity, runs of words), the next ones
+    # one rule of BIO each.
+    kinds = _entity_types(g, 3)
+    tags = _outside(g, 0, 3) + _entity(kinds[0], 1)
+    for kind in kinds[1:]:
+        tags += _outside(g, 1, 3) + _entity(kind, random_integer(g, 1, 4))
+    tags += _outside(g, 1, 3) + _entity(random_choice(g, kinds), random_integer(g, 2, 4))
+    cases.append(Case(f"{len(tags)} tags in the BIO scheme: entities of one and of several words with O between them, "
+                      "the last one ending the sentence", (tags,)))
+    kind, other = _entity_types(g, 2)
+    tags = (_outside(g, 0, 3) + _entity(kind, random_integer(g, 1, 3)) + _entity(kind, random_integer(g, 1, 3))
+            + _outside(g, 1, 3) + _entity(other, random_integer(g, 1, 3)) + _outside(g, 1, 2))
+    cases.append(Case(f"two entities of type {kind} side by side (B-{kind} right after an entity of type {kind}), then "
+                      f"one of type {other}", (tags,)))
+    kind, other = _entity_types(g, 2)
+    tags = (_outside(g, 1, 3) + _entity(kind, random_integer(g, 1, 3), first="I") + _outside(g, 1, 3)
+            + _entity(other, random_integer(g, 1, 3)) + _entity(kind, random_integer(g, 1, 3), first="I")
+            + _outside(g, 1, 2))
+    cases.append(Case(f"a tagger's output that breaks BIO's rules: I-{kind} after O, and I-{kind} right after an "
+                      f"entity of type {other}", (tags,)))
+    kind, other = _entity_types(g, 2)
+    tags = (_entity(kind, random_integer(g, 1, 3), first="I") + _outside(g, 1, 3)
+            + _entity(other, random_integer(g, 1, 2)) + _outside(g, 1, 3) + _entity(kind, random_integer(g, 1, 3)))
+    cases.append(Case(f"I-{kind} at position 0 (no tag before it), and the sentence ends with an entity of type {kind}",
+                      (tags,)))
+    cases.append(Case("no entity: every tag O", (_outside(g, 3, 200),)))
+    kind = random_choice(g, ENTITY_TYPES)
+    cases.append(Case(f"one entity of type {kind} that is the whole sentence",
+                      (_entity(kind, random_integer(g, 2, 60)),)))
+    kinds = _entity_types(g, random_integer(g, 2, 4))
+    options = ["O", *(f"{prefix}-{kind}" for kind in kinds for prefix in "BI")]
+    tags = [random_choice(g, options) for _ in range(random_integer(g, 20, 40))]
+    cases.append(Case(f"{len(tags)} random tags of {len(kinds)} types, as an untrained tagger predicts them", (tags,)))
+    return cases
+
+
+def _spans_by_rules(tags, *, starts_with_i=True, type_of_i="same", b_ends=True, close_at_end=True,
+                    end_inclusive=False, type_with_prefix=False):
+    """An entity_spans with one of the typical mistakes, chosen by the keyword arguments: whether an I- that
+    continues nothing starts an entity, whether an I- continues an entity of its own type only ("same") or
+    of any type ("any"), whether a B- ends the entity before it, whether an entity that reaches the end is
+    kept, the end inclusive, the type written with its prefix."""
+    spans, open_entity = [], None  # open_entity: [type, start, first tag]
+
+    def close(end):
+        kind, start, first_tag = open_entity
+        spans.append((first_tag if type_with_prefix else kind, start, end - 1 if end_inclusive else end))
+
+    for t, tag in enumerate(tags):
+        prefix, kind = tag[:1], tag[2:]
+        continues = (prefix == "I" and open_entity is not None
+                     and (type_of_i == "any" or open_entity[0] == kind)) or (prefix == "B" and not b_ends
+                                                                            and open_entity is not None
+                                                                            and open_entity[0] == kind)
+        if continues:
+            continue
+        if open_entity is not None:
+            close(t)
+            open_entity = None
+        if prefix == "B" or (prefix == "I" and starts_with_i):
+            open_entity = [kind, t, tag]
+    if open_entity is not None and close_at_end:
+        close(len(tags))
+    return spans
+
+
+def _spans_variant(**rules):
+    def entity_spans(tags):
+        return _spans_by_rules(tags, **rules)
+    return entity_spans
+
+
+def _spans_previous_wraps_around(tags):
+    spans = []
+    for t, tag in enumerate(tags):
+        previous = tags[t - 1]  # at t = 0, tags[-1]: the LAST tag
+        if tag.startswith("B-") or (tag.startswith("I-") and previous[2:] != tag[2:]):
+            end = t + 1
+            while end < len(tags) and tags[end] == f"I-{tag[2:]}":
+                end += 1
+            spans.append((tag[2:], t, end))
+    return spans
+
+
+def _spans_of_single_tags(tags):
+    return [(tag[2:], t, t + 1) for t, tag in enumerate(tags) if tag != "O"]
+
+
+CONTINUES_NOTHING_HINT = ("an I-T tag that continues no entity of type T (after O, after an entity of another type, "
+                          "or at position 0) starts a new entity, as conlleval, the CoNLL-2003 scorer, reads it: "
+                          "O I-PER I-PER holds the entity ('PER', 1, 3).")
+
+ENTITY_SPANS_MISTAKES = (
+    Mistake(_spans_variant(end_inclusive=True),
+            "end is excluded, as in words[start:end]: an entity of the words 4 and 5 is (type, 4, 6), not "
+            "(type, 4, 5)."),
+    Mistake(_spans_variant(type_with_prefix=True),
+            "the type is the tag without its prefix: 'B-PER' and 'I-PER' mark an entity of type 'PER'."),
+    Mistake(_spans_variant(close_at_end=False),
+            "an entity that reaches the last word ends with the sentence: close it after the loop (or read one 'O' "
+            "after the last tag)."),
+    Mistake(_spans_of_single_tags,
+            "an entity is a run of words: B-T (or an I-T that starts one) and the I-T tags that follow it form ONE "
+            "entity, (type, first word, last word + 1), not one entity per tagged word."),
+    Mistake(_spans_variant(b_ends=False),
+            "a B- tag always starts a new entity, even right after an entity of its type: B-PER I-PER B-PER is two "
+            "people, ('PER', 0, 2) and ('PER', 2, 3)."),
+    Mistake(_spans_previous_wraps_around,  # before the rules of I-, which drop the same entity at position 0
+            "at position 0 there is no previous tag: tags[t - 1] is then tags[-1], the LAST tag in Python. An I-T at "
+            "position 0 starts an entity."),
+    Mistake(_spans_variant(starts_with_i=False), CONTINUES_NOTHING_HINT),
+    Mistake(_spans_variant(type_of_i="any"),
+            "an I-T tag continues only an entity of type T: I-LOC right after B-PER ends the person and starts a "
+            "location."),
+    Mistake(_spans_variant(starts_with_i=False, type_of_i="any"),
+            "an I-T tag continues only an entity of type T, and one that continues none (after O, after another "
+            "type, at position 0) starts a new entity of type T, as conlleval, the CoNLL-2003 scorer, reads it."),
+)
+
+
+def _validate_entity_spans(output) -> str | None:
+    if not isinstance(output, list) or not all(
+            isinstance(span, tuple) and len(span) == 3 and isinstance(span[0], str)
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in span[1:]) for span in output):
+        return (f"output: you returned {output!r}; return a list of tuples (type, start, end): a str and two ints, "
+                "one tuple per entity.")
+    return None
+
+
+ENTITY_SPANS = Exercise("entity_spans", reference.entity_spans, entity_spans_cases, mistakes=ENTITY_SPANS_MISTAKES,
+                        forbidden=ENTITY_SPANS_FORBIDDEN, validate=_validate_entity_spans)
+
+
+def check_entity_spans(student_fn, *, forbid: bool = True) -> str:
+    """Compare ``entity_spans(tags)`` with :func:`bertlab.tasks.entity_spans`.
+
+    Cases: BIO tag sequences whose types, lengths and positions are drawn: entities of one and of several
+    words apart, the last ending the sentence; two entities of one type side by side; a tagger's output
+    with an I- after O and an I- of another type right after an entity; an I- at position 0; no entity;
+    an entity that is the whole sentence; random tags. Exact comparison (a list of (str, int, int)
+    tuples). Forbidden: the reference, ``entity_scores`` and seqeval's ``get_entities``.
+    """
+    return ENTITY_SPANS.check(student_fn, forbid=forbid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1014,4 +1196,4 @@ def check_squad_f1(student_fn, *, forbid: bool = True) -> str:
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "10_tasks"
-EXERCISES = (WORD_PIECE_LABELS, TAGGING_ACCURACY, CHAR_SPAN_TO_TOKEN_SPAN, BEST_SPAN, SQUAD_F1)
+EXERCISES = (WORD_PIECE_LABELS, TAGGING_ACCURACY, ENTITY_SPANS, CHAR_SPAN_TO_TOKEN_SPAN, BEST_SPAN, SQUAD_F1)

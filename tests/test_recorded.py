@@ -1,0 +1,312 @@
+"""The recorded results of the course's benchmarks, as the chapters read them (``bertlab/recorded.py``), and
+the paired significance of a recorded comparison (``benchmarks/benchmark_runs.py``)."""
+
+import dataclasses
+import fnmatch
+import importlib.util
+import json
+import random
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from bertlab import recorded
+from tests.conftest import REPO_ROOT
+
+
+# --------------------------------------------------------------------------------------------------
+# The recorded results the book reads
+# --------------------------------------------------------------------------------------------------
+
+REQUIRED = {"command": [], "classification": ["course_bert", "random_init"]}
+
+
+def write_results(folder, text):
+    results = folder / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (results / "bert-cpu.json").write_text(text)
+    return results / "bert-cpu.json"
+
+
+def test_recorded_results_are_found_from_a_folder_below_the_repository(tmp_path):
+    write_results(tmp_path, '{"command": "python x", "classification": {"course_bert": 1, "random_init": 2}}')
+    chapter = tmp_path / "chapters" / "08_finetuning"
+    chapter.mkdir(parents=True)
+    record = recorded.read_recorded_results("bert-cpu.json", REQUIRED, start=chapter)
+    assert record["classification"]["random_init"] == 2
+
+
+@pytest.mark.parametrize("text, reason", [
+    ('{"command": ', "could not be read"),
+    ("[1, 2]", "holds a list, not the record of a run"),
+    ('{"classification": {"course_bert": 1}}', "lacks command, classification.random_init: it was written by an older"),
+    ('{"command": "x", "classification": 3}', "lacks classification.course_bert, classification.random_init"),
+])
+def test_recorded_results_that_cannot_be_shown_say_why_in_one_line(tmp_path, text, reason):
+    write_results(tmp_path, text)
+    with pytest.raises(recorded.RecordedResultsUnavailable) as unavailable:
+        recorded.read_recorded_results("bert-cpu.json", REQUIRED, start=tmp_path)
+    assert reason in str(unavailable.value) and "\n" not in str(unavailable.value)
+
+
+# --------------------------------------------------------------------------------------------------
+# The recorded runs, shipped with the package (bertlab.recorded)
+# --------------------------------------------------------------------------------------------------
+
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+PACKAGED = REPO_ROOT / "bertlab" / "recorded_results"
+
+
+def test_the_packaged_records_are_copies_of_benchmarks_results():
+    """benchmarks/results/ is the one source of the records; the package ships byte-for-byte copies of
+    those the chapters read, and nothing else."""
+    assert sorted(path.name for path in PACKAGED.iterdir() if path.name != "__pycache__") == sorted(
+        recorded.CHAPTER_RECORDS)
+    for name in recorded.CHAPTER_RECORDS:
+        assert (PACKAGED / name).read_bytes() == (RESULTS / name).read_bytes(), (
+            f"bertlab/recorded_results/{name} differs from its source: cp benchmarks/results/{name} "
+            "bertlab/recorded_results/")
+
+
+def test_the_package_data_holds_the_records():
+    settings = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = settings["package-data"]["bertlab"]
+    for name in recorded.CHAPTER_RECORDS:
+        assert any(fnmatch.fnmatch(f"{recorded.PACKAGED_FOLDER}/{name}", pattern) for pattern in patterns), name
+
+
+def test_a_record_is_read_from_the_repository_above_else_from_the_package(tmp_path):
+    repository = tmp_path / "course"
+    (repository / "benchmarks" / "results").mkdir(parents=True)
+    (repository / "benchmarks" / "results" / "tasks-cpu.json").write_text('{"command": "a newer run", "tasks": {}}')
+    chapter = repository / "chapters" / "10_tasks"
+    chapter.mkdir(parents=True)
+    assert recorded.read_recorded_results("tasks-cpu.json", {"tasks": []}, start=chapter)["command"] == "a newer run"
+    elsewhere = tmp_path / "colab"
+    elsewhere.mkdir()
+    packaged = recorded.packaged_results() / "tasks-cpu.json"
+    assert recorded.recorded_results_file("tasks-cpu.json", start=elsewhere) == packaged
+    shipped = recorded.read_recorded_results("tasks-cpu.json", {"tasks": ["pairs"]}, start=elsewhere)
+    assert shipped == json.loads((RESULTS / "tasks-cpu.json").read_text())
+    with pytest.raises(recorded.RecordedResultsUnavailable, match=r"lacks tasks.nothing: it was written by an older"):
+        recorded.read_recorded_results("tasks-cpu.json", {"tasks": ["nothing"]}, start=elsewhere)
+    with pytest.raises(recorded.RecordedResultsUnavailable, match="No recorded results here: benchmarks/results/x.json "
+                                                                 "is neither in a course repository"):
+        recorded.read_recorded_results("x.json", {}, start=elsewhere)
+
+
+READ_OUTSIDE = """
+from bertlab.pretraining import read_course_bert_results
+from bertlab.recorded import CHAPTER_RECORDS, describe_checks, read_recorded_results, recorded_results_file
+
+for name in CHAPTER_RECORDS:
+    print(name, recorded_results_file(name), sorted(read_recorded_results(name, {})))
+tasks = read_course_bert_results("tasks-cpu.json", {"tasks": [], "checks": []})
+for name, task in tasks["tasks"].items():
+    print(name, task["dataset"], round(100 * task["course_bert"]["test"][task["metric"]]["mean"], 1))
+print("\\n".join(describe_checks(tasks)))
+"""
+
+
+def test_the_records_are_read_outside_the_repository(tmp_path):
+    """As on Colab, or after pip install: a Python started in a folder of no course repository finds every
+    record the chapters read in the package, and the records of the course BERT's runs match its weights."""
+    run = subprocess.run([sys.executable, "-c", READ_OUTSIDE], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert run.returncode == 0, run.stderr
+    tasks = json.loads((RESULTS / "tasks-cpu.json").read_text())
+    for name in recorded.CHAPTER_RECORDS:
+        assert f"{name} {PACKAGED / name} " in run.stdout, run.stdout
+    for name, task in tasks["tasks"].items():
+        score = 100 * task["course_bert"]["test"][task["metric"]]["mean"]
+        assert f"{name} {task['dataset']} {round(score, 1)}" in run.stdout, run.stdout
+    assert run.stdout.count("; significance: not computed\n") == len(tasks["checks"]), run.stdout
+    assert run.stdout.endswith("significance: not computed (no per-example predictions in this record; re-run "
+                               f"{tasks['command']} to compute it)\n"), run.stdout
+
+
+def reading_notebook(chapter: str, reading: list[str]):
+    """The cells of the released chapter that print its recorded runs (``reading``, by id), after its setup
+    cell and the imports and function definitions of the code cells before them: a notebook that needs no
+    data and trains nothing."""
+    import ast
+
+    import nbformat
+
+    notebook = nbformat.read(REPO_ROOT / "chapters" / chapter / f"{chapter}.ipynb", as_version=4)
+    cells = {cell.get("id"): cell for cell in notebook.cells}
+    first = notebook.cells.index(cells[reading[0]])
+    definitions = []
+    for cell in notebook.cells[:first]:
+        if cell.cell_type != "code" or cell.get("id") in ("install", "setup") or "nbgrader" in cell.metadata:
+            continue
+        tree = ast.parse(cell.source)
+        definitions += [ast.get_source_segment(cell.source, node) for node in tree.body
+                        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef))]
+    sources = [cells["setup"].source, "\n\n".join(definitions), *(cells[cell_id].source for cell_id in reading)]
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources],
+                                    metadata=notebook.metadata)
+
+
+def printed(notebook) -> str:
+    """Everything the executed cells show: their streams and the text, Markdown or HTML of their displays."""
+    parts = []
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if output.output_type == "stream":
+                parts.append(output.text)
+            elif output.output_type in ("display_data", "execute_result"):
+                data = output.data
+                parts.append(data.get("text/markdown") or data.get("text/html") or data.get("text/plain", ""))
+            elif output.output_type == "error":
+                parts.append(f"{output.ename}: {output.evalue}")
+    return "\n".join(parts)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter, reading", [
+    ("08_finetuning", ["recorded-results", "learning-curve"]),
+    ("09_distillation", ["recorded-distillation"]),
+    ("10_tasks", ["recorded-results", "domain-results"]),
+])
+def test_a_chapter_run_outside_the_repository_prints_the_recorded_tables(chapter, reading, tmp_path):
+    """The reading cells of a released chapter, run by a Jupyter kernel in a folder of no repository (as
+    on Colab, with the package installed from the clone), print the recorded tables and expectations."""
+    from nbclient import NotebookClient
+
+    notebook = reading_notebook(chapter, reading)
+    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}},
+                   allow_errors=True).execute()
+    shown = printed(notebook)
+    assert "No recorded results" not in shown and "Error" not in shown, shown
+    if chapter == "10_tasks":
+        record, domain = (json.loads((RESULTS / name).read_text()) for name in ("tasks-cpu.json", "task-domain.json"))
+        snli = record["tasks"]["pairs"]
+        expected = [f"made by: {record['command']}", f"SNLI 1.0 ({snli['train']:,} training",
+                    *(f"{name:<8} {100 * scores['model']['accuracy']:21.1f}%"
+                      for name, scores in domain["domains"].items())]
+    else:
+        record = json.loads((RESULTS / "bert-cpu.json").read_text())
+        if chapter == "08_finetuning":
+            course_bert = record["classification"]["course_bert"]
+            expected = [f"made by: {record['command']}",
+                        f"{100 * course_bert['mean']:.1f}% ± {100 * course_bert['std']:.1f}",
+                        "pretrained - random weights, by number of labelled examples: "]
+        else:
+            expected = [f"made by: {record['command']}", "distilled student, 2 layers",
+                        "the distilled student above the same student on the labels alone (one seed each)"]
+    expected.append(f"significance: not computed (no per-example predictions in this record; re-run "
+                    f"{record['command']} to compute it)")
+    for text in expected:
+        assert text in shown, (text, shown)
+
+
+# --------------------------------------------------------------------------------------------------
+# The paired significance of a recorded comparison (benchmarks/benchmark_runs.py)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def benchmark_runs():
+    spec = importlib.util.spec_from_file_location("benchmark_runs", REPO_ROOT / "benchmarks" / "benchmark_runs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paired_bootstrap_by_hand(benchmark_runs):
+    # A is right on one of 4 examples, B on none: a resample's difference is K / 4, K ~ Binomial(4, 1/4), with
+    # P(K <= 2) = 0.949 and P(K <= 3) = 0.996; so the 2.5th percentile is 0 and the 97.5th 3/4.
+    assert benchmark_runs.paired_bootstrap([1, 0, 0, 0], [0, 0, 0, 0]) == (0.25, 0.0, 0.75)
+    assert benchmark_runs.paired_bootstrap([1, 0, 1], [1, 0, 1]) == (0.0, 0.0, 0.0)
+    # paired: B is A less 0.1 on every example, however much the examples differ: every resample says 0.1
+    difference, low, high = benchmark_runs.paired_bootstrap([0.9, 0.1, 0.5, 0.3], [0.8, 0.0, 0.4, 0.2])
+    assert (difference, low, high) == pytest.approx((0.1, 0.1, 0.1))
+    # weighted: the words of 2 sentences, 3 of 4 and 1 of 2 right under A, 2 of 4 and 1 of 2 under B
+    assert benchmark_runs.paired_bootstrap([3, 1], [2, 1], weights=[4, 2])[0] == pytest.approx(1 / 6)
+    with pytest.raises(ValueError, match="one score per example"):
+        benchmark_runs.paired_bootstrap([1, 0], [1])
+
+
+def test_paired_bootstrap_is_seeded_and_its_interval_widens_with_the_confidence(benchmark_runs):
+    rng = random.Random(0)
+    a, b = [rng.random() < 0.7 for _ in range(500)], [rng.random() < 0.6 for _ in range(500)]
+    first, again = benchmark_runs.paired_bootstrap(a, b, seed=3), benchmark_runs.paired_bootstrap(a, b, seed=3)
+    assert first == again and first[1] < first[0] < first[2]
+    narrower = benchmark_runs.paired_bootstrap(a, b, seed=3, confidence=0.5)
+    assert first[1] < narrower[1] < narrower[2] < first[2]
+
+
+def test_exact_mcnemar_agrees_with_scipy(benchmark_runs):
+    from scipy.stats import binomtest
+
+    rng = random.Random(0)
+    drawn = [(rng.randint(0, 60), rng.randint(0, 60)) for _ in range(30)]
+    for only_a, only_b in [(0, 0), (3, 1), (1, 3), (0, 7), (10, 10), (40, 20), *drawn]:
+        both = rng.randint(0, 20)
+        correct_a = [True] * only_a + [False] * only_b + [True] * both + [False] * 5
+        correct_b = [False] * only_a + [True] * only_b + [True] * both + [False] * 5
+        b, c, p = benchmark_runs.exact_mcnemar(correct_a, correct_b)
+        assert (b, c) == (only_a, only_b)
+        expected = 1.0 if b + c == 0 else binomtest(b, b + c, 0.5).pvalue
+        assert p == pytest.approx(expected, rel=1e-9), (b, c)
+    with pytest.raises(ValueError, match="scored on 2 and 1 examples"):
+        benchmark_runs.exact_mcnemar([1, 0], [1])
+
+
+def test_paired_comparison_of_seeds_against_a_baseline(benchmark_runs):
+    rng = random.Random(1)
+    labels_right = [rng.random() < 0.6 for _ in range(400)]  # a baseline, one run
+    seeds = [[right or rng.random() < 0.5 for right in labels_right] for _ in range(3)]  # about 20 points above it
+    significance = benchmark_runs.paired_comparison(seeds, [labels_right], accuracy=True)
+    assert significance.significant and significance.examples == 400 and significance.resamples == 10_000
+    assert 10 < significance.low < significance.difference < significance.high < 30
+    assert significance.mcnemar_p == max(benchmark_runs.exact_mcnemar(seed, labels_right)[2] for seed in seeds) < 1e-6
+    assert not benchmark_runs.paired_comparison(seeds, [labels_right], margin=40.0, accuracy=True).significant
+    backwards = benchmark_runs.paired_comparison([labels_right], seeds, accuracy=True)
+    assert backwards.high < 0 and not backwards.significant
+    # F1 of questions: no McNemar test, the interval alone
+    f1 = benchmark_runs.paired_comparison([[0.5, 1.0, 0.2, 0.0] * 50], [[0.4, 1.0, 0.0, 0.0] * 50])
+    assert f1.mcnemar_p is None and f1.significant and f1.difference == pytest.approx(7.5)
+
+
+def test_an_expectation_holds_only_when_its_paired_test_finds_it(benchmark_runs):
+    significant = recorded.Significance(difference=4.2, low=3.1, high=5.3, confidence=0.95, resamples=10_000,
+                                        examples=2077, mcnemar_p=1e-5, significant=True)
+    holds = recorded.RecordedCheck.from_record(benchmark_runs.expectation(
+        "tagging: course BERT above the same BERT from random weights (accuracy)", "94.9 vs 90.7 (+4.2)", True,
+        significant))
+    assert holds.holds is True
+    assert holds.describe() == (
+        "holds: tagging: course BERT above the same BERT from random weights (accuracy): 94.9 vs 90.7 (+4.2); "
+        "difference +4.2, 95% interval [+3.1, +5.3] (paired bootstrap over 2,077 test examples, 10,000 resamples); "
+        "exact McNemar p = 1e-05")
+    unsure = dataclasses.replace(significant, low=-0.4, mcnemar_p=0.2, significant=False)
+    record = benchmark_runs.expectation("pairs: above", "57.8 vs 56.8 (+1.0)", True, unsure)
+    assert record["holds"] is False and record["met_by_scores"] is True
+    assert recorded.RecordedCheck.from_record(record).describe().startswith("not significant at 95%: pairs: above")
+    untested = benchmark_runs.expectation("pairs: above", "57.8 vs 56.8 (+1.0)", True, None)
+    assert untested["holds"] is None and recorded.RecordedCheck.from_record(untested).holds is None
+    assert recorded.describe_checks({"command": "python benchmarks/task_results.py", "checks": [record, untested]}) == [
+        "- not significant at 95%: pairs: above: 57.8 vs 56.8 (+1.0); difference +4.2, 95% interval [-0.4, +5.3] "
+        "(paired bootstrap over 2,077 test examples, 10,000 resamples); exact McNemar p = 0.2",
+        "- met by the recorded scores: pairs: above: 57.8 vs 56.8 (+1.0); significance: not computed",
+        "significance: not computed (no per-example predictions in this record; re-run "
+        "python benchmarks/task_results.py to compute it)"]
+    assert recorded.describe_checks({"command": "c", "checks": [record]})[-1].startswith("- not significant")
+
+
+@pytest.mark.parametrize("name", ["bert-cpu.json", "tasks-cpu.json"])
+def test_the_shipped_records_claim_no_significance_they_did_not_compute(name):
+    record = recorded.read_recorded_results(name, {"checks": [], "command": []})
+    checks = recorded.recorded_checks(record)
+    assert all(check.holds is None and check.significance is None for check in checks)
+    *lines, note = recorded.describe_checks(record)
+    assert len(lines) == len(checks) and note == (
+        f"significance: not computed (no per-example predictions in this record; re-run {record['command']} to "
+        "compute it)")
+    for line in lines:
+        assert line.startswith(("- met by the recorded scores: ", "- NOT met by the recorded scores: ")), line
+        assert line.endswith("; significance: not computed"), line
