@@ -67,7 +67,8 @@ MAX_TEST_OUTPUT_CHARS = 20_000  # of what a test cell prints, kept for the feedb
 MAX_STUDENT_EXCEPTION_CHARS = 5_000  # of the message (and each argument) of an exception the grader rebuilds
 MAX_STUDENT_TRACEBACK_CHARS = 5_000  # of the traceback of the student's code that comes with it
 MAX_OUTCOME_MESSAGE_CHARS = 10_000  # of a test's message in results.json and the feedback
-SUMMARY_MESSAGE_CHARS = 120  # of a test's message, in the summary's line of its student
+SUMMARY_MESSAGE_CHARS = 120  # of a test's message (its first line), in the summary's line of its student
+SUMMARY_HINT_CHARS = 300  # of the hint of a known mistake that follows it there
 
 # --------------------------------------------------------------------------------------------------
 # The grader's own work on a submission's text: reading its code for copies (autograder.reference_copies),

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 
-from autograder.bounds import MAX_SKIPPED_SHOWN_PER_STUDENT, SUMMARY_MESSAGE_CHARS
+from autograder.bounds import MAX_SKIPPED_SHOWN_PER_STUDENT, SUMMARY_HINT_CHARS, SUMMARY_MESSAGE_CHARS
 from autograder.output_layout import OutputLayout
 from autograder.wire import printable
 
@@ -106,16 +106,21 @@ class TestResult:
         return headline(self.message)
 
 
-def headline(message: str) -> str:
-    """A test's message in one line: its first line (after the failing line of the test cell, when the
-    message starts with it: ``line 3: ...``), then the hint of a known mistake, when it has one."""
+def headline_parts(message: str) -> tuple[str, str | None]:
+    """A test's message's first line (after the failing line of the test cell, when the message starts
+    with it: ``line 3: ...``), and the hint of a known mistake, when it has one."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     if len(lines) > 1 and re.match(r"line \d+: ", lines[0]):
         lines = lines[1:]
     if not lines:
-        return ""
-    hint = next((line for line in lines[1:] if line.startswith("Hint: ")), None)
-    return f"{lines[0]} {hint}" if hint else lines[0]
+        return "", None
+    return lines[0], next((line for line in lines[1:] if line.startswith("Hint: ")), None)
+
+
+def headline(message: str) -> str:
+    """A test's message in one line: its first line, then the hint, when it has one (:func:`headline_parts`)."""
+    first, hint = headline_parts(message)
+    return f"{first} {hint}" if hint else first
 
 
 @dataclass(frozen=True)
@@ -279,8 +284,11 @@ def _text(value: str) -> str:
 
 
 def _short(message: str) -> str:
-    """A message in one line (:func:`headline`), cut for the summary."""
-    return printable(headline(message), SUMMARY_MESSAGE_CHARS)
+    """A message in one line (:func:`headline`) for the summary: its first line and its hint each cut on
+    its own, so that a long first line leaves the hint whole."""
+    first, hint = headline_parts(message)
+    short = printable(first, SUMMARY_MESSAGE_CHARS)
+    return f"{short} {printable(hint, SUMMARY_HINT_CHARS)}" if hint else short
 
 
 def _cell(value: str) -> str:

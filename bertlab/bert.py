@@ -424,7 +424,7 @@ def load_hf_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], st
     return LoadResult(missing, unexpected)
 
 
-def _checkpoint_files(folder: Path) -> tuple[Path, Path]:
+def checkpoint_files(folder: Path) -> tuple[Path, Path]:
     """config.json and the weights file (model.safetensors, else pytorch_model.bin) of a checkpoint folder."""
     config_file = folder / CONFIG_FILE
     weights = [folder / name for name in (SAFETENSORS_FILE, PYTORCH_FILE) if (folder / name).is_file()]
@@ -489,7 +489,7 @@ class BertPreTrainedModel(nn.Module):
                 not fit the config.
         """
         folder = Path(path)
-        config_file, weights_file = _checkpoint_files(folder)
+        config_file, weights_file = checkpoint_files(folder)
         try:
             values = json.loads(config_file.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:

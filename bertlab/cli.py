@@ -34,11 +34,12 @@ from pathlib import Path
 
 import torch
 
-from bertlab.bert import PRESETS, BertConfig, BertForPreTraining, BertForSequenceClassification
+from bertlab.bert import PRESETS, BertConfig, BertForPreTraining, BertForSequenceClassification, checkpoint_files
 from bertlab.course_model import COURSE_BERT_FOLDER, course_bert_sha256
 from bertlab.data import PRETRAINING_CORPORA, SENTIMENT_DATASETS, load_sentiment, pretraining_corpus
 from bertlab.distillation import compare_models, distill, init_student_from_teacher
-from bertlab.finetuning import encoder_layers, evaluate, finetune, format_value, freeze_layers, prediction_metrics
+from bertlab.finetuning import (Progress, encoder_layers, evaluate, finetune, format_value, freeze_layers,
+                                prediction_metrics)
 from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, PackedSegments, pretrain
 from bertlab.task_baselines import majority_label, sliding_window_answers, train_most_frequent_tagger
 from bertlab.task_data import TASK_DATASETS, load_task_splits
@@ -157,11 +158,28 @@ def say(message: str = "") -> None:
         print(message, flush=True)
 
 
+def shown_progress(args: argparse.Namespace) -> Progress:
+    """What training shows: the bars and the epoch lines; with --no-progress, the epoch lines only."""
+    return Progress.EPOCHS if args.no_progress else Progress.BARS
+
+
 def check_data_root(args: argparse.Namespace) -> None:
     """--data-root, when given, must be a folder (it may not exist yet: --download makes it)."""
     if args.data_root is not None and args.data_root.exists() and not args.data_root.is_dir():
         raise UsageError(f"--data-root {args.data_root} is a file: pass the folder that holds the datasets' folders "
                          "(rt-polaritydata/, aclImdb/, ...)")
+
+
+def missing_data(error: FileNotFoundError, args: argparse.Namespace, alternatives: str = "") -> CommandLineError:
+    """The one-line error of data that is not where the command looked: what is missing, and, as the case
+    may be, that the folder --data-root does not exist, or what else may be passed (--data-root and
+    ``alternatives``)."""
+    message = " ".join(str(error).rstrip(".").split())
+    if args.data_root is None:
+        return CommandLineError(f"{message}. Or pass --data-root{alternatives}.")
+    if not args.data_root.exists():
+        return CommandLineError(f"{message}: --data-root {args.data_root} does not exist.")
+    return CommandLineError(f"{message}: --data-root {args.data_root} lacks it.")
 
 
 def load_dataset(name: str, args: argparse.Namespace, max_eval_examples: int | None = None):
@@ -171,7 +189,7 @@ def load_dataset(name: str, args: argparse.Namespace, max_eval_examples: int | N
     try:
         splits = load_sentiment(name, root=args.data_root, download=args.download, seed=args.split_seed)
     except FileNotFoundError as error:
-        raise CommandLineError(f"{error} Or pass --data-root, --download, or --dataset synthetic.") from error
+        raise missing_data(error, args, ", --download, or --dataset synthetic") from error
     return cut_splits(splits, args.max_train_examples, max_eval_examples)
 
 
@@ -267,7 +285,7 @@ def text_corpus(args: argparse.Namespace) -> tuple[list[list[str]], BertTokenize
     try:
         documents = pretraining_corpus(args.text, corpus=args.corpus, root=args.data_root)
     except FileNotFoundError as error:
-        raise CommandLineError(f"{error} Or pass --data-root.") from error
+        raise missing_data(error, args) from error
     if args.dataset_text is not None:
         documents += [[text] for text, _ in load_dataset(args.dataset_text, args).train]  # a snippet per document
     sentences = [sentence for document in documents for sentence in document]
@@ -414,7 +432,7 @@ def run_finetune(args: argparse.Namespace) -> int:
         model, tokenizer, splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size, encoder_lr=lr,
         head_lr=args.head_lr, weight_decay=args.weight_decay, layer_decay=args.layer_decay,
         warmup_ratio=args.warmup_ratio, max_length=max_length, device=device, seed=args.seed,
-        progress=not args.no_progress, output_dir=args.output, precision=args.precision,
+        progress=shown_progress(args), output_dir=args.output, precision=args.precision,
     )
     tokenizer.save_vocabulary(args.output)
     test = evaluate(model, tokenizer, splits.test, max_length=max_length, precision=args.precision)
@@ -437,11 +455,14 @@ def run_task_finetune(args: argparse.Namespace) -> int:
                          "--data-root")
     device = resolve_device(args.device)
     task = span_task(stride=args.stride) if args.task == "spans" else TASKS[args.task]
+    if args.model is not None:  # before the dataset: a wrong folder is told at once (the head waits for the labels)
+        checkpoint_files(args.model)
+        load_tokenizer(args.model)
     check_data_root(args)
     try:
         splits = load_task_splits(args.task, args.data_root, seed=args.split_seed)
     except FileNotFoundError as error:
-        raise CommandLineError(f"{error}. Or pass --data-root.") from error
+        raise missing_data(error, args) from error
     labels = task.labels(splits.train) if task.labels is not None else None  # of the whole split, before a cut
     splits = cut_splits(splits, args.max_train_examples, args.max_eval_examples)
     options = {} if labels is None else {"num_labels": len(labels)}
@@ -460,7 +481,7 @@ def run_task_finetune(args: argparse.Namespace) -> int:
             task, model, tokenizer, splits.train, splits.dev, labels=labels, epochs=args.epochs,
             batch_size=args.batch_size, encoder_lr=lr, head_lr=args.head_lr, weight_decay=args.weight_decay,
             layer_decay=args.layer_decay, warmup_ratio=args.warmup_ratio, max_length=max_length, device=device,
-            seed=args.seed, progress=not args.no_progress, output_dir=args.output, precision=args.precision,
+            seed=args.seed, progress=shown_progress(args), output_dir=args.output, precision=args.precision,
         )
         tokenizer.save_vocabulary(args.output)
         test = evaluate_task(task, model, tokenizer, splits.test, labels=labels, max_length=max_length,
@@ -633,7 +654,7 @@ def run_distill(args: argparse.Namespace) -> int:
         teacher, student, tokenizer, splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size,
         lr=args.lr, alpha=args.alpha, temperature=args.temperature, weight_decay=args.weight_decay,
         warmup_ratio=args.warmup_ratio, max_length=args.seq_len, device=device, seed=args.seed,
-        progress=not args.no_progress, output_dir=args.output, precision=args.precision,
+        progress=shown_progress(args), output_dir=args.output, precision=args.precision,
     )
     tokenizer.save_vocabulary(args.output)
     comparison = compare_models(teacher, student, tokenizer, splits.test, batch_size=args.batch_size,
@@ -718,7 +739,8 @@ def build_parser() -> ArgumentParser:
                         help="the forward pass's precision: auto is bf16 or fp16 on CUDA, bf16 on a CPU that computes "
                         "it natively (AVX-512 BF16, AMX; benchmarks/cpu_precision.py) and float32 on other CPUs "
                         "(default: auto)")
-    common.add_argument("--no-progress", action="store_true", help="no progress bars")
+    common.add_argument("--no-progress", action="store_true",
+                        help="no progress bars (the line of each epoch, its loss and dev scores, stays)")
     common.add_argument("--debug", action="store_true", help="show the traceback of an error")
 
     parser = ArgumentParser(prog="bertlab", description="Pretrain, fine-tune and distil small BERTs (bertlab "

@@ -21,6 +21,7 @@ from torch import nn
 from bertlab.finetuning import (
     Batch,
     Example,
+    Progress,
     batch_to_device,
     bert_backbone,
     classification_metrics,
@@ -158,7 +159,7 @@ def distill(
     max_length: int = 128,
     device: str | torch.device | None = None,
     seed: int = 0,
-    progress: bool = True,
+    progress: bool | Progress = True,
     output_dir: str | Path | None = None,
     precision: str = "auto",
 ) -> list[dict[str, float]]:

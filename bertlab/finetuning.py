@@ -14,6 +14,7 @@ The helpers work for any model with BERT's layout: a :class:`~bertlab.bert.BertM
 
 import contextlib
 import dataclasses
+import enum
 import json
 import math
 from collections import Counter
@@ -34,6 +35,18 @@ Example = tuple[str, int]  # (text, label)
 Batch = dict[str, torch.Tensor]
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 PROGRESS_EVERY = 20  # batches between two updates of the loss shown by the progress bar
+
+
+class Progress(enum.Enum):
+    """What a training run shows as it goes (``progress=``): ``True`` is ``BARS``, ``False`` ``NONE``."""
+
+    NONE = "none"  # nothing
+    EPOCHS = "epochs"  # one line per epoch: its training loss and development metrics
+    BARS = "bars"  # the epoch lines, and a progress bar over each epoch's batches
+
+    @classmethod
+    def of(cls, progress: "bool | Progress") -> "Progress":
+        return progress if isinstance(progress, cls) else cls.BARS if progress else cls.NONE
 
 
 # --------------------------------------------------------------------------------------------------
@@ -431,7 +444,7 @@ def train_epoch(
     device: torch.device,
     *,
     max_grad_norm: float = 1.0,
-    progress: bool = True,
+    progress: bool | Progress = True,
     description: str = "train",
     precision: str = "auto",
 ) -> float:
@@ -448,7 +461,8 @@ def train_epoch(
     scaler = grad_scaler(device, precision)
     parameters = [p for p in model.parameters() if p.requires_grad]
     total_loss, num_examples = torch.zeros((), device=device), 0
-    bar = tqdm(batches, desc=description, disable=not progress, leave=False)
+    bars = Progress.of(progress) == Progress.BARS
+    bar = tqdm(batches, desc=description, disable=not bars, leave=False)
     for step, batch in enumerate(bar, start=1):
         with autocast(device, precision=precision):
             loss = loss_fn(model, batch)
@@ -462,7 +476,7 @@ def train_epoch(
         batch_size = len(batch["index"])
         total_loss += loss.detach().float() * batch_size
         num_examples += batch_size
-        if progress and step % PROGRESS_EVERY == 0:
+        if bars and step % PROGRESS_EVERY == 0:
             bar.set_postfix(loss=f"{float(loss):.4f}")
     return float(total_loss) / num_examples
 
@@ -478,7 +492,7 @@ def fit(
     epochs: int,
     dev_metrics: Callable[[nn.Module], dict[str, float]] | None = None,
     max_grad_norm: float = 1.0,
-    progress: bool = True,
+    progress: bool | Progress = True,
     description: str = "epoch",
     output_dir: str | Path | None = None,
     precision: str = "auto",
@@ -488,8 +502,8 @@ def fit(
     Epoch e = 1 ... ``epochs`` is one :func:`train_epoch` over ``batches`` with ``loss_fn`` (the
     cross-entropy to fine-tune, the distillation loss to distil), then ``dev_metrics(model)`` when
     given. Its record is ``{"epoch": e, "train_loss": ..., "dev_<name>": ...}``, one ``dev_`` entry per
-    metric, printed as one line when ``progress``. With ``output_dir`` the trained model and
-    ``history.json`` are written there at the end (:func:`save_run`).
+    metric, printed as one line unless ``progress`` is ``Progress.NONE`` (or False). With ``output_dir``
+    the trained model and ``history.json`` are written there at the end (:func:`save_run`).
     """
     history = []
     for epoch in range(1, epochs + 1):
@@ -502,7 +516,7 @@ def fit(
         if dev_metrics is not None:
             record.update({f"dev_{name}": value for name, value in dev_metrics(model).items()})
         history.append(record)
-        if progress:
+        if Progress.of(progress) != Progress.NONE:
             tqdm.write(format_record(record))
     if output_dir is not None:
         save_run(model, history, output_dir)
@@ -545,7 +559,7 @@ def finetune_batches(
     max_grad_norm: float = 1.0,
     device: str | torch.device | None = None,
     seed: int = 0,
-    progress: bool = True,
+    progress: bool | Progress = True,
     output_dir: str | Path | None = None,
     precision: str = "auto",
 ) -> list[dict[str, float]]:
@@ -607,7 +621,7 @@ def finetune(
     max_length: int = 128,
     device: str | torch.device | None = None,
     seed: int = 0,
-    progress: bool = True,
+    progress: bool | Progress = True,
     output_dir: str | Path | None = None,
     precision: str = "auto",
 ) -> list[dict[str, float]]:

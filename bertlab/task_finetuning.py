@@ -46,6 +46,7 @@ from bertlab.bert import (
 from bertlab.finetuning import (
     Batch,
     PaddedBatches,
+    Progress,
     SentimentBatches,
     TunedRun,
     choose_learning_rate,
@@ -514,7 +515,7 @@ def finetune_task(
     max_length: int | None = None,
     device: str | torch.device | None = None,
     seed: int = 0,
-    progress: bool = True,
+    progress: bool | Progress = True,
     output_dir: str | Path | None = None,
     precision: str = "auto",
 ) -> list[dict[str, float]]:

@@ -17,9 +17,9 @@ import pytest
 from grading_helpers import ADD, DOUBLE, build_course, feedback_pages, notebooks, put, tiny_solutions, with_cells
 from nbformat.v4 import new_markdown_cell
 
-from autograder import cli
-from autograder.bounds import Limits
-from autograder.results import Cause
+from autograder import cli, results
+from autograder.bounds import SUMMARY_MESSAGE_CHARS, Limits
+from autograder.results import Cause, NotebookResult, Status
 
 BIB = """@inproceedings{vaswani2017attention,
   author = {Ashish Vaswani and Noam Shazeer and Niki Parmar},
@@ -177,3 +177,14 @@ def test_a_data_folder_given_through_a_link_is_the_one_the_sandbox_reads(tmp_pat
             assert sandbox.run([sys.executable, "-c", probe], timeout=120).stdout.strip() == "['rt-polarity']"
     monkeypatch.setenv("BERTLAB_DATA", str(tmp_path / "nowhere"))
     assert "none in the sandboxes" in _data_note(sandbox_options(tmp_path, False, ()))
+
+
+def test_the_summary_line_keeps_the_hint_of_a_long_message_whole():
+    """A first line longer than the summary allows is cut, the hint of the known mistake after it is not."""
+    hint = ("Hint: scale the scores by 1 / sqrt(d_k), the key's size (Q.shape[-1]), before the softmax, not by "
+            "1 / d_k and not after it.")
+    message = f"line 4: check(softmax)\nsoftmax: case 3 of 9 differs: {'x' * 400}\n  more detail\n{hint}"
+    result = NotebookResult(student="ada", chapter="01_attention", origin="ada.ipynb", tests=(
+        results.TestResult(grade_id="test_softmax", status=Status.FAILED, points=0, max_points=1, message=message),))
+    line = result.line()
+    assert line.endswith(f"({('softmax: case 3 of 9 differs: ' + 'x' * 400)[:SUMMARY_MESSAGE_CHARS - 1]}… {hint})"), line

@@ -41,7 +41,7 @@ from torch import nn
 import autograder.checks
 import test_visible_hints
 from autograder.chapters import load_chapters
-from autograder.checks.framework import CheckFailed, use_run_seed
+from autograder.checks.framework import CheckFailed, use_run_seed, visible_check
 from autograder.sandbox import Limits
 from checks_helpers import run_in_grader
 
@@ -321,6 +321,7 @@ def test_a_precomputed_table_passes_the_visible_cases_only():
     namespace = {}
     exec(PRECOMPUTED_CAUSAL_MASK, namespace)  # drawn here, without a run seed: the visible cases
     assert check_causal_mask(namespace["causal_mask"]).startswith("causal_mask: all 6 cases agree")
+    assert visible_check(check_causal_mask, namespace["causal_mask"]).startswith("causal_mask: all 6 visible cases agree")
     with use_run_seed(RUN_SEED), pytest.raises(CheckFailed, match=r"causal_mask is not right yet, on test case 1 of 6"):
         check_causal_mask(namespace["causal_mask"])
 
@@ -337,6 +338,6 @@ def test_a_precomputed_table_fails_the_hidden_test_where_the_honest_mask_passes(
     assert outcomes["test_table"].status == "failed", outcomes["test_table"]
     assert "causal_mask is not right yet" in outcomes["test_table"].message
     assert outcomes["test_honest"].status == "passed", outcomes["test_honest"]
-    assert "causal_mask: all 6 cases agree" in outcomes["test_honest"].output
+    assert "causal_mask: all 6 hidden cases agree" in outcomes["test_honest"].output
     assert outcomes["test_blank"].status == "error", outcomes["test_blank"]
     assert "NotImplementedError" in outcomes["test_blank"].message

@@ -229,3 +229,32 @@ def test_help_lists_the_task_options(capsys):
     status, out, _ = run_cli(capsys, "finetune", "--help")
     assert status == 0
     assert all(option in out for option in ("--task", "pairs", "tagging", "spans", "--stride", "--max-eval-examples"))
+
+
+def test_no_progress_keeps_the_line_of_each_epoch(capsys, data_root, model_folder, tmp_path):
+    status, out, err = run_cli(capsys, "finetune", "--task", "pairs", "--model", model_folder, "--data-root", data_root,
+                               *SMALL, "--epochs", "2", "--output", tmp_path)
+    assert status == 0, err
+    epochs = [line for line in out.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 2 and all("train_loss" in line and "dev_accuracy" in line for line in epochs), out
+
+
+def test_a_wrong_model_folder_is_told_before_the_dataset_loads(capsys, tmp_path):
+    """No dataset here at all: the folder's error comes first, not the data's."""
+    status, out, err = run_cli(capsys, "finetune", "--task", "tagging", "--model", tmp_path / "nowhere",
+                               "--data-root", tmp_path, *SMALL)
+    assert status == 1 and "is not a BERT checkpoint folder" in err and "dataset:" not in out, err
+
+
+@pytest.mark.parametrize("data_root, said", [
+    (None, "Or pass --data-root."),
+    ("{tmp}/absent", "--data-root {tmp}/absent does not exist."),
+    ("{tmp}", "--data-root {tmp} lacks it."),
+])
+def test_missing_data_says_what_to_do_about_the_data_root_given(capsys, tmp_path, model_folder, monkeypatch, data_root,
+                                                               said):
+    monkeypatch.setenv("BERTLAB_DATA", str(tmp_path / "empty"))  # the default folder, when none is given
+    root = [] if data_root is None else ["--data-root", data_root.replace("{tmp}", str(tmp_path))]
+    status, _, err = run_cli(capsys, "finetune", "--task", "pairs", "--model", model_folder, *root, *SMALL)
+    assert status == 1 and err.count("\n") == 1, err
+    assert err.rstrip("\n").endswith(said.replace("{tmp}", str(tmp_path))), err

@@ -533,7 +533,7 @@ def test_dependencies_are_replaced_in_the_student_process():
     limits = Limits(cell_timeout=120, notebook_timeout=300)
     outcome = run_in_grader(steps, {"test_MultiHeadAttention": test}, ["MultiHeadAttention"], limits)["test_MultiHeadAttention"]
     assert outcome.status == "passed", outcome
-    assert "MultiHeadAttention: all 11 cases agree" in outcome.output
+    assert "MultiHeadAttention: all 11 hidden cases agree" in outcome.output
 
 
 def test_random_weights_are_the_same_at_every_grading_run():

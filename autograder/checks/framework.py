@@ -102,6 +102,12 @@ def visible_cases():
         _visible = previous
 
 
+def _kind_of_cases() -> str:
+    """What a summary calls the cases it checked: ``"visible "`` within :func:`visible_cases`, ``"hidden "``
+    in a grading run (its seed set), else nothing (a check called by hand)."""
+    return "visible " if _visible else "hidden " if _run_seed is not None else ""
+
+
 def generator_for(name: str) -> torch.Generator:
     """A CPU generator seeded by ``name``, and by the grading run's seed within :func:`use_run_seed`
     (unless within :func:`visible_cases`): the same inputs for the same (name, run seed)."""
@@ -909,7 +915,8 @@ class Exercise:
             (None: one). By default :func:`compare_output`; the modules' is in :mod:`.modules`.
         then: tests after the cases, ``step(exercise, student, forbidden)``, each returning what it adds
             to the summary (", and no (N, M) matrix was built").
-        agreement: what the summary says of the cases: ``"<name>: all 9 cases agree with the reference"``.
+        agreement: what the summary says of the cases: ``"<name>: all 9 cases agree with the reference"`` (``all
+            9 visible cases`` in a visible test, ``all 9 hidden cases`` in a hidden one).
     """
 
     name: str
@@ -943,7 +950,7 @@ class Exercise:
         for number, case in enumerate(cases, start=1):
             context = f"test case {number} of {len(cases)} ({case.description})"
             compared += self.compare(self, student, case, context, forbidden) or 1
-        summary = f"{self.name}: all {compared} cases {self.agreement}"
+        summary = f"{self.name}: all {compared} {_kind_of_cases()}cases {self.agreement}"
         for step in self.then:
             summary += step(self, student, forbidden)
         return summary
