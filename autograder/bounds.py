@@ -108,6 +108,14 @@ JOB_MARGIN_SECONDS = 300.0  # of a job, past its notebook, starts and feedback, 
 CONNECT_SECONDS = 15  # to reach a PostgreSQL gradebook before giving up
 
 # --------------------------------------------------------------------------------------------------
+# A Dask cluster (autograder.cluster): workers that never come, a scheduler that never answers, a queue
+# --------------------------------------------------------------------------------------------------
+
+IN_FLIGHT_PER_SLOT = 2  # jobs handed to the cluster per admitted worker thread: one running, one waiting
+WORKERLESS_SECONDS = 600.0  # the run stops (what was graded is kept) after so long without an admitted worker
+SCHEDULER_SECONDS = 30  # to reach a running scheduler
+
+# --------------------------------------------------------------------------------------------------
 # Memory, processes, disk and CPU of the student's code (autograder.sandbox)
 # --------------------------------------------------------------------------------------------------
 

@@ -60,7 +60,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from autograder import course
-from autograder.bounds import Limits
+from autograder.bounds import IN_FLIGHT_PER_SLOT, SCHEDULER_SECONDS, WORKERLESS_SECONDS, Limits
 from autograder.course import GradingError
 from autograder.grade import (
     Finished, JobProcess, Report, grader_sources, job_seconds, kill_descendants, sandbox_options, source_digests,
@@ -75,10 +75,7 @@ EXTRA = 'pip install -e ".[cluster]"'  # what installs Dask distributed for the 
 # With Python's, the versions that decide a grade besides the grader's and the reference's sources: the
 # numbers the checks compare, the weights and vocabularies read, how notebooks and cells are read.
 GRADE_PACKAGES = ("torch", "numpy", "tokenizers", "safetensors", "ipython", "nbformat")
-IN_FLIGHT_PER_SLOT = 2  # jobs handed to the cluster per admitted worker thread: one running, one waiting
 REFRESH_SECONDS = 2.0  # between two looks for workers that joined (each is checked before it gets a job)
-WORKERLESS_SECONDS = 600.0  # the run stops (what was graded is kept) after so long without an admitted worker
-SCHEDULER_SECONDS = 30  # to reach a running scheduler
 ENCRYPTED = ("tls", "wss")  # the protocols of Dask's that authenticate and encrypt (with TLS certificates)
 
 

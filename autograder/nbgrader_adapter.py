@@ -12,14 +12,10 @@ the student's kernel); it writes what autograde would have written, so that nbgr
 - :func:`feedback_exporter`, :func:`render_feedback`: a feedback page as nbgrader's generate_feedback
   renders it (its exporter, configured as its converter configures it, with nbconvert's HTML sanitizer
   on and the template ``autograder/templates/sanitized_feedback``), with the grades of a result.
-- :func:`export_csv`: nbgrader's CSV export of the gradebook, with the flagged copies of the reference.
 """
 
 import copy
-import csv
 import logging
-import os
-import tempfile
 import warnings
 from datetime import datetime
 from pathlib import Path
@@ -234,24 +230,3 @@ def graded_cells(notebook, result: NotebookResult):
             nbgrader["points"] = float(nbgrader["points"])
     return notebook
 
-
-def export_csv(db_url: str, path: Path, results: list[NotebookResult]) -> None:
-    """nbgrader's CSV export of the gradebook, with a last column ``reference_copies``: each exercise of
-    that (student, chapter) flagged as a copy of the reference, with how sure and what was done
-    (``results``' copies); written atomically, readable by its owner only (it holds the students' grades)."""
-    from nbgrader.api import Gradebook
-    from nbgrader.plugins import CsvExportPlugin
-
-    flags = {(result.student, result.chapter): "; ".join(copy.describe() for copy in result.copies)
-             for result in results}
-    with tempfile.TemporaryDirectory(dir=path.parent) as scratch, Gradebook(db_url) as gradebook:
-        exported, temporary = Path(scratch) / "nbgrader.csv", Path(scratch) / path.name
-        CsvExportPlugin(to=str(exported)).export(gradebook)
-        with exported.open(newline="") as source, temporary.open("w", newline="") as target:
-            rows = csv.DictReader(source)
-            writer = csv.DictWriter(target, [*(rows.fieldnames or []), "reference_copies"])
-            writer.writeheader()
-            for row in rows:
-                writer.writerow({**row, "reference_copies": flags.get((row["student_id"], row["assignment"]), "")})
-        os.chmod(temporary, 0o600)
-        os.replace(temporary, path)

@@ -6,8 +6,11 @@ test is chapter 01's real check, so that its reference is ``bertlab.attention.so
 """
 
 import copy
+import csv
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -15,7 +18,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder.course import grade_id as course_grade_id, is_graded_test
 from autograder.nbgrader_adapter import create_gradebook, register_chapters
-from autograder.results import ClassResults
+from autograder.results import ClassResults, NotebookResult
 
 CHAPTERS = ("01_tiny", "02_tiny", "03_tiny")
 ADD = "def add(x, *rest):\n    return x + rest[0]"
@@ -208,3 +211,26 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def nbgrader_export_csv(db_url: str, path: Path, results: list[NotebookResult]) -> None:
+    """nbgrader's own CSV export of the gradebook (its API: what autograder.gradebook.export_csv must equal),
+    with a last column ``reference_copies``: each exercise of
+    that (student, chapter) flagged as a copy of the reference, with how sure and what was done
+    (``results``' copies); written atomically, readable by its owner only (it holds the students' grades)."""
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins import CsvExportPlugin
+
+    flags = {(result.student, result.chapter): "; ".join(copy.describe() for copy in result.copies)
+             for result in results}
+    with tempfile.TemporaryDirectory(dir=path.parent) as scratch, Gradebook(db_url) as gradebook:
+        exported, temporary = Path(scratch) / "nbgrader.csv", Path(scratch) / path.name
+        CsvExportPlugin(to=str(exported)).export(gradebook)
+        with exported.open(newline="") as source, temporary.open("w", newline="") as target:
+            rows = csv.DictReader(source)
+            writer = csv.DictWriter(target, [*(rows.fieldnames or []), "reference_copies"])
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({**row, "reference_copies": flags.get((row["student_id"], row["assignment"]), "")})
+        os.chmod(temporary, 0o600)
+        os.replace(temporary, path)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from grading_helpers import (ADD, CHAPTERS, DOUBLE, SOFTMAX, alive, build_course, descendants, notebooks, put, records,
-                             with_cells)
+from grading_helpers import (ADD, CHAPTERS, DOUBLE, SOFTMAX, alive, build_course, descendants, nbgrader_export_csv,
+                             notebooks, put, records, with_cells)
 
 from autograder import cli, results
 from autograder.bounds import Limits
@@ -377,7 +377,7 @@ def test_the_class_reaches_the_gradebook_as_nbgrader_s_api_writes_it_and_an_unch
     assert gradebook.write_grades(urls["bulk"], [_result("eve", "04_none", {})], names) == [
         "eve/04_none: not written to the gradebook: it knows no notebook None of chapter 04_none"]
     exports = {}
-    for way, export in (("api", nbgrader_adapter.export_csv), ("bulk", gradebook.export_csv)):
+    for way, export in (("api", nbgrader_export_csv), ("bulk", gradebook.export_csv)):
         export(urls[way], tmp_path / f"{way}.csv", second)
         assert (tmp_path / f"{way}.csv").stat().st_mode & 0o777 == 0o600
         exports[way] = [*csv.reader(io.StringIO((tmp_path / f"{way}.csv").read_text()))]
