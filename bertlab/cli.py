@@ -159,7 +159,10 @@ def say(message: str = "") -> None:
 
 
 def shown_progress(args: argparse.Namespace) -> Progress:
-    """What training shows: the bars and the epoch lines; with --no-progress, the epoch lines only."""
+    """What training shows: the bars and the epoch lines; with --no-progress, the epoch lines only; in the
+    processes of rank 1, 2, ... nothing (:func:`is_main_process`)."""
+    if not is_main_process():
+        return Progress.NONE
     return Progress.EPOCHS if args.no_progress else Progress.BARS
 
 
