@@ -571,4 +571,3 @@ def check_padding_mask(student_fn, *, forbid: bool = True) -> str:
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "01_attention"
-EXERCISES = (ADDITIVE_SCORE, SOFTMAX, SCALED_DOT_PRODUCT_ATTENTION, CAUSAL_MASK, PADDING_MASK)

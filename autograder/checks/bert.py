@@ -1049,4 +1049,3 @@ def check_count_parameters(student_fn, *, forbid: bool = True) -> str:
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "06_bert"
-EXERCISES = (WORDPIECE_TOKENIZE, BPE_MERGES, ENCODE, BERT_EMBEDDINGS, COUNT_PARAMETERS)

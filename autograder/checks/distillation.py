@@ -632,4 +632,3 @@ def check_init_student_from_teacher(student_fn, *, forbid: bool = True) -> str:
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "09_distillation"
-EXERCISES = (SOFTMAX_WITH_TEMPERATURE, DISTILLATION_LOSS, INIT_STUDENT_FROM_TEACHER)

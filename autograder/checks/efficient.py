@@ -751,4 +751,3 @@ def check_linear_attention(student_fn, *, forbid: bool = True) -> str:
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "05_efficient_attention"
-EXERCISES = (SLIDING_WINDOW_MASK, REPEAT_KV, KV_CACHE_BYTES, FLASH_ATTENTION, LINEAR_ATTENTION)

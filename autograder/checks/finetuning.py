@@ -1152,4 +1152,3 @@ def check_train_epoch(student_fn, *, forbid: bool = True) -> str:
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "08_finetuning"
-EXERCISES = (BERT_FOR_SEQUENCE_CLASSIFICATION, TRAIN_EPOCH, FREEZE_LAYERS, PARAM_GROUPS)

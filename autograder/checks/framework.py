@@ -887,9 +887,10 @@ class Exercise:
     """The check of one exercise, declared: what the student's function (or class) is compared with, on
     which cases, which mistakes it recognises, what it may not call. ``check`` runs it.
 
-    Each module of checks declares its exercises as records (``SOFTMAX = Exercise("softmax", ...)``),
-    lists them in ``EXERCISES`` with its chapter in ``CHAPTER``, and keeps a ``check_<name>`` function,
-    the name the notebooks' test cells call, that returns ``<RECORD>.check(student, forbid=forbid)``.
+    Each module of checks declares its exercises as records at its top level (``SOFTMAX =
+    Exercise("softmax", ...)``; :func:`autograder.checks.exercises_by_chapter` finds them), names its
+    chapter in ``CHAPTER``, and keeps a ``check_<name>`` function, the name the notebooks' test cells call,
+    whose docstring describes the cases and which returns ``<RECORD>.check(student, forbid=forbid)``.
 
     Fields:
         name: the exercise's name, as in the notebook (``softmax``, ``MultiHeadAttention``); messages

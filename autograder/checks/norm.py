@@ -513,4 +513,3 @@ def check_post_norm_residual(student_fn, *, forbid: bool = True) -> str:
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "04_normalization"
-EXERCISES = (LAYER_NORM, POST_NORM_RESIDUAL, PRE_NORM_RESIDUAL, RMS_NORM)

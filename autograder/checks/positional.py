@@ -650,4 +650,3 @@ def check_apply_rope(student_fn, *, forbid: bool = True) -> str:
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "03_positional"
-EXERCISES = (SINUSOIDAL_POSITIONAL_ENCODING, RELATIVE_POSITION_BUCKET, ALIBI_SLOPES, ALIBI_BIAS, APPLY_ROPE)

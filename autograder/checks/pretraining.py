@@ -780,4 +780,3 @@ def check_mlm_loss(student_fn, *, forbid: bool = True) -> str:
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "07_pretraining"
-EXERCISES = (MASK_TOKENS, MLM_LOSS, MAKE_NSP_EXAMPLES)

@@ -1196,4 +1196,3 @@ def check_squad_f1(student_fn, *, forbid: bool = True) -> str:
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "10_tasks"
-EXERCISES = (WORD_PIECE_LABELS, TAGGING_ACCURACY, ENTITY_SPANS, CHAR_SPAN_TO_TOKEN_SPAN, BEST_SPAN, SQUAD_F1)

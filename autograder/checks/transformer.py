@@ -395,4 +395,3 @@ def check_EncoderLayer(student_class, *, forbid: bool = True) -> str:  # noqa: N
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "02_transformer"
-EXERCISES = (MULTI_HEAD_ATTENTION, FEED_FORWARD, ENCODER_LAYER)
