@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from autograder import course, release
 from autograder.bounds import Limits
 from autograder.output_layout import OutputLayout
-from autograder.results import COPY_POLICIES, WITHHOLD
+from autograder.results import CopyPolicy
 from autograder.submissions import Layout
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ def add_grade_command(subcommands) -> None:
                         "results.json records the seed of every graded notebook)")
     parser.add_argument("--regrade", action="store_true",
                         help="grade every submission again, even those graded before and unchanged since")
-    parser.add_argument("--copies", choices=COPY_POLICIES, default=WITHHOLD,
+    parser.add_argument("--copies", type=CopyPolicy, choices=list(CopyPolicy), default=CopyPolicy.WITHHOLD,
                         help="what an exercise whose code is certainly the reference's gets: 'withhold' its test's "
                         "points (the default; the reason is in the student's feedback), or 'flag' it only; both "
                         "flag every copy, certain or suspected, in the summary, results.json, grades.csv "

@@ -62,8 +62,8 @@ from autograder.gradebook import export_csv, write_grades
 from autograder.nbgrader_adapter import prepare_gradebook, quiet_nbgrader, register_chapters, without_password
 from autograder.output_layout import JobFolder, OutputLayout
 from autograder.results import (
-    COPY_POLICIES, GRADER_VERSION, UNSANDBOXED, WITHHOLD, Cause, ClassResults, NotebookResult, ResultStore, Skipped,
-    Status, TestResult)
+    GRADER_VERSION, UNSANDBOXED, Cause, ClassResults, CopyPolicy, NotebookResult, ResultStore, Skipped, Status,
+    TestResult)
 from autograder.sandbox import SandboxOptions, descendants, isolation_available, resource_bounds
 from autograder.stand_ins import Withholding, withhold
 from autograder.submissions import Layout, Submission, collect_submissions, error_line, look_alike_names
@@ -140,7 +140,7 @@ def grader_sources() -> str:
     return digest.hexdigest()
 
 
-def fingerprint(submission: Submission, chapter: Chapter, limits: Limits, isolated: bool, copy_policy: str) -> str:
+def fingerprint(submission: Submission, chapter: Chapter, limits: Limits, isolated: bool, copy_policy: CopyPolicy) -> str:
     """What a grade depends on: the submission, the instructor's notebook, the limits (not the number
     of threads, which only changes the speed), whether the sandbox confined the code, the copy
     policy, and the grader's and the reference's sources."""
@@ -260,7 +260,7 @@ def grade(
     seed: int | None = None,
     regrade: bool = False,
     unsandboxed: bool = False,
-    copies: str = WITHHOLD,
+    copies: CopyPolicy = CopyPolicy.WITHHOLD,
     prefer: Layout = Layout.STUDENT_FOLDERS,
     engine: Engine = Engine.LOCAL,
     cluster: "ClusterOptions | None" = None,
@@ -272,7 +272,7 @@ def grade(
     run seed of the hidden tests' inputs (default: a new random one); ``regrade`` grades every
     submission again, reusing no stored result. Where the sandbox cannot start, no student code runs
     (:class:`GradingError`) unless ``unsandboxed`` accepts running it with the grading user's rights;
-    the results then say so. ``copies`` is the copy policy (:data:`COPY_POLICIES`): ``withhold``
+    the results then say so. ``copies`` is the copy policy (:class:`~autograder.results.CopyPolicy`): ``withhold``
     gives 0 points to a test whose exercise is certainly the reference's code, ``flag`` leaves the
     points; both flag every copy in results.json, grades.csv and the gradebook. ``prefer`` is the
     layout of SUBMISSIONS graded when a (student, chapter) is found in several (the others are reported
@@ -284,8 +284,8 @@ def grade(
     """
     if progress not in PROGRESS:
         raise ValueError(f"progress={progress!r}: one of {', '.join(PROGRESS)}")
-    if copies not in COPY_POLICIES:
-        raise ValueError(f"copies={copies!r}: one of {', '.join(COPY_POLICIES)}")
+    if copies not in set(CopyPolicy):
+        raise ValueError(f"copies={copies!r}: one of {', '.join(CopyPolicy)}")
     if prefer not in set(Layout):
         raise ValueError(f"prefer={prefer!r}: one of {', '.join(Layout)}")
     if engine not in set(Engine):
@@ -397,7 +397,7 @@ def _write_class_results(layout: OutputLayout, db_url: str, chapters: dict[str, 
 
 
 def _job(submission: Submission, chapter: Chapter, layout: OutputLayout, print_id: str, seed: int, limits: Limits,
-         options: SandboxOptions, references: dict, copy_policy: str, withholding: Withholding) -> Job:
+         options: SandboxOptions, references: dict, copy_policy: CopyPolicy, withholding: Withholding) -> Job:
     """The job of one submission, whose bytes are copied into the private course first."""
     stored = layout.submitted(submission.student, submission.chapter)
     problem = submission.problem

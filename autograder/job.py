@@ -33,7 +33,7 @@ from autograder.nbgrader_adapter import quiet_nbgrader
 from autograder.output_layout import JobFolder
 from autograder.reference_copies import find_copies
 from autograder.results import (
-    CERTAIN, UNSANDBOXED, WITHHOLD, Cause, NotebookResult, ReferenceCopy, Status, TestResult)
+    UNSANDBOXED, Cause, Certainty, CopyPolicy, NotebookResult, ReferenceCopy, Status, TestResult)
 from autograder.runner import NotebookRun, Outcome, run_notebook
 from autograder.sanitize import inert_notebook
 from autograder.sandbox import SandboxOptions
@@ -61,7 +61,7 @@ class Job:
     limits: Limits
     sandbox: SandboxOptions  # whether it is isolated, what it must hide and may read, its variables
     references: dict[str, Reference]  # the course's references.bib, for the feedback's citations
-    copy_policy: str = WITHHOLD  # what a certain copy of the reference costs (autograder.results.COPY_POLICIES)
+    copy_policy: CopyPolicy = CopyPolicy.WITHHOLD  # what a certain copy of the reference costs
     withholding: Withholding = Withholding()  # the chapter's references, which the student process does not get
 
 
@@ -143,7 +143,7 @@ def withhold_copies(tests: tuple[TestResult, ...], copies: tuple[ReferenceCopy, 
     """The copy policy ``withhold``: each passed test of an exercise that is certainly the reference's
     code gets 0 points, status ``failed`` and cause ``reference copy``, with the reason; those copies
     are marked withheld. Suspected copies keep their points (they are flagged only)."""
-    certain = {copy.exercise: copy for copy in copies if copy.certainty == CERTAIN}
+    certain = {copy.exercise: copy for copy in copies if copy.certainty == Certainty.CERTAIN}
     graded, withheld = [], set()
     for test in tests:
         copy = certain.get(chapter.test(test.grade_id).exercise)
@@ -178,7 +178,7 @@ def grade_job(job: Job) -> NotebookResult:
     notes = job.notes + (("the outputs of the notebook were cut at their limit",) if run and run.truncated else ())
     unsandboxed = () if job.sandbox.isolate else (UNSANDBOXED,)
     tests = tuple(grade_of(test, outcomes[test.grade_id], problems.get(test.grade_id), notes) for test in chapter.tests)
-    if job.copy_policy == WITHHOLD:
+    if job.copy_policy == CopyPolicy.WITHHOLD:
         tests, copies = withhold_copies(tests, copies, chapter)
     result = NotebookResult(
         student=job.student, chapter=chapter.name, origin=job.origin, timestamp=job.timestamp,

@@ -15,7 +15,7 @@ change, and flags an exercise (:func:`find_copies`) when
   ``inspect.getsource``, ``__code__``, ``types.FunctionType``, ...), or the notebook does so at its
   top level (which could define any exercise).
 
-Each flag states its certainty (:data:`autograder.results.CERTAIN` or ``SUSPECTED``). Certain: the
+Each flag states its certainty (:class:`autograder.results.Certainty`). Certain: the
 exercise's code, or a helper it uses, names the reference, its name is bound to it, or the notebook
 builds code at run time from something that names it (``exec(inspect.getsource(reference))``): the
 code that ran is the reference's. Suspected: the code is the reference's up to names (the solution
@@ -43,7 +43,7 @@ from IPython.core.inputtransformer2 import TRANSFORM_LOOP_LIMIT
 
 from autograder.bounds import MAX_COPY_READ_CELL_CHARS, MAX_COPY_READ_CHARS
 from autograder.course import python_source
-from autograder.results import CERTAIN, SUSPECTED, ReferenceCopy
+from autograder.results import Certainty, ReferenceCopy
 
 DYNAMIC_NAMES = {"exec", "eval", "compile", "__import__"}
 DYNAMIC_ATTRIBUTES = {"getsource", "getsourcelines", "getsourcefile", "__code__", "FunctionType", "CodeType",
@@ -280,7 +280,7 @@ def find_copies(sources: list[str], exercises) -> list[ReferenceCopy]:
         if targets:
             reasons = _reasons(notebook, exercise, targets)
             if reasons:
-                certainty = CERTAIN if any(certain for certain, _ in reasons) else SUSPECTED
+                certainty = Certainty.CERTAIN if any(certain for certain, _ in reasons) else Certainty.SUSPECTED
                 copies.append(ReferenceCopy(exercise, "; ".join(reason for _, reason in reasons), certainty))
     return copies
 

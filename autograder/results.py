@@ -76,10 +76,19 @@ class Cause(StrEnum):
 CAUSES = {Status.ERROR: (Cause.BLANK, Cause.CRASH, Cause.UNREADABLE, Cause.GRADER_ERROR),
           Status.MISSING: (Cause.NOT_DEFINED, Cause.NO_SUBMISSION), Status.FAILED: (Cause.REFERENCE_COPY, Cause.REFERENCE_UNAVAILABLE)}
 
-# How sure the grader is that an exercise is the reference's code, and what the copy policy does.
-CERTAIN, SUSPECTED = "certain", "suspected"
-WITHHOLD, FLAG = "withhold", "flag"  # withhold: certain copies get 0 points; flag: the points stand
-COPY_POLICIES = (WITHHOLD, FLAG)
+class Certainty(StrEnum):
+    """How sure the grader is that an exercise is the reference's code (:mod:`autograder.reference_copies`)."""
+
+    CERTAIN = "certain"
+    SUSPECTED = "suspected"
+
+
+class CopyPolicy(StrEnum):
+    """What a certain copy of the reference costs (``autograder grade --copies``)."""
+
+    WITHHOLD = "withhold"  # its test gets 0 points
+    FLAG = "flag"  # the points stand; the copy is flagged for the instructor
+
 UNSANDBOXED = ("WARNING: graded WITHOUT the sandbox (--unsandboxed): the students' code ran with the grading "
                "user's rights (files, network); only time and memory limits applied")
 
@@ -129,7 +138,7 @@ class ReferenceCopy:
 
     exercise: str
     reason: str
-    certainty: str = SUSPECTED  # CERTAIN or SUSPECTED
+    certainty: Certainty = Certainty.SUSPECTED
     withheld: bool = False  # whether the copy policy withheld the points of its test
 
     def describe(self) -> str:
@@ -191,7 +200,8 @@ class NotebookResult:
         values = {key: value for key, value in data.items() if key in known}
         values["tests"] = tuple(TestResult(**{**test, "status": Status(test["status"]), "cause": Cause(test.get("cause", ""))})
                                 for test in data["tests"])
-        values["copies"] = tuple(ReferenceCopy(**copy) for copy in data.get("copies", ()))
+        values["copies"] = tuple(ReferenceCopy(**{**copy, "certainty": Certainty(copy["certainty"])})
+                                 for copy in data.get("copies", ()))
         values["notes"] = tuple(data.get("notes", ()))
         values["timed_out_cells"] = tuple(data.get("timed_out_cells", ()))
         return cls(**values)

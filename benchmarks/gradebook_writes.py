@@ -50,7 +50,7 @@ from autograder.chapters import load_chapters
 from autograder.nbgrader_adapter import prepare_gradebook, quiet_nbgrader
 from autograder.output_layout import OutputLayout
 from autograder.results import (
-    CERTAIN, ClassResults, NotebookResult, ReferenceCopy, ResultStore, Status, TestResult)
+    Certainty, ClassResults, NotebookResult, ReferenceCopy, ResultStore, Status, TestResult)
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ("gradebook", "results.json", "grades.csv")  # of the end of the run
@@ -69,7 +69,7 @@ def synthetic_results(chapters: dict, size: int, seed: int) -> list[NotebookResu
                 status = draw.choices([Status.PASSED, Status.FAILED, Status.ERROR], [6, 3, 1])[0]
                 tests.append(TestResult(test.grade_id, test.points if status == Status.PASSED else 0.0, test.points,
                                         status, "" if status == Status.PASSED else f"{test.grade_id} is not right yet"))
-            copies = (ReferenceCopy(chapter.exercises[0], "it uses the reference", CERTAIN),) if (
+            copies = (ReferenceCopy(chapter.exercises[0], "it uses the reference", Certainty.CERTAIN),) if (
                 draw.random() < 0.05 and chapter.exercises) else ()
             stamp = start + timedelta(minutes=draw.randrange(60 * 24 * 20))
             results.append(NotebookResult(student, name, tuple(tests), origin=f"{student}/{name}/{name}.ipynb",

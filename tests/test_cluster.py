@@ -30,7 +30,7 @@ from grading_helpers import (ADD, CHAPTERS, DOUBLE, SOFTMAX, alive, build_course
 from autograder import cli, results
 from autograder.bounds import Limits
 from autograder.grade import Engine, grade
-from autograder.results import CERTAIN, Cause, NotebookResult, ReferenceCopy, Status
+from autograder.results import Certainty, Cause, NotebookResult, ReferenceCopy, Status
 
 distributed = pytest.importorskip("distributed", reason='Dask is not installed (pip install -e ".[cluster]")')
 
@@ -353,7 +353,7 @@ def test_the_class_reaches_the_gradebook_as_nbgrader_s_api_writes_it_and_an_unch
         urls[way] = f"sqlite:///{tmp_path / f'{way}.db'}"
         nbgrader_adapter.register_chapters(tmp_path / "generation", urls[way], list(CHAPTERS))
     names = {name: name for name in CHAPTERS}
-    flag = (ReferenceCopy("add", "it uses bertlab's add", CERTAIN, withheld=True),)
+    flag = (ReferenceCopy("add", "it uses bertlab's add", Certainty.CERTAIN, withheld=True),)
     first = [_result("alice", "01_tiny", {"test_add": 1.0, "test_double": 2.0}, copies=flag),
              _result("bob", "01_tiny", {"test_add": 0.0, "test_double": 2.0}),
              _result("bob", "03_tiny", {"test_softmax": 2.0}, "2026-11-21T08:30:00"),

@@ -28,7 +28,7 @@ from autograder.job import Job, _feedback_page, grade_of, withhold_copies
 from autograder.nbgrader_adapter import create_gradebook, nbgrader_api, quiet_nbgrader, register_chapters, store_grades
 from autograder.output_layout import JobFolder
 from autograder.bounds import Limits
-from autograder.results import CERTAIN, Cause, NotebookResult, ReferenceCopy, Status
+from autograder.results import Certainty, Cause, NotebookResult, ReferenceCopy, Status
 from autograder.runner import NotebookRun, Outcome
 from autograder.sandbox import SandboxOptions
 from autograder.sanitize import inert_notebook, sanitized_html
@@ -206,7 +206,7 @@ def test_the_page_of_a_catalogued_mistake_and_others_is_nbgrader_s(chapters, ref
                 "test_causal_mask": Outcome(Status.ERROR, "not implemented yet (NotImplementedError)",
                                             cause=Cause.BLANK)}
     copies = (ReferenceCopy("scaled_dot_product_attention", "it uses bertlab.attention.scaled_dot_product_attention, "
-                                                            "the reference", CERTAIN),)
+                                                            "the reference", Certainty.CERTAIN),)
     _, view, result = graded_view(chapter, *solved("01_attention"), outcomes,
                                {"test_padding_mask": "the test cell test_padding_mask was edited"}, copies)
     assert {test.grade_id: test.status for test in result.tests if test.status != Status.PASSED} == {
