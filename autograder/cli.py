@@ -96,14 +96,14 @@ def _cluster_options(args: argparse.Namespace) -> "ClusterOptions | None":
 
 def _run_grade(args: argparse.Namespace) -> int:
     from autograder.course import GradingError
-    from autograder.grade import Engine, grade
+    from autograder.grade import Engine, Progress, grade
     from autograder.nbgrader_adapter import hidden_password
     from autograder.wire import printable
 
     limits = Limits(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout, memory_mb=args.memory)
     try:
         report = grade(args.submissions, args.out, jobs=args.jobs, limits=limits, db=args.db, course_root=args.root,
-                       progress="bar" if sys.stderr.isatty() else "lines", seed=args.seed, regrade=args.regrade,
+                       progress=Progress.BAR if sys.stderr.isatty() else Progress.LINES, seed=args.seed, regrade=args.regrade,
                        unsandboxed=args.unsandboxed, copies=args.copies, prefer=args.prefer,
                        engine=Engine(args.engine), cluster=_cluster_options(args))
     except GradingError as error:

@@ -78,7 +78,14 @@ SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
 WORKER_MODULES = ["autograder.job", "IPython.core.inputtransformer2", "bertlab.data", "autograder.worker_preload"]
 PRIVATE, SHARED = 0o600, 0o644  # files for the instructor only; files handed to students
 SHARED_FOLDER = 0o755
-PROGRESS = ("bar", "lines", "none")  # a bar on a terminal; a line per finished job (logs, pipes); nothing
+
+
+class Progress(StrEnum):
+    """What stderr shows as jobs end."""
+
+    BAR = "bar"  # a bar, on a terminal
+    LINES = "lines"  # a line per finished job, for logs and pipes
+    NONE = "none"  # nothing
 
 
 class Engine(StrEnum):
@@ -256,7 +263,7 @@ def grade(
     limits: Limits | None = None,
     db: str | None = None,
     course_root: Path = course.ROOT,
-    progress: str = "none",
+    progress: Progress = Progress.NONE,
     seed: int | None = None,
     regrade: bool = False,
     unsandboxed: bool = False,
@@ -268,7 +275,7 @@ def grade(
     """Grade every submission in ``submissions`` into ``out``; see the module's docstring.
 
     ``limits`` bound each notebook; ``db`` is a SQLAlchemy URL of the gradebook (default: SQLite at
-    ``out/gradebook.db``); ``progress`` is one of :data:`PROGRESS`, shown on stderr; ``seed`` is the
+    ``out/gradebook.db``); ``progress`` (:class:`Progress`) is shown on stderr; ``seed`` is the
     run seed of the hidden tests' inputs (default: a new random one); ``regrade`` grades every
     submission again, reusing no stored result. Where the sandbox cannot start, no student code runs
     (:class:`GradingError`) unless ``unsandboxed`` accepts running it with the grading user's rights;
@@ -282,8 +289,8 @@ def grade(
     (:class:`autograder.cluster.ClusterOptions`). Raises :class:`GradingError` when grading cannot
     start; a submission that fails is graded with the reason instead.
     """
-    if progress not in PROGRESS:
-        raise ValueError(f"progress={progress!r}: one of {', '.join(PROGRESS)}")
+    if progress not in set(Progress):
+        raise ValueError(f"progress={progress!r}: one of {', '.join(Progress)}")
     if copies not in set(CopyPolicy):
         raise ValueError(f"copies={copies!r}: one of {', '.join(CopyPolicy)}")
     if prefer not in set(Layout):
@@ -357,10 +364,10 @@ def grade(
             worker_context()
             multiprocessing.forkserver.ensure_running()
         _prepare_course(layout, course_root, involved, db_url)
-        if progress == "lines":
+        if progress == Progress.LINES:
             where = f"{max(1, jobs)} at a time" if engine == Engine.LOCAL else "on a Dask cluster"
             print(f"grading {len(todo)} notebook(s), {where} ({report.reused} unchanged)", file=sys.stderr, flush=True)
-        finish = _Finisher(layout, store, report, _Progress(len(todo), progress))
+        finish = _Finisher(layout, store, report, _ProgressShown(len(todo), progress))
         try:
             if engine == Engine.LOCAL:
                 _run_jobs(todo, jobs, finish)
@@ -425,14 +432,14 @@ class Finished:
     graded: bytes  # the graded notebook, for the formgrader
 
 
-class _Progress:
-    """What stderr shows as jobs end (one of :data:`PROGRESS`): a bar, a line per job, or nothing."""
+class _ProgressShown:
+    """What stderr shows as jobs end (:class:`Progress`): a bar, a line per job, or nothing."""
 
-    def __init__(self, total: int, progress: str):
+    def __init__(self, total: int, progress: Progress):
         from tqdm import tqdm
 
-        self.total, self.done, self.lines = total, 0, progress == "lines"
-        self.bar = tqdm(total=total, desc="grading", unit="notebook", disable=progress != "bar" or not total)
+        self.total, self.done, self.lines = total, 0, progress == Progress.LINES
+        self.bar = tqdm(total=total, desc="grading", unit="notebook", disable=progress != Progress.BAR or not total)
 
     def ended(self, line: str) -> None:
         self.done += 1
@@ -448,7 +455,7 @@ class _Finisher:
     """Puts a finished job's files in place and stores its signed result, as each job ends: the one
     writer of the output folder, whichever engine ran the job."""
 
-    def __init__(self, layout: OutputLayout, store: ResultStore, report: Report, progress: _Progress):
+    def __init__(self, layout: OutputLayout, store: ResultStore, report: Report, progress: _ProgressShown):
         self.layout, self.store, self.report, self.progress = layout, store, report, progress
         self.stored: dict[tuple[str, str], NotebookResult] = {}  # the results this run stored, as stored
 
