@@ -11,8 +11,7 @@ message of a test's outcome (:data:`MAX_OUTCOME_MESSAGE_CHARS`).
 The resource limits of a notebook's sandbox, which the command line may change, are a
 :class:`Limits`; the rest are fixed.
 
-This module uses the standard library only: the sandbox's own script (``autograder/sandbox.py``,
-run with ``python -I -S``) and the student process import it too.
+This module uses the standard library only: the student process imports it too.
 """
 
 from dataclasses import dataclass

@@ -521,7 +521,7 @@ def worker_context():
 
 def kill_descendants(pid: int) -> None:
     """Kill every process that descends from the process ``pid``: a job's process's sandboxes. Their first
-    process also dies with its parent (``sandbox.enter``); this ends, besides, a sandbox that the job's
+    process also dies with its parent (``sandbox_inside.enter``); this ends, besides, a sandbox that the job's
     process was still starting when it was killed."""
     for each in descendants([pid]):
         if each != pid:

@@ -235,7 +235,7 @@ def _sandboxes(out: Path) -> set[int]:
             line = (entry / "cmdline").read_bytes().decode(errors="replace") if entry.name.isdigit() else ""
         except OSError:
             continue
-        if "autograder/sandbox.py" in line and str(out) in line:
+        if "autograder/sandbox_inside.py" in line and str(out) in line:
             found.add(int(entry.name))
     return found
 
