@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertlab.recorded import Significance
+from bertlab.recorded import RecordedCheck, Significance
 from bertlab.utils import autocast_dtype
 
 
@@ -183,6 +183,36 @@ def expectation(name: str, measured: str, met_by_scores: bool, significance: Sig
     holds = None if significance is None else met_by_scores and significance.significant
     return {"expectation": name, "measured": measured, "met_by_scores": met_by_scores,
             "significance": None if significance is None else dataclasses.asdict(significance), "holds": holds}
+
+
+#: The entries of stage records that hold a model's result on each test example: kept in the stage files, which
+#: the paired tests read, and left out of the records that ship (:func:`without_example_results`).
+EXAMPLE_RESULTS = frozenset({"test_correct", "test_correct_by_seed", "teacher_test_correct", "test_examples",
+                             "test_examples_by_seed"})
+
+
+def without_example_results(record):
+    """``record`` (JSON data) without its :data:`EXAMPLE_RESULTS` entries, at any depth."""
+    if isinstance(record, dict):
+        return {key: without_example_results(value) for key, value in record.items() if key not in EXAMPLE_RESULTS}
+    if isinstance(record, list):
+        return [without_example_results(value) for value in record]
+    return record
+
+
+def checks_table(checks: Sequence[dict]) -> list[str]:
+    """The Markdown lines of a record's expectations: each one's numbers, its paired test and whether it
+    holds (yes only when significant; "met, untested" where no per-example results allowed a test)."""
+    lines = ["| expectation | measured | paired test | holds |", "|---|---|---|---|"]
+    for entry in checks:
+        check = RecordedCheck.from_record(entry)
+        test = "-" if check.significance is None else check.significance.describe()
+        if check.holds is None:
+            verdict = "met, untested" if check.met_by_scores else "NO"
+        else:
+            verdict = "yes" if check.holds else "not significant" if check.met_by_scores else "NO"
+        lines.append(f"| {check.expectation} | {check.measured} | {test} | {verdict} |")
+    return lines
 
 
 def computed_in(device: torch.device, args: argparse.Namespace) -> str:

@@ -28,8 +28,10 @@ trained at that rate; test accuracy reported as mean and standard deviation over
     Both students start from the course BERT's pretrained layers 0 and 2 and a new head.
     ``compare_models`` times teacher and student side by side on the test set.
 
-The JSON holds the settings, the machine, every run and the checks of the expectations; a Markdown
-table is printed and written next to it (``.md``).
+The JSON holds the settings, the machine, every run and the checks of the expectations, each with its
+paired test over the test examples (a bootstrap interval, and McNemar's test for two classifiers): an
+expectation holds only when significant at 95%. Each model's result on each test example is kept in the
+stages (below), not in the JSON. A Markdown table is printed and written next to it (``.md``).
 
 The full run takes several hours on a 2-core CPU (1.8 hours when the learning curve had one seed and
 the CPU computed in float32). It is resumable: each finished stage (and the fine-tuned teacher's weights) is kept in ``--work-dir`` (default ``runs/bert-results-<device>``), and the
@@ -51,13 +53,17 @@ import torch
 from bertlab.bert import BertForSequenceClassification
 from bertlab.data import load_sentiment
 from bertlab.distillation import compare_models, distill, init_student_from_teacher
-from bertlab.finetuning import choose_learning_rate, evaluate, finetune, freeze_layers, train_bag_of_words
+from bertlab.finetuning import choose_learning_rate, finetune, freeze_layers, predict, train_bag_of_words
 from bertlab.pretraining import course_bert_folder, course_bert_sha256
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
-from benchmark_runs import Stages, computed_in, machine, quietly, summary
+from benchmark_runs import (Stages, checks_table, computed_in, expectation, machine, paired_comparison, quietly,
+                            summary, without_example_results)
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# The layout of the stages' records, part of every stage's identity: 2 keeps each model's result on each test
+# example (``test_correct``), from which the paired tests of the expectations are computed.
+RECORD_LAYOUT = 2
 COURSE_BERT_RESULTS = RESULTS / "course-bert.json"
 SETTINGS = {
     "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=64, min_steps=150,
@@ -82,14 +88,23 @@ def tfidf_logistic_regression(train, dev, test, c_grid) -> dict:
     features = vectorizer.fit_transform([text for text, _ in train])
     labels = [label for _, label in train]
 
-    def accuracy(model, examples):
+    def correct(model, examples) -> list[int]:
         predictions = model.predict(vectorizer.transform([text for text, _ in examples]))
-        return sum(int(p == label) for p, (_, label) in zip(predictions, examples)) / len(examples)
+        return [int(p == label) for p, (_, label) in zip(predictions, examples)]
 
     runs = {c: LogisticRegression(C=c, max_iter=2000).fit(features, labels) for c in c_grid}
-    dev_accuracy = {c: accuracy(model, dev) for c, model in runs.items()}
+    dev_accuracy = {c: sum(correct(model, dev)) / len(dev) for c, model in runs.items()}
     best = max(c_grid, key=lambda c: dev_accuracy[c])
-    return {"C": best, "dev_accuracy_by_C": dev_accuracy, "test_accuracy": accuracy(runs[best], test)}
+    test_correct = correct(runs[best], test)
+    return {"C": best, "dev_accuracy_by_C": dev_accuracy, "test_accuracy": sum(test_correct) / len(test),
+            "test_correct": test_correct}
+
+
+def bag_of_words(train, test) -> dict:
+    """bertlab's bag-of-words logistic regression: its test scores, and 1 or 0 for each test example."""
+    model = train_bag_of_words(train, seed=0)
+    predictions = model.predict([text for text, _ in test]).tolist()
+    return {**model.evaluate(test), "test_correct": [int(p == label) for p, (_, label) in zip(predictions, test)]}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -102,7 +117,8 @@ def run(args: argparse.Namespace) -> dict:
     folder = course_bert_folder()
     weights_sha256 = course_bert_sha256()
     stages = Stages(args.work_dir, {"course_bert_sha256": weights_sha256, "precision": computed_in(device, args),
-                                    "dataset": [splits.source, len(train), len(dev), len(test)]})
+                                    "dataset": [splits.source, len(train), len(dev), len(test)],
+                                    "record_layout": RECORD_LAYOUT})
     training = {key: settings[key] for key in ("epochs", "batch_size", "max_length", "min_steps")}
     teacher_weights = args.work_dir / "teacher.pt"
     tokenizer = BertTokenizer(folder / "vocab.txt")
@@ -113,8 +129,11 @@ def run(args: argparse.Namespace) -> dict:
     def random_classifier() -> BertForSequenceClassification:
         return BertForSequenceClassification(pretrained_classifier().config)  # seeded by the caller
 
-    def test_accuracy(model) -> float:
-        return evaluate(model, tokenizer, test, max_length=settings["max_length"], precision=args.precision)["accuracy"]
+    def test_correct(model) -> list[int]:
+        """1 for each test example the model classifies right, 0 for the others (in the test split's order)."""
+        predictions = predict(model, tokenizer, [text for text, _ in test], max_length=settings["max_length"],
+                              precision=args.precision)
+        return [int(prediction == label) for prediction, (_, label) in zip(predictions.tolist(), test)]
 
     def train_bert(make_model, examples, lr, seed, epochs, head_only=False):
         seed_everything(seed)
@@ -137,14 +156,16 @@ def run(args: argparse.Namespace) -> dict:
                 tokenizer, dev, max_length=settings["max_length"], precision=args.precision)
             if keep_first is not None:
                 torch.save(tuned.model.state_dict(), keep_first)
-            accuracies = [test_accuracy(tuned.model)] + [
-                test_accuracy(train_bert(make_model, examples, tuned.learning_rate, seed, epochs, head_only))
+            correct = [test_correct(tuned.model)] + [
+                test_correct(train_bert(make_model, examples, tuned.learning_rate, seed, epochs, head_only))
                 for seed in seeds[1:]]
+            accuracies = [sum(run) / len(run) for run in correct]
             print(f"{name}: lr {tuned.learning_rate:g} (dev {tuned.dev_accuracy_by_learning_rate}); "
                   f"test {[round(a, 4) for a in accuracies]}")
             return {"learning_rate": tuned.learning_rate,
                     "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
-                    "epochs": epochs, "train_examples": len(examples), **summary(accuracies)}
+                    "epochs": epochs, "train_examples": len(examples), **summary(accuracies),
+                    "test_correct_by_seed": correct}
 
         return stages.run(f"{name}, {len(examples)} examples, {epochs} epochs", compute,
                           learning_rates=learning_rates, seeds=seeds, **training)
@@ -153,7 +174,7 @@ def run(args: argparse.Namespace) -> dict:
     classification = {
         "tfidf_logistic_regression": stages.run("tf-idf logistic regression", lambda: tfidf_logistic_regression(
             train, dev, test, settings["tfidf_c"]), tfidf_c=settings["tfidf_c"]),
-        "bag_of_words": stages.run("bag of words", lambda: train_bag_of_words(train, seed=0).evaluate(test)),
+        "bag_of_words": stages.run("bag of words", lambda: bag_of_words(train, test)),
     }
     seeds, grid = settings["seeds"], settings["learning_rates"]
     classification["random_init"] = compare("BERT-mini, random init", random_classifier, train, grid, seeds)
@@ -200,14 +221,16 @@ def run(args: argparse.Namespace) -> dict:
                                     names=("teacher: course BERT, 4 layers", "distilled student, 2 layers"))
         return {"learning_rate": distilled.learning_rate,
                 "dev_accuracy_by_learning_rate": distilled.dev_accuracy_by_learning_rate,
+                "test_correct": test_correct(distilled.model), "teacher_test_correct": test_correct(teacher),
                 "comparison": [vars(row) for row in comparison.rows],
                 "comparison_markdown": comparison.to_markdown()}
 
     def labels_alone() -> dict:
         tuned = choose_learning_rate(student, grid, tokenizer, dev, max_length=settings["max_length"],
                                      precision=args.precision)
+        correct = test_correct(tuned.model)
         return {"learning_rate": tuned.learning_rate, "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
-                "test_accuracy": test_accuracy(tuned.model)}
+                "test_accuracy": sum(correct) / len(correct), "test_correct": correct}
 
     teacher_and_students = dict(learning_rates=grid, seeds=seeds, **training)  # the teacher: the stage above
     distilled = stages.run("distillation and the side-by-side comparison", distillation_and_comparison,
@@ -215,7 +238,8 @@ def run(args: argparse.Namespace) -> dict:
                            **teacher_and_students)
     distillation = {
         "student_layers": [0, 2],
-        "distilled": {key: distilled[key] for key in ("learning_rate", "dev_accuracy_by_learning_rate")},
+        "distilled": {key: distilled[key] for key in ("learning_rate", "dev_accuracy_by_learning_rate", "test_correct")},
+        "teacher_test_correct": distilled["teacher_test_correct"],
         "labels_alone": stages.run("student on labels alone", labels_alone, learning_rates=grid, **training),
         "comparison": distilled["comparison"],
         "comparison_markdown": distilled["comparison_markdown"],
@@ -241,45 +265,71 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def check_expectations(results: dict) -> list[dict]:
-    """The expectations of the course's BERT, each with the measured numbers and whether it holds."""
+    """The expectations of the course's BERT, each with the measured numbers, whether the scores meet it,
+    and, where both sides kept their result on each test example, its paired test
+    (:func:`benchmark_runs.paired_comparison`: the bootstrap interval of the difference over the test
+    examples, and for two classifiers' accuracies McNemar's test): it holds only when significant."""
     checks = []
     held_out = results["course_bert"]
-    if held_out is not None:
+    if held_out is not None:  # measured once on the held-out reviews: no per-example record to test
         model, unigram = held_out["model"], held_out["unigram"]
-        checks.append({"expectation": "held-out masked-token accuracy >= 42%",
-                       "measured": f"{100 * model['accuracy']:.1f}%", "holds": model["accuracy"] >= 0.42})
-        checks.append({"expectation": "held-out MLM loss >= 1.5 nats below the unigram predictor",
-                       "measured": f"{model['loss']:.3f} vs {unigram['loss']:.3f} nats "
-                                   f"({unigram['loss'] - model['loss']:.2f} below)",
-                       "holds": unigram["loss"] - model["loss"] >= 1.5})
+        checks.append(expectation("held-out masked-token accuracy >= 42%", f"{100 * model['accuracy']:.1f}%",
+                                  model["accuracy"] >= 0.42, None))
+        checks.append(expectation(
+            "held-out MLM loss >= 1.5 nats below the unigram predictor",
+            f"{model['loss']:.3f} vs {unigram['loss']:.3f} nats ({unigram['loss'] - model['loss']:.2f} below)",
+            unigram["loss"] - model["loss"] >= 1.5, None))
+
+    def above(name: str, a: dict, b: dict, margin: float, measured: str) -> dict:
+        """``a`` more than ``margin`` points above ``b``: records of one seed (``test_accuracy``,
+        ``test_correct``) or of several (``mean``, ``test_correct_by_seed``)."""
+        met = 100 * (accuracy(a) - accuracy(b)) > margin
+        runs_a, runs_b = (record.get("test_correct_by_seed") or [record.get("test_correct")] for record in (a, b))
+        testable = None not in (runs_a[0], runs_b[0])  # a record of an older layout has no per-example results
+        return expectation(name, measured, met,
+                           paired_comparison(runs_a, runs_b, margin=margin, accuracy=True) if testable else None)
+
     classification = results["classification"]
     pretrained, random_init = classification["course_bert"], classification["random_init"]
-    tfidf = classification["tfidf_logistic_regression"]["test_accuracy"]
-    checks.append({"expectation": "fine-tuned course BERT >= 3 points above the same BERT from random weights",
-                   "measured": f"{100 * pretrained['mean']:.1f}% vs {100 * random_init['mean']:.1f}% (means over "
-                               f"{len(pretrained['by_seed'])} seeds)",
-                   "holds": pretrained["mean"] - random_init["mean"] >= 0.03})
-    checks.append({"expectation": "fine-tuned course BERT above a tf-idf uni+bigram logistic regression",
-                   "measured": f"{100 * pretrained['mean']:.1f}% vs {100 * tfidf:.1f}%",
-                   "holds": pretrained["mean"] > tfidf})
+    tfidf = classification["tfidf_logistic_regression"]
+    checks.append(above("fine-tuned course BERT >= 3 points above the same BERT from random weights",
+                        pretrained, random_init, 3.0,
+                        f"{100 * pretrained['mean']:.1f}% vs {100 * random_init['mean']:.1f}% (means over "
+                        f"{len(pretrained['by_seed'])} seeds)"))
+    checks.append(above("fine-tuned course BERT above a tf-idf uni+bigram logistic regression", pretrained, tfidf, 0.0,
+                        f"{100 * pretrained['mean']:.1f}% vs {100 * tfidf['test_accuracy']:.1f}%"))
     curve = results["learning_curve"]
     for index, size in enumerate(curve["sizes"][:2]):  # 250 and 1,000 labels
-        ahead = curve["pretrained"][index]["mean"] - curve["random_init"][index]["mean"]
-        checks.append({"expectation": f"with {size} labels, the course BERT >= 5 points above random weights",
-                       "measured": f"{100 * curve['pretrained'][index]['mean']:.1f}% vs "
-                                   f"{100 * curve['random_init'][index]['mean']:.1f}% ({100 * ahead:+.1f})",
-                       "holds": ahead >= 0.05})
-    head_only = classification["course_bert_head_only"]["mean"]
-    checks.append({"expectation": "frozen encoder with a trained head >= 70%",
-                   "measured": f"{100 * head_only:.1f}%", "holds": head_only >= 0.70})
-    teacher, student = results["distillation"]["comparison"]
-    checks.append({"expectation": "half-depth student keeps >= 95% of the teacher's accuracy",
-                   "measured": f"{100 * student['accuracy']:.1f}% vs {100 * teacher['accuracy']:.1f}% "
-                               f"= {student['percent_of_teacher']:.1f}%",
-                   "holds": student["percent_of_teacher"] >= 95})
-    checks.append({"expectation": "half-depth student runs >= 1.6x faster (inference)",
-                   "measured": f"{student['speedup']:.2f}x", "holds": student["speedup"] >= 1.6})
+        bert, scratch = curve["pretrained"][index], curve["random_init"][index]
+        ahead = bert["mean"] - scratch["mean"]
+        checks.append(above(f"with {size} labels, the course BERT >= 5 points above random weights", bert, scratch, 5.0,
+                            f"{100 * bert['mean']:.1f}% vs {100 * scratch['mean']:.1f}% ({100 * ahead:+.1f})"))
+    head_only = classification["course_bert_head_only"]
+    runs = head_only.get("test_correct_by_seed")
+    checks.append(expectation(  # against a constant: a one-sample bootstrap interval of the accuracy
+        "frozen encoder with a trained head >= 70%", f"{100 * head_only['mean']:.1f}%", head_only["mean"] >= 0.70,
+        None if runs is None else paired_comparison(runs, [[0.70] * len(runs[0])])))
+    distillation = results["distillation"]
+    teacher, student = distillation["comparison"]
+    teacher_correct, student_correct = distillation.get("teacher_test_correct"), distillation["distilled"].get("test_correct")
+    checks.append(expectation(  # A_i = the student's result, B_i = 0.95 x the teacher's: D = acc_s - 0.95 acc_t
+        "half-depth student keeps >= 95% of the teacher's accuracy",
+        f"{100 * student['accuracy']:.1f}% vs {100 * teacher['accuracy']:.1f}% = {student['percent_of_teacher']:.1f}%",
+        student["percent_of_teacher"] >= 95,
+        None if None in (teacher_correct, student_correct) else
+        paired_comparison([student_correct], [[0.95 * correct for correct in teacher_correct]])))
+    labels_alone = distillation["labels_alone"]
+    checks.append(above("the distilled student above the same student on the labels alone (one seed each)",
+                        {"test_correct": student_correct, "test_accuracy": student["accuracy"]}, labels_alone, 0.0,
+                        f"{100 * student['accuracy']:.1f}% vs {100 * labels_alone['test_accuracy']:.1f}%"))
+    checks.append(expectation("half-depth student runs >= 1.6x faster (inference)", f"{student['speedup']:.2f}x",
+                              student["speedup"] >= 1.6, None))  # a timing: no per-example test
     return checks
+
+
+def accuracy(record: dict) -> float:
+    """A record's test accuracy: the mean over its seeds, or its one run's."""
+    return record["mean"] if "mean" in record else record["test_accuracy"]
 
 
 def percent(summary_record: dict) -> str:
@@ -313,8 +363,7 @@ def markdown(results: dict) -> str:
               f"The same student trained on the labels alone: "
               f"{100 * distillation['labels_alone']['test_accuracy']:.1f}% "
               f"(learning rate {distillation['labels_alone']['learning_rate']:g}).", "",
-              "| expectation | measured | holds |", "|---|---|---|"]
-    lines += [f"| {c['expectation']} | {c['measured']} | {'yes' if c['holds'] else 'NO'} |" for c in results["checks"]]
+              *checks_table(results["checks"])]
     seconds = ", ".join(f"{name} {value:.0f} s" for name, value in results["seconds"].items())
     lines += ["", f"Wall-clock time per stage: {seconds}."]
     return "\n".join(lines)
@@ -341,7 +390,7 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:
-        results = run(args)
+        results = without_example_results(run(args))  # each model's result on each example stays in the stages
     except (ValueError, FileNotFoundError) as error:  # no MR, no course model, --device cuda without a GPU
         parser.exit(1, f"error: {error}\n")
     table = markdown(results)

@@ -31,10 +31,14 @@ with what it depends on, so that the same command started again goes on after th
 (the full run takes several hours of a 2-core CPU, most of them SQuAD's). When every run of a task has
 finished, its record is written to ``benchmarks/results/tasks-<device>.json`` (and a Markdown table
 beside it, ``.md``), with the tasks finished so far and those of an earlier run with the same weights
-and settings (``--tasks`` runs some tasks only); chapter 10 reads it.
+and settings (``--tasks`` runs some tasks only); chapter 10 reads it. Each expectation carries its paired
+test over the test examples (a bootstrap interval; McNemar's test for the pairs' accuracies; the sentence
+the unit of tagging) and holds only when significant at 95%: the stages keep each model's score on each
+test example, the record does not.
 """
 
 import argparse
+import dataclasses
 import json
 import sys
 from datetime import datetime, timezone
@@ -51,14 +55,21 @@ from bertlab.task_baselines import (
     train_most_frequent_tagger,
     train_pair_bag_of_words,
 )
+from bertlab.recorded import Significance
 from bertlab.task_data import load_task_splits
-from bertlab.task_finetuning import TASKS, evaluate_task, finetune_task, span_task, squad_references, task_model, word_accuracy
-from bertlab.tasks import squad_scores
+from bertlab.task_finetuning import (TASKS, ExampleScores, evaluate_task, finetune_task, span_task, squad_references,
+                                     task_example_scores, task_model, word_accuracy)
+from bertlab.tasks import squad_f1, squad_scores
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
-from benchmark_runs import Stages, computed_in, machine, quietly, summary
+from benchmark_runs import (Stages, checks_table, computed_in, expectation, machine, paired_comparison, quietly,
+                            summary, without_example_results)
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# The layout of the stages' records, part of every stage's identity: 2 keeps each model's score on each test
+# example (``test_examples``, a bertlab.task_finetuning.ExampleScores), from which the expectations' paired
+# tests are computed.
+RECORD_LAYOUT = 2
 SETTINGS = {
     "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=128, stride=32, max_answer_length=30,
                  learning_rates=[1e-4, 3e-4, 1e-3, 3e-3], max_train_examples=None, max_evaluation_examples=None,
@@ -79,20 +90,31 @@ def task_type(name: str, settings: dict):
 
 def baselines(name: str, train: list, test: list) -> dict:
     """The simple baselines of a task, trained on ``train`` and scored on ``test`` as the BERTs are
-    (none has a setting to tune on dev)."""
+    (none has a setting to tune on dev), each with its score on each test example (``test_examples``,
+    as :func:`bertlab.task_finetuning.task_example_scores` gives the BERTs')."""
     if name == "pairs":
+        def scored(predictions) -> dict:
+            right = [int(predicted == pair.label) for predicted, pair in zip(predictions.tolist(), test)]
+            return {**score_pair_predictions(predictions, test), "test_examples": dataclasses.asdict(ExampleScores(right))}
+
         return {
-            "majority class": score_pair_predictions(majority_predictions(train, test), test),
-            "bag of words, premise and hypothesis": score_pair_predictions(
-                train_pair_bag_of_words(train, seed=0).predict(test), test),
-            "bag of words, hypothesis only": score_pair_predictions(
-                train_pair_bag_of_words(train, hypothesis_only=True, seed=0).predict(test), test),
+            "majority class": scored(majority_predictions(train, test)),
+            "bag of words, premise and hypothesis": scored(train_pair_bag_of_words(train, seed=0).predict(test)),
+            "bag of words, hypothesis only": scored(
+                train_pair_bag_of_words(train, hypothesis_only=True, seed=0).predict(test)),
         }
     if name == "tagging":
-        return {"most frequent tag of each word": {
-            "accuracy": word_accuracy(train_most_frequent_tagger(train).predict(test), test)}}
-    scores = squad_scores(sliding_window_answers(test), squad_references(test))
-    return {"sliding window": {"exact_match": scores.exact_match, "f1": scores.f1}}
+        predictions = train_most_frequent_tagger(train).predict(test)
+        right = ExampleScores([sum(guess == tag for guess, tag in zip(predicted, sentence.tags))
+                               for predicted, sentence in zip(predictions, test)], [len(sentence.tags) for sentence in test])
+        return {"most frequent tag of each word": {"accuracy": word_accuracy(predictions, test),
+                                                   "test_examples": dataclasses.asdict(right)}}
+    answers = sliding_window_answers(test)
+    scores = squad_scores(answers, squad_references(test))
+    f1 = ExampleScores([squad_f1(answers[question.id], [answer.text for answer in question.answers])
+                        if question.id in answers else 0.0 for question in test])
+    return {"sliding window": {"exact_match": scores.exact_match, "f1": scores.f1,
+                               "test_examples": dataclasses.asdict(f1)}}
 
 
 def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.device, stages: Stages) -> dict:
@@ -122,6 +144,9 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
         scores = {split: evaluate_task(task, network, tokenizer, evaluated, labels=labels,
                                        max_length=settings["max_length"], precision=args.precision, what=split)
                   for split, evaluated in (("dev", dev), ("test", test))}
+        scores["test_examples"] = dataclasses.asdict(task_example_scores(
+            task, network, tokenizer, test, labels=labels, max_length=settings["max_length"], precision=args.precision,
+            what="test"))
         print(f"{name}, {model}, lr {lr:g}, seed {seed}, {len(examples)} train: dev {scores['dev']}, "
               f"test {scores['test']}", flush=True)
         return scores
@@ -151,6 +176,7 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
                 "learning_rate_inside_grid": best not in grid_ends,
                 "test": {metric: summary([run_scores["test"][metric] for run_scores in runs])
                          for metric in runs[0]["test"]},
+                "test_examples_by_seed": [run_scores["test_examples"] for run_scores in runs],
             }
         return record
 
@@ -164,7 +190,9 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
 
 def check_expectations(tasks: dict) -> list[dict]:
     """Issue 23's expectations for each finished task: the course BERT above random weights and above
-    the best simple baseline, on the task's metric (means over the seeds)."""
+    the best simple baseline, on the task's metric (means over the seeds), each with its paired test over
+    the test examples (:func:`benchmark_runs.paired_comparison`; McNemar's too for pairs' accuracies,
+    the sentence the unit of tagging): an expectation holds only when significant."""
     checks = []
     for name, record in tasks.items():
         metric = record["metric"]
@@ -172,12 +200,21 @@ def check_expectations(tasks: dict) -> list[dict]:
         pretrained, random_init = (record[model]["test"][metric]["mean"] * scale for model in MODELS)
         baseline_name, baseline = max(((key, scores[metric] * scale) for key, scores in record["baselines"].items()),
                                       key=lambda item: item[1])
-        checks.append({"expectation": f"{name}: course BERT above the same BERT from random weights ({metric})",
-                       "measured": f"{pretrained:.1f} vs {random_init:.1f} ({pretrained - random_init:+.1f})",
-                       "holds": pretrained > random_init})
-        checks.append({"expectation": f"{name}: course BERT above the best simple baseline ({baseline_name})",
-                       "measured": f"{pretrained:.1f} vs {baseline:.1f} ({pretrained - baseline:+.1f})",
-                       "holds": pretrained > baseline})
+        bert_runs = record["course_bert"].get("test_examples_by_seed")
+
+        def test(other_runs: list | None) -> Significance | None:
+            if bert_runs is None or other_runs is None:  # a record of an older layout: nothing to test
+                return None
+            return paired_comparison([run["scores"] for run in bert_runs], [run["scores"] for run in other_runs],
+                                     weights=bert_runs[0]["weights"], accuracy=name == "pairs")
+
+        baseline_examples = record["baselines"][baseline_name].get("test_examples")
+        checks.append(expectation(f"{name}: course BERT above the same BERT from random weights ({metric})",
+                                  f"{pretrained:.1f} vs {random_init:.1f} ({pretrained - random_init:+.1f})",
+                                  pretrained > random_init, test(record["random_init"].get("test_examples_by_seed"))))
+        checks.append(expectation(f"{name}: course BERT above the best simple baseline ({baseline_name})",
+                                  f"{pretrained:.1f} vs {baseline:.1f} ({pretrained - baseline:+.1f})",
+                                  pretrained > baseline, test(None if baseline_examples is None else [baseline_examples])))
     return checks
 
 
@@ -201,8 +238,7 @@ def markdown(results: dict) -> str:
                 format_summary(metric, test[metric]) for metric in metrics) + " |")
         if "learning_curve" in record:
             lines += learning_curve_table(record)
-    lines += ["", "| expectation | measured | holds |", "|---|---|---|"]
-    lines += [f"| {c['expectation']} | {c['measured']} | {'yes' if c['holds'] else 'NO'} |" for c in results["checks"]]
+    lines += ["", *checks_table(results["checks"])]
     return "\n".join(lines)
 
 
@@ -264,7 +300,8 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     settings = SETTINGS["quick" if args.quick else "full"]
-    stages = Stages(work_dir, {"course_bert_sha256": course_bert_sha256(), "precision": computed_in(device, args)})
+    stages = Stages(work_dir, {"course_bert_sha256": course_bert_sha256(), "precision": computed_in(device, args),
+                               "record_layout": RECORD_LAYOUT})
     results = {
         "command": " ".join(["python", *sys.argv]),
         "mode": "quick" if args.quick else "full",
@@ -272,24 +309,33 @@ def main() -> None:
         "course_bert_sha256": course_bert_sha256(),  # chapter 10 shows this run only beside these weights
         "tasks": {},
     }
+    earlier_checks: dict[str, list[dict]] = {}  # task -> its checks in the earlier record
     if out.is_file():  # keep the tasks of an earlier run of the same weights and settings (--tasks)
         earlier = json.loads(out.read_text())
         if (earlier.get("course_bert_sha256"), earlier.get("settings")) == (results["course_bert_sha256"], settings):
             results["tasks"] = earlier["tasks"]
+            for name in earlier["tasks"]:
+                earlier_checks[name] = [check for check in earlier.get("checks", [])
+                                        if check["expectation"].startswith(f"{name}: ")]
+    full: dict[str, dict] = {}  # the tasks of this run, with their results on each test example
     for name in args.tasks:
         try:
-            results["tasks"][name] = run_task(name, args, settings, device, stages)
+            full[name] = run_task(name, args, settings, device, stages)
         except FileNotFoundError as error:  # a dataset that is not there: the other tasks still run
             print(f"{name}: skipped ({error})", flush=True)
             continue
+        earlier_checks.pop(name, None)
+        results["tasks"][name] = without_example_results(full[name])  # the record ships without them
+        # the checks of the tasks run now tested from their examples; an earlier task's as recorded then
+        checks = {**earlier_checks, **{task: check_expectations({task: full[task]}) for task in full}}
         results.update(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        machine={**machine(device), "precision": computed_in(device, args)},
-                       checks=check_expectations(results["tasks"]), seconds=stages.seconds)
+                       checks=[check for task in results["tasks"] for check in checks.get(task, [])],
+                       seconds=stages.seconds)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=2) + "\n")
         out.with_suffix(".md").write_text(markdown(results) + "\n")
         print(f"\n{markdown(results)}\n\nwrote {out} (tasks so far: {', '.join(results['tasks'])})", flush=True)
-
 
 if __name__ == "__main__":
     main()

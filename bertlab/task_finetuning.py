@@ -52,6 +52,7 @@ from bertlab.finetuning import (
     choose_learning_rate,
     classification_loss,
     classifier_metrics,
+    compute_logits,
     evaluation_device,
     evaluation_mode,
     finetune_batches,
@@ -59,7 +60,7 @@ from bertlab.finetuning import (
     model_inputs,
 )
 from bertlab.task_data import SNLI_LABELS, SentencePair, SquadQuestion, TaggedSentence
-from bertlab.tasks import align_labels_to_word_pieces, best_span, squad_scores, squad_windows
+from bertlab.tasks import align_labels_to_word_pieces, best_span, squad_f1, squad_scores, squad_windows
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import autocast
 
@@ -411,6 +412,46 @@ def question_texts(questions: Sequence[SquadQuestion]) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------------
+# The score of each example, for paired tests of two models on the same examples
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleScores:
+    """A model's result on each evaluated example, in the examples' order: ``scores[i]`` out of
+    ``weights[i]``, so that its score on the examples is sum_i scores_i / sum_i weights_i (1 per example
+    when ``weights`` is None). Pairs: 1 or 0, the label right or wrong; tagging: the words of sentence i
+    tagged right, out of its words; spans: question i's F1 in [0, 1]."""
+
+    scores: list[float]
+    weights: list[float] | None = None
+
+
+def pair_example_scores(model: nn.Module, batches: SentimentBatches, device: torch.device,
+                        precision: str = "auto") -> ExampleScores:
+    """1 for each pair whose label argmax_c p(c | pair) is right, else 0."""
+    predictions = compute_logits(model, batches, device, precision).argmax(dim=-1).cpu()  # (B,)
+    return ExampleScores((predictions == batches.labels.cpu()).int().tolist())
+
+
+def tagging_example_scores(model: nn.Module, batches: TaggingBatches, device: torch.device,
+                           precision: str = "auto") -> ExampleScores:
+    """Each sentence's words tagged right (:func:`predict_tags`), out of its words."""
+    predictions = predict_tags(model, batches, device, precision)
+    return ExampleScores([sum(guess == tag for guess, tag in zip(predicted, sentence.tags))
+                          for predicted, sentence in zip(predictions, batches.sentences)],
+                         [len(sentence.tags) for sentence in batches.sentences])
+
+
+def span_example_scores(model: nn.Module, batches: SpanBatches, device: torch.device, precision: str = "auto",
+                        max_answer_length: int = 30) -> ExampleScores:
+    """Each question's F1 (SQuAD's, max over its answers; 0 without a prediction), in [0, 1]."""
+    answers = predict_answers(model, batches, device, precision, max_answer_length)
+    return ExampleScores([squad_f1(answers[question.id], [answer.text for answer in question.answers])
+                          if question.id in answers else 0.0 for question in batches.questions])
+
+
+# --------------------------------------------------------------------------------------------------
 # A task type, as data
 # --------------------------------------------------------------------------------------------------
 
@@ -426,6 +467,8 @@ class TaskType:
     - ``loss(model, batch)``: what training minimises.
     - ``metrics(model, batches, device, precision)``: the evaluation, a dict of scores.
     - ``metric``: the score (a key of ``metrics``, higher is better) that chooses a learning rate.
+    - ``example_scores(model, batches, device, precision)``: ``metric`` on each example, an
+      :class:`ExampleScores`.
     - ``texts(examples)``: their text, to learn a vocabulary from.
     - ``max_length``: the default number of tokens of an encoded example.
     """
@@ -437,17 +480,20 @@ class TaskType:
     loss: Callable[[nn.Module, Batch], torch.Tensor]
     metrics: Callable[[nn.Module, PaddedBatches, torch.device, str], dict[str, float]]
     metric: str
+    example_scores: Callable[[nn.Module, PaddedBatches, torch.device, str], ExampleScores]
     texts: Callable[[Sequence], list[str]]
     max_length: int
 
 
 PAIRS = TaskType(
     name="pairs", model_class=BertForSequenceClassification, labels=snli_labels, batches=pair_batches,
-    loss=classification_loss, metrics=classifier_metrics, metric="accuracy", texts=pair_texts, max_length=128,
+    loss=classification_loss, metrics=classifier_metrics, metric="accuracy", example_scores=pair_example_scores,
+    texts=pair_texts, max_length=128,
 )
 TAGGING = TaskType(
     name="tagging", model_class=BertForTokenClassification, labels=tag_vocabulary, batches=TaggingBatches,
-    loss=classification_loss, metrics=tagging_metrics, metric="accuracy", texts=sentence_texts, max_length=128,
+    loss=classification_loss, metrics=tagging_metrics, metric="accuracy", example_scores=tagging_example_scores,
+    texts=sentence_texts, max_length=128,
 )
 
 
@@ -459,6 +505,7 @@ def span_task(stride: int | None = 128, max_answer_length: int = 30) -> TaskType
         name="spans", model_class=BertForQuestionAnswering, labels=None,
         batches=functools.partial(SpanBatches, stride=stride), loss=span_loss,
         metrics=functools.partial(span_metrics, max_answer_length=max_answer_length), metric="f1",
+        example_scores=functools.partial(span_example_scores, max_answer_length=max_answer_length),
         texts=question_texts, max_length=384,
     )
 
@@ -573,6 +620,29 @@ def evaluate_task(
     max_length = task.max_length if max_length is None else max_length
     batches = task.batches(examples, tokenizer, labels, max_length=max_length, batch_size=batch_size, what=what)
     return task.metrics(model, batches, device, precision)
+
+
+def task_example_scores(
+    task: TaskType,
+    model: nn.Module,
+    tokenizer: BertTokenizer,
+    examples: Sequence,
+    *,
+    labels: LabelVocabulary | None = None,
+    batch_size: int = EVALUATION_BATCH_SIZE,
+    max_length: int | None = None,
+    device: str | torch.device | None = None,
+    precision: str = "auto",
+    what: str = "examples",
+) -> ExampleScores:
+    """``task.metric`` of ``model`` on each of ``examples`` (:class:`ExampleScores`), evaluated as
+    :func:`evaluate_task` does: their mean, weighted, is its score."""
+    check_labels(task, model, labels)
+    device = evaluation_device(model, device)
+    model.to(device)
+    max_length = task.max_length if max_length is None else max_length
+    batches = task.batches(examples, tokenizer, labels, max_length=max_length, batch_size=batch_size, what=what)
+    return task.example_scores(model, batches, device, precision)
 
 
 def choose_task_learning_rate(

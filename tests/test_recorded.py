@@ -310,3 +310,117 @@ def test_the_shipped_records_claim_no_significance_they_did_not_compute(name):
     for line in lines:
         assert line.startswith(("- met by the recorded scores: ", "- NOT met by the recorded scores: ")), line
         assert line.endswith("; significance: not computed"), line
+
+
+@pytest.fixture(scope="module")
+def bert_results():
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # as running it as a script does: it imports benchmark_runs
+    try:
+        spec = importlib.util.spec_from_file_location("bert_results", REPO_ROOT / "benchmarks" / "bert_results.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO_ROOT / "benchmarks"))
+    return module
+
+
+def _correct(accuracy: float, n: int, seed: int) -> list[int]:
+    """n results of 1 and 0, the first round(accuracy * n) of them right, in a shuffled order."""
+    results = [1] * round(accuracy * n) + [0] * (n - round(accuracy * n))
+    random.Random(seed).shuffle(results)
+    return results
+
+
+def _seeds(accuracy: float, n: int = 400, first_seed: int = 0) -> dict:
+    runs = [_correct(accuracy, n, first_seed + seed) for seed in range(3)]
+    return {"mean": accuracy, "by_seed": [accuracy] * 3, "learning_rate": 1e-3, "test_correct_by_seed": runs}
+
+
+def _mr_record(kept: bool) -> dict:
+    """A record of bert_results.py with every score made up; ``kept``: with the per-example results."""
+    def strip(record: dict) -> dict:
+        return record if kept else {key: value for key, value in record.items() if not key.startswith("test_correct")}
+
+    tfidf = {"C": 1.0, "test_accuracy": 0.79, "test_correct": _correct(0.79, 400, 50)}
+    return {
+        "course_bert": None,
+        "classification": {"course_bert": strip(_seeds(0.80)), "random_init": strip(_seeds(0.70, first_seed=10)),
+                           "tfidf_logistic_regression": strip(tfidf), "course_bert_head_only": strip(_seeds(0.72))},
+        "learning_curve": {"sizes": [250, 1000, 3000], "pretrained": [strip(_seeds(0.70)), strip(_seeds(0.74))],
+                           "random_init": [strip(_seeds(0.60, first_seed=20)), strip(_seeds(0.72, first_seed=30))]},
+        "distillation": {
+            "comparison": [{"accuracy": 0.80, "percent_of_teacher": 100.0}, {"accuracy": 0.78, "percent_of_teacher": 97.5,
+                                                                             "speedup": 1.9}],
+            **({"teacher_test_correct": _correct(0.80, 400, 60)} if kept else {}),
+            "distilled": strip({"learning_rate": 1e-3, "test_correct": _correct(0.78, 400, 70)}),
+            "labels_alone": strip({"learning_rate": 1e-3, "test_accuracy": 0.78, "test_correct": _correct(0.78, 400, 80)}),
+        },
+    }
+
+
+def test_mr_expectations_hold_only_when_their_paired_test_finds_them(bert_results):
+    checks = {check.expectation: check for check in map(recorded.RecordedCheck.from_record,
+                                                        bert_results.check_expectations(_mr_record(kept=True)))}
+    assert checks["fine-tuned course BERT >= 3 points above the same BERT from random weights"].holds is True
+    tfidf = checks["fine-tuned course BERT above a tf-idf uni+bigram logistic regression"]  # 80 vs 79 of 400
+    assert tfidf.met_by_scores and tfidf.holds is False and tfidf.significance.low < 0 < tfidf.significance.high
+    assert checks["with 250 labels, the course BERT >= 5 points above random weights"].holds is True
+    assert checks["with 1000 labels, the course BERT >= 5 points above random weights"].met_by_scores is False
+    assert checks["frozen encoder with a trained head >= 70%"].holds is False  # 72% of 400: not surely above 70%
+    assert checks["half-depth student keeps >= 95% of the teacher's accuracy"].significance is not None
+    alone = checks["the distilled student above the same student on the labels alone (one seed each)"]
+    assert not alone.met_by_scores and alone.significance.mcnemar_p is not None
+    assert checks["half-depth student runs >= 1.6x faster (inference)"].holds is None  # a timing: untested
+
+
+def test_an_mr_record_without_per_example_results_claims_no_significance(bert_results):
+    checks = list(map(recorded.RecordedCheck.from_record, bert_results.check_expectations(_mr_record(kept=False))))
+    assert checks and all(check.significance is None and check.holds is None for check in checks)
+    table = "\n".join(bert_results.checks_table(bert_results.check_expectations(_mr_record(kept=False))))
+    assert "| fine-tuned course BERT >= 3 points above the same BERT from random weights | " in table
+    assert "| met, untested |" in table and "| yes |" not in table
+
+
+@pytest.fixture(scope="module")
+def task_results():
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("task_results", REPO_ROOT / "benchmarks" / "task_results.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO_ROOT / "benchmarks"))
+    return module
+
+
+def _task_model(scores_by_seed: list[list[float]], weights=None, metric="accuracy") -> dict:
+    means = [sum(scores) / (sum(weights) if weights else len(scores)) for scores in scores_by_seed]
+    return {"learning_rate": 1e-3, "test": {metric: {"mean": sum(means) / len(means), "by_seed": means, "std": 0.0}},
+            "test_examples_by_seed": [{"scores": scores, "weights": weights} for scores in scores_by_seed]}
+
+
+def test_task_expectations_are_tested_on_the_examples_sentences_the_unit_of_tagging(task_results):
+    weights = [random.Random(3).randint(5, 30) for _ in range(300)]  # words per sentence
+    right = [[round(0.97 * words) for words in weights]] * 3  # 97% of each sentence's words
+    baseline = [round(0.85 * words) for words in weights]
+    tagging = {"metric": "accuracy", "course_bert": _task_model(right, weights),
+               "random_init": _task_model([[round(0.5 * words) for words in weights]] * 3, weights),
+               "baselines": {"most frequent tag of each word": {
+                   "accuracy": sum(baseline) / sum(weights), "test_examples": {"scores": baseline, "weights": weights}}}}
+    pairs = {"metric": "accuracy", "course_bert": _task_model([_correct(0.58, 1000, seed) for seed in range(3)]),
+             "random_init": _task_model([_correct(0.57, 1000, 10 + seed) for seed in range(3)]),
+             "baselines": {"bag of words, hypothesis only": {"accuracy": 0.567,
+                                                            "test_examples": {"scores": _correct(0.567, 1000, 99),
+                                                                              "weights": None}}}}
+    checks = {check.expectation: check for check in map(recorded.RecordedCheck.from_record,
+                                                        task_results.check_expectations({"tagging": tagging,
+                                                                                         "pairs": pairs}))}
+    assert checks["tagging: course BERT above the same BERT from random weights (accuracy)"].holds is True
+    tagged = checks["tagging: course BERT above the best simple baseline (most frequent tag of each word)"]
+    assert tagged.holds is True and tagged.significance.examples == 300 and tagged.significance.mcnemar_p is None
+    snli = checks["pairs: course BERT above the same BERT from random weights (accuracy)"]  # 58 vs 57 of 1,000
+    assert snli.met_by_scores and snli.holds is False and snli.significance.mcnemar_p is not None
+
+    stripped = task_results.without_example_results({"tagging": tagging})
+    assert "test_examples_by_seed" not in stripped["tagging"]["course_bert"]
+    assert all(check["significance"] is None for check in task_results.check_expectations(stripped))

@@ -51,6 +51,7 @@ from bertlab.task_finetuning import (
     span_metrics,
     span_task,
     tag_vocabulary,
+    task_example_scores,
     task_model,
     word_accuracy,
 )
@@ -360,6 +361,29 @@ def test_a_tiny_model_learns_a_handful_of_examples(tokenizer, task, examples, tm
                            precision="float32")
     assert scores == pytest.approx({name[len("dev_"):]: value for name, value in history[-1].items()
                                     if name.startswith("dev_")}, rel=1e-4)
+
+
+@pytest.mark.parametrize("task, examples", [(PAIRS, PAIRS_DATA), (TAGGING, SENTENCES), (SHORT_SPANS, QUESTIONS)],
+                         ids=["pairs", "tagging", "spans"])
+def test_the_scores_of_each_example_make_the_task_s_score(tokenizer, task, examples):
+    """Their weighted mean is evaluate_task's score (SQuAD's F1 is in percent there), example by example
+    in the examples' order: an untrained model gets some right and some wrong."""
+    labels = task.labels(examples) if task.labels else None
+    torch.manual_seed(1)
+    model = task_model(task, tiny_config(tokenizer, num_layers=1), labels)
+    per_example = task_example_scores(task, model, tokenizer, examples, labels=labels, max_length=64,
+                                      batch_size=2, device="cpu", precision="float32")
+    weights = per_example.weights or [1] * len(examples)
+    assert len(per_example.scores) == len(weights) == len(examples)
+    score = evaluate_task(task, model, tokenizer, examples, labels=labels, max_length=64, device="cpu",
+                          precision="float32")[task.metric]
+    assert sum(per_example.scores) / sum(weights) * (100 if task.name == "spans" else 1) == pytest.approx(score)
+    if task.name == "tagging":
+        assert weights == [len(sentence.tags) for sentence in examples]
+    for index, example in enumerate(examples):  # each alone: the same score as in the whole
+        alone = task_example_scores(task, model, tokenizer, [example], labels=labels, max_length=64, device="cpu",
+                                    precision="float32")
+        assert alone.scores == pytest.approx([per_example.scores[index]])
 
 
 @pytest.mark.parametrize("task, examples", [(PAIRS, PAIRS_DATA), (TAGGING, SENTENCES), (SHORT_SPANS, QUESTIONS)],
