@@ -199,13 +199,13 @@ def run(args: argparse.Namespace) -> dict:
     teacher = pretrained_classifier()
     teacher.load_state_dict(torch.load(teacher_weights, map_location="cpu", weights_only=True))
 
-    def student(lr: float, teacher_model=None) -> BertForSequenceClassification:
+    def student(lr: float, teacher_model=None, seed: int = 0) -> BertForSequenceClassification:
         """The half-depth student: the course BERT's pretrained layers 0 and 2 and a new head, distilled
         from ``teacher_model``, or fine-tuned on the labels alone when it is None."""
-        seed_everything(0)
+        seed_everything(seed)
         model = init_student_from_teacher(pretrained_classifier())
         options = dict(epochs=settings["epochs"], batch_size=settings["batch_size"], max_length=settings["max_length"],
-                       device=device, seed=0, progress=not args.no_progress, precision=args.precision)
+                       device=device, seed=seed, progress=not args.no_progress, precision=args.precision)
         if teacher_model is None:
             finetune(model, tokenizer, train, encoder_lr=lr, **options)
         else:
@@ -213,24 +213,28 @@ def run(args: argparse.Namespace) -> dict:
                     temperature=settings["temperature"], **options)
         return model
 
+    def students(teacher_model=None) -> tuple[dict, BertForSequenceClassification]:
+        """Students distilled from ``teacher_model`` (None: on the labels alone): the learning rate chosen
+        on dev with the first seed, then every other seed at that rate; their record, and the first's model."""
+        tuned = choose_learning_rate(lambda lr: student(lr, teacher_model, seeds[0]), grid, tokenizer, dev,
+                                     max_length=settings["max_length"], precision=args.precision)
+        correct = [test_correct(tuned.model)] + [test_correct(student(tuned.learning_rate, teacher_model, seed))
+                                                 for seed in seeds[1:]]
+        return {"learning_rate": tuned.learning_rate, "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
+                "test_accuracy": sum(correct[0]) / len(correct[0]), **summary([sum(run) / len(run) for run in correct]),
+                "test_correct_by_seed": correct}, tuned.model
+
     def distillation_and_comparison() -> dict:
-        distilled = choose_learning_rate(lambda lr: student(lr, teacher), grid, tokenizer, dev,
-                                         max_length=settings["max_length"], precision=args.precision)
-        comparison = compare_models(teacher, distilled.model, tokenizer, test, batch_size=32,
+        distilled, first = students(teacher)
+        comparison = compare_models(teacher, first, tokenizer, test, batch_size=32,
                                     max_length=settings["max_length"], repeats=settings["repeats"],
                                     names=("teacher: course BERT, 4 layers", "distilled student, 2 layers"))
-        return {"learning_rate": distilled.learning_rate,
-                "dev_accuracy_by_learning_rate": distilled.dev_accuracy_by_learning_rate,
-                "test_correct": test_correct(distilled.model), "teacher_test_correct": test_correct(teacher),
+        return {**distilled, "teacher_test_correct": test_correct(teacher),
                 "comparison": [vars(row) for row in comparison.rows],
                 "comparison_markdown": comparison.to_markdown()}
 
     def labels_alone() -> dict:
-        tuned = choose_learning_rate(student, grid, tokenizer, dev, max_length=settings["max_length"],
-                                     precision=args.precision)
-        correct = test_correct(tuned.model)
-        return {"learning_rate": tuned.learning_rate, "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
-                "test_accuracy": sum(correct) / len(correct), "test_correct": correct}
+        return students()[0]
 
     teacher_and_students = dict(learning_rates=grid, seeds=seeds, **training)  # the teacher: the stage above
     distilled = stages.run("distillation and the side-by-side comparison", distillation_and_comparison,
@@ -238,9 +242,11 @@ def run(args: argparse.Namespace) -> dict:
                            **teacher_and_students)
     distillation = {
         "student_layers": [0, 2],
-        "distilled": {key: distilled[key] for key in ("learning_rate", "dev_accuracy_by_learning_rate", "test_correct")},
+        "distilled": {key: value for key, value in distilled.items()
+                      if key not in ("teacher_test_correct", "comparison", "comparison_markdown")},
         "teacher_test_correct": distilled["teacher_test_correct"],
-        "labels_alone": stages.run("student on labels alone", labels_alone, learning_rates=grid, **training),
+        "labels_alone": stages.run("student on labels alone", labels_alone, learning_rates=grid, seeds=seeds,
+                                   **training),
         "comparison": distilled["comparison"],
         "comparison_markdown": distilled["comparison_markdown"],
     }
@@ -311,7 +317,8 @@ def check_expectations(results: dict) -> list[dict]:
         None if runs is None else paired_comparison(runs, [[0.70] * len(runs[0])])))
     distillation = results["distillation"]
     teacher, student = distillation["comparison"]
-    teacher_correct, student_correct = distillation.get("teacher_test_correct"), distillation["distilled"].get("test_correct")
+    student_runs = distillation["distilled"].get("test_correct_by_seed")
+    teacher_correct, student_correct = distillation.get("teacher_test_correct"), student_runs and student_runs[0]
     checks.append(expectation(  # A_i = the student's result, B_i = 0.95 x the teacher's: D = acc_s - 0.95 acc_t
         "half-depth student keeps >= 95% of the teacher's accuracy",
         f"{100 * student['accuracy']:.1f}% vs {100 * teacher['accuracy']:.1f}% = {student['percent_of_teacher']:.1f}%",
@@ -319,9 +326,9 @@ def check_expectations(results: dict) -> list[dict]:
         None if None in (teacher_correct, student_correct) else
         paired_comparison([student_correct], [[0.95 * correct for correct in teacher_correct]])))
     labels_alone = distillation["labels_alone"]
-    checks.append(above("the distilled student above the same student on the labels alone (one seed each)",
-                        {"test_correct": student_correct, "test_accuracy": student["accuracy"]}, labels_alone, 0.0,
-                        f"{100 * student['accuracy']:.1f}% vs {100 * labels_alone['test_accuracy']:.1f}%"))
+    distilled = distillation["distilled"]
+    checks.append(above("the distilled student above the same student on the labels alone", distilled, labels_alone,
+                        0.0, f"{percent(distilled)} vs {percent(labels_alone)} (over {len(distilled['by_seed'])} seeds)"))
     checks.append(expectation("half-depth student runs >= 1.6x faster (inference)", f"{student['speedup']:.2f}x",
                               student["speedup"] >= 1.6, None))  # a timing: no per-example test
     return checks
@@ -360,9 +367,9 @@ def markdown(results: dict) -> str:
     distillation = results["distillation"]
     lines += ["", "**Distillation** (test split; students: 2 layers, from the course BERT's layers 0 and 2)", "",
               distillation["comparison_markdown"], "",
-              f"The same student trained on the labels alone: "
-              f"{100 * distillation['labels_alone']['test_accuracy']:.1f}% "
-              f"(learning rate {distillation['labels_alone']['learning_rate']:g}).", "",
+              f"The same students, over {seeds} seed(s): distilled {percent(distillation['distilled'])}, trained on the "
+              f"labels alone {percent(distillation['labels_alone'])} (learning rate "
+              f"{distillation['labels_alone']['learning_rate']:g}).", "",
               *checks_table(results["checks"])]
     seconds = ", ".join(f"{name} {value:.0f} s" for name, value in results["seconds"].items())
     lines += ["", f"Wall-clock time per stage: {seconds}."]

@@ -56,10 +56,10 @@ from bertlab.task_baselines import (
     train_pair_bag_of_words,
 )
 from bertlab.recorded import Significance
-from bertlab.task_data import load_task_splits
-from bertlab.task_finetuning import (TASKS, ExampleScores, evaluate_task, finetune_task, span_task, squad_references,
-                                     task_example_scores, task_model, word_accuracy)
-from bertlab.tasks import squad_f1, squad_scores
+from bertlab.task_data import SentencePair, load_task_splits
+from bertlab.task_finetuning import (TASKS, ExampleScores, evaluate_task, finetune_task, predict_answers, span_task,
+                                     squad_references, task_example_scores, task_model, word_accuracy)
+from bertlab.tasks import squad_f1, squad_normalize, squad_scores
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
 from benchmark_runs import (Stages, checks_table, computed_in, expectation, machine, paired_comparison, quietly,
@@ -78,6 +78,7 @@ SETTINGS = {
                   learning_rates=[1e-3], max_train_examples=200, max_evaluation_examples=200,
                   learning_curve={"pairs": [0.5]}),
 }
+WINDOW_ANSWER_WORDS = (1, 2, 3, 4, 5, 10)  # the sliding window's longest answer, in words: chosen on dev
 MODELS = ("course_bert", "random_init")
 MODEL_NAMES = {"course_bert": "course BERT, fine-tuned whole", "random_init": "same BERT from random weights"}
 DATASET_NAMES = {"pairs": "SNLI 1.0", "tagging": "UD English EWT (UPOS)", "spans": "SQuAD 1.1"}
@@ -88,10 +89,17 @@ def task_type(name: str, settings: dict):
     return span_task(settings["stride"], settings["max_answer_length"]) if name == "spans" else TASKS[name]
 
 
-def baselines(name: str, train: list, test: list) -> dict:
+def words(text: str) -> int:
+    """The words of an answer, as SQuAD's normalisation splits them (articles and punctuation aside)."""
+    return len(squad_normalize(text).split())
+
+
+def baselines(name: str, train: list, dev: list, test: list) -> dict:
     """The simple baselines of a task, trained on ``train`` and scored on ``test`` as the BERTs are
     (none has a setting to tune on dev), each with its score on each test example (``test_examples``,
-    as :func:`bertlab.task_finetuning.task_example_scores` gives the BERTs')."""
+    as :func:`bertlab.task_finetuning.task_example_scores` gives the BERTs'). The sliding window's longest
+    answer (:data:`WINDOW_ANSWER_WORDS`) is chosen on ``dev``; its test F1 at every length is kept, with the
+    mean length in words of its answers and of the gold ones (each question's shortest)."""
     if name == "pairs":
         def scored(predictions) -> dict:
             right = [int(predicted == pair.label) for predicted, pair in zip(predictions.tolist(), test)]
@@ -109,16 +117,47 @@ def baselines(name: str, train: list, test: list) -> dict:
                                for predicted, sentence in zip(predictions, test)], [len(sentence.tags) for sentence in test])
         return {"most frequent tag of each word": {"accuracy": word_accuracy(predictions, test),
                                                    "test_examples": dataclasses.asdict(right)}}
-    answers = sliding_window_answers(test)
-    scores = squad_scores(answers, squad_references(test))
+    def window(questions: list, limit: int) -> tuple[dict, object]:
+        answers = sliding_window_answers(questions, max_answer_words=limit)
+        return answers, squad_scores(answers, squad_references(questions))
+
+    dev_f1 = {limit: window(dev, limit)[1].f1 for limit in WINDOW_ANSWER_WORDS}
+    chosen = max(WINDOW_ANSWER_WORDS, key=lambda limit: dev_f1[limit])  # ties: the shortest
+    test_f1 = {limit: window(test, limit)[1].f1 for limit in WINDOW_ANSWER_WORDS}
+    answers, scores = window(test, chosen)
     f1 = ExampleScores([squad_f1(answers[question.id], [answer.text for answer in question.answers])
                         if question.id in answers else 0.0 for question in test])
-    return {"sliding window": {"exact_match": scores.exact_match, "f1": scores.f1,
-                               "test_examples": dataclasses.asdict(f1)}}
+    return {"sliding window": {
+        "exact_match": scores.exact_match, "f1": scores.f1, "max_answer_words": chosen,
+        "dev_f1_by_max_answer_words": dev_f1, "test_f1_by_max_answer_words": test_f1,
+        "answer_words": sum(words(answer) for answer in answers.values()) / len(test),
+        "gold_answer_words": sum(min(words(answer.text) for answer in question.answers) for question in test) / len(test),
+        "test_examples": dataclasses.asdict(f1)}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """What one comparison trains, chooses on and tests: its stages' names end with ``label`` ("" for the
+    task as it is, so that they keep their names), and each run trains ``epochs`` epochs."""
+
+    label: str
+    train: list
+    dev: list
+    test: list
+    epochs: int
+
+
+def hypothesis_only(pairs: list[SentencePair]) -> list[SentencePair]:
+    """The pairs without their premise: [CLS] [SEP] hypothesis [SEP], what a model of the annotation
+    artefacts reads (Gururangan et al., 2018)."""
+    return [dataclasses.replace(pair, premise="") for pair in pairs]
 
 
 def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.device, stages: Stages) -> dict:
-    """Every stage of one task: its baselines, then each BERT's runs; the task's record."""
+    """Every stage of one task: its baselines, then each BERT's runs; the task's record. Pairs also
+    compare the BERTs on the hypothesis alone (``hypothesis_only``); a learning curve compares them on the
+    first part of the training split with the same epochs (``learning_curve``) and with the same number of
+    optimiser steps as the whole split (``learning_curve_equal_steps``)."""
     task = task_type(name, settings)
     splits = load_task_splits(name, args.data_root)
     train = splits.train[: settings["max_train_examples"]]
@@ -136,9 +175,10 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
         source = folder if model == "course_bert" else BertConfig.load(folder)
         return quietly(task_model, task, source, labels)
 
-    def fine_tuning_run(model: str, lr: float, seed: int, examples: list) -> dict:
+    def fine_tuning_run(model: str, lr: float, seed: int, variant: Variant) -> dict:
+        examples, dev, test = variant.train, variant.dev, variant.test
         network = make_model(model, seed)
-        finetune_task(task, network, tokenizer, examples, labels=labels, epochs=settings["epochs"],
+        finetune_task(task, network, tokenizer, examples, labels=labels, epochs=variant.epochs,
                       batch_size=settings["batch_size"], encoder_lr=lr, max_length=settings["max_length"],
                       device=device, seed=seed, progress=not args.no_progress, precision=args.precision)
         scores = {split: evaluate_task(task, network, tokenizer, evaluated, labels=labels,
@@ -147,23 +187,28 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
         scores["test_examples"] = dataclasses.asdict(task_example_scores(
             task, network, tokenizer, test, labels=labels, max_length=settings["max_length"], precision=args.precision,
             what="test"))
+        if name == "spans":  # how long its answers are, beside the gold answers' and the sliding window's
+            batches = task.batches(test, tokenizer, labels, max_length=settings["max_length"], batch_size=64, what="test")
+            answers = predict_answers(network, batches, device, args.precision, settings["max_answer_length"])
+            scores["answer_words"] = sum(words(answer) for answer in answers.values()) / len(test)
         print(f"{name}, {model}, lr {lr:g}, seed {seed}, {len(examples)} train: dev {scores['dev']}, "
               f"test {scores['test']}", flush=True)
         return scores
 
-    def compare(examples: list) -> dict:
-        """The baselines and both BERTs trained on ``examples``, each BERT at its rate chosen on dev."""
-        # the stages of the whole training split keep their names; those of its first part say its size
-        part = "" if len(examples) == len(train) else f", first {len(examples)} train"
-        data = {"dataset": [splits.source, len(examples), len(dev), len(test)]}
+    def compare(variant: Variant) -> dict:
+        """The baselines and both BERTs of ``variant``, each BERT at its rate chosen on its dev split."""
+        part, examples = variant.label, variant.train
+        data = {"dataset": [splits.source, len(examples), len(variant.dev), len(variant.test)]}
+        trained = {**training, "epochs": variant.epochs, **({"hypothesis_only": True} if "hypothesis" in part else {})}
 
         def run(model: str, lr: float, seed: int) -> dict:
             return stages.run(f"{name}: {model}, lr {lr:g}, seed {seed}{part}",
-                              lambda: fine_tuning_run(model, lr, seed, examples), **data, **training,
+                              lambda: fine_tuning_run(model, lr, seed, variant), **data, **trained,
                               model=model, lr=lr, seed=seed)
 
-        record = {"train": len(examples),
-                  "baselines": stages.run(f"{name}: baselines{part}", lambda: baselines(name, examples, test), **data)}
+        record = {"train": len(examples), "epochs": variant.epochs, "baselines": stages.run(
+            f"{name}: baselines{part}", lambda: baselines(name, examples, variant.dev, variant.test), **data,
+            **({"window_answer_words": WINDOW_ANSWER_WORDS} if name == "spans" else {}))}
         for model in MODELS:
             first_seed = settings["seeds"][0]
             dev_score = {lr: run(model, lr, first_seed)["dev"][task.metric] for lr in settings["learning_rates"]}
@@ -177,14 +222,24 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
                 "test": {metric: summary([run_scores["test"][metric] for run_scores in runs])
                          for metric in runs[0]["test"]},
                 "test_examples_by_seed": [run_scores["test_examples"] for run_scores in runs],
+                **({"answer_words": sum(run_scores["answer_words"] for run_scores in runs) / len(runs)}
+                   if name == "spans" else {}),
             }
         return record
 
+    epochs = settings["epochs"]
     record = {"dataset": DATASET_NAMES[name], "source": splits.source, "dev": len(dev), "test": len(test),
-              "metric": task.metric, **compare(train)}
-    fractions = settings["learning_curve"].get(name, [])
-    if fractions:
-        record["learning_curve"] = [compare(train[: round(fraction * len(train))]) for fraction in fractions]
+              "metric": task.metric, **compare(Variant("", train, dev, test, epochs))}
+    if name == "pairs":
+        record["hypothesis_only"] = compare(Variant(", hypothesis only", *map(hypothesis_only, (train, dev, test)),
+                                                    epochs))
+    sizes = [round(fraction * len(train)) for fraction in settings["learning_curve"].get(name, [])]
+    if sizes:
+        record["learning_curve"] = [compare(Variant(f", first {size} train", train[:size], dev, test, epochs))
+                                    for size in sizes]
+        record["learning_curve_equal_steps"] = [  # as many optimiser steps as the whole split's runs
+            compare(Variant(f", first {size} train, {steps} epochs", train[:size], dev, test, steps))
+            for size, steps in ((size, round(epochs * len(train) / size)) for size in sizes)]
     return record
 
 
@@ -215,6 +270,13 @@ def check_expectations(tasks: dict) -> list[dict]:
         checks.append(expectation(f"{name}: course BERT above the best simple baseline ({baseline_name})",
                                   f"{pretrained:.1f} vs {baseline:.1f} ({pretrained - baseline:+.1f})",
                                   pretrained > baseline, test(None if baseline_examples is None else [baseline_examples])))
+        if "hypothesis_only" in record:  # what reading the premise adds to the annotation artefacts
+            alone = record["hypothesis_only"]["course_bert"]
+            alone_score = alone["test"][metric]["mean"] * scale
+            checks.append(expectation(
+                f"{name}: course BERT above the same BERT reading the hypothesis alone ({metric})",
+                f"{pretrained:.1f} vs {alone_score:.1f} ({pretrained - alone_score:+.1f})", pretrained > alone_score,
+                test(alone.get("test_examples_by_seed"))))
     return checks
 
 
@@ -236,16 +298,32 @@ def markdown(results: dict) -> str:
             test = record[model]["test"]
             lines.append(f"| {MODEL_NAMES[model]} | {record[model]['learning_rate']:g} | " + " | ".join(
                 format_summary(metric, test[metric]) for metric in metrics) + " |")
-        if "learning_curve" in record:
-            lines += learning_curve_table(record)
+        if "hypothesis_only" in record:
+            for model in MODELS:
+                test = record["hypothesis_only"][model]["test"]
+                lines.append(f"| {MODEL_NAMES[model]}, hypothesis alone | "
+                             f"{record['hypothesis_only'][model]['learning_rate']:g} | " + " | ".join(
+                                 format_summary(metric, test[metric]) for metric in metrics) + " |")
+        if "answer_words" in record["course_bert"]:
+            window = record["baselines"]["sliding window"]
+            lines += ["", f"Answers' mean length in words: gold (each question's shortest) "
+                      f"{window['gold_answer_words']:.1f}, course BERT {record['course_bert']['answer_words']:.1f}, "
+                      f"random weights {record['random_init']['answer_words']:.1f}, sliding window "
+                      f"{window['answer_words']:.1f} (its longest answer, {window['max_answer_words']} words, chosen on "
+                      f"dev; its test F1 by longest answer: " + ", ".join(
+                          f"{limit}: {f1:.1f}" for limit, f1 in window["test_f1_by_max_answer_words"].items()) + ")."]
+        for key, kind in (("learning_curve", "same epochs"), ("learning_curve_equal_steps", "same optimiser steps")):
+            if key in record:
+                lines += learning_curve_table(record, key, kind)
     lines += ["", *checks_table(results["checks"])]
     return "\n".join(lines)
 
 
-def learning_curve_table(record: dict) -> list[str]:
-    """Markdown lines: the test score of every baseline and BERT by the number of training examples, and
-    the course BERT's mean minus the best baseline's score and minus the random-weights BERT's mean."""
-    metric, points = record["metric"], [*record["learning_curve"], record]
+def learning_curve_table(record: dict, key: str, kind: str) -> list[str]:
+    """Markdown lines: the test score of every baseline and BERT by the number of training examples (the
+    points of ``record[key]``, trained for ``kind``, and the whole split), and the course BERT's mean minus
+    the best baseline's score and minus the random-weights BERT's mean."""
+    metric, points = record["metric"], [*record[key], record]
     columns = [*record["baselines"], *MODELS]
 
     def score(point: dict, column: str) -> str:
@@ -260,7 +338,7 @@ def learning_curve_table(record: dict) -> list[str]:
         return " | ".join(f"{'-' if lead < 0 else '+'}{format_score(metric, abs(lead), unit='')}"
                           for lead in (bert - best_baseline, bert - random_init))
 
-    return ["", f"Learning curve (test {metric}; the first examples of the training split, same epochs):", "",
+    return ["", f"Learning curve, {kind} (test {metric}; the first examples of the training split):", "",
             "| training examples | " + " | ".join(MODEL_NAMES.get(column, column) for column in columns)
             + " | course BERT minus the best baseline | course BERT minus random weights |",
             "|---:|" + "---:|" * (len(columns) + 2),
