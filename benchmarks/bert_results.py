@@ -1,7 +1,7 @@
 """What the course's pretrained BERT achieves on MR, under a fair protocol.
 
-    python benchmarks/bert_results.py --data-root DIR [--quick] [--device auto|cpu|cuda] [--threads T]
-                                      [--out benchmarks/results/bert-<device>.json] [--work-dir DIR]
+    python benchmarks/bert_results.py --data-root DIR [--imdb-root DIR] [--quick] [--device auto|cpu|cuda]
+                                      [--threads T] [--out benchmarks/results/bert-<device>.json] [--work-dir DIR]
 
 DIR holds ``rt-polarity/`` (the sentence polarity dataset v1.0, MR; Pang and Lee, 2005), split 80/10/10
 by ``bertlab.data`` as in the chapters. The course's BERT is the one the package ships
@@ -27,6 +27,10 @@ trained at that rate; test accuracy reported as mean and standard deviation over
     loss, alpha 0.5, T = 2); the same student trained on the labels alone shows what the teacher adds.
     Both students start from the course BERT's pretrained layers 0 and 2 and a new head.
     ``compare_models`` times teacher and student side by side on the test set.
+(d) Distillation where it is known to pay (Sanh et al., 2019; Jiao et al., 2020): with ``--imdb-root``, the
+    teacher labels sentences of the unlabelled IMDB reviews (MR's domain) and students learn from them
+    and the labels, with all the labels and with the first 250, beside the students of the labels alone;
+    every student over every seed.
 
 The JSON holds the settings, the machine, every run and the checks of the expectations, each with its
 paired test over the test examples (a bootstrap interval, and McNemar's test for two classifiers): an
@@ -44,6 +48,7 @@ Delete the folder to start afresh otherwise.
 import argparse
 import json
 import math
+import random
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,7 +56,7 @@ from pathlib import Path
 import torch
 
 from bertlab.bert import BertForSequenceClassification
-from bertlab.data import load_sentiment
+from bertlab.data import imdb_documents, load_sentiment
 from bertlab.distillation import compare_models, distill, init_student_from_teacher
 from bertlab.finetuning import choose_learning_rate, finetune, freeze_layers, predict, train_bag_of_words
 from bertlab.pretraining import course_bert_folder, course_bert_sha256
@@ -70,11 +75,12 @@ SETTINGS = {
                  learning_rates=[1e-4, 3e-4, 1e-3], head_only_learning_rates=[3e-4, 1e-3, 3e-3, 1e-2],
                  curve_sizes=[250, 1000, 4000], curve_learning_rates=[3e-5, 1e-4, 3e-4, 1e-3, 3e-3],
                  tfidf_c=[0.3, 1.0, 3.0, 10.0, 30.0, 100.0], alpha=0.5, temperature=2.0,
-                 repeats=5, max_train_examples=None),
+                 repeats=5, max_train_examples=None, teacher_labelled_sentences=8000),
     "quick": dict(seeds=[0], epochs=1, batch_size=32, max_length=64, min_steps=20,
                   learning_rates=[3e-4, 1e-3], head_only_learning_rates=[3e-3], curve_sizes=[250],
                   curve_learning_rates=[3e-4, 1e-3],
-                  tfidf_c=[1.0], alpha=0.5, temperature=2.0, repeats=2, max_train_examples=500),
+                  tfidf_c=[1.0], alpha=0.5, temperature=2.0, repeats=2, max_train_examples=500,
+                  teacher_labelled_sentences=300),
 }
 
 
@@ -98,6 +104,14 @@ def tfidf_logistic_regression(train, dev, test, c_grid) -> dict:
     test_correct = correct(runs[best], test)
     return {"C": best, "dev_accuracy_by_C": dev_accuracy, "test_accuracy": sum(test_correct) / len(test),
             "test_correct": test_correct}
+
+
+def unlabelled_sentences(imdb_root: Path, count: int) -> list[str]:
+    """``count`` sentences of 5 to 40 words drawn (seed 0) from the unlabelled IMDB reviews (``train/unsup``):
+    text in MR's domain, short like its snippets, without labels, for the teacher to label."""
+    documents = imdb_documents(imdb_root, folders=("train/unsup",))
+    sentences = [sentence for document in documents for sentence in document if 5 <= len(sentence.split()) <= 40]
+    return random.Random(0).sample(sentences, min(count, len(sentences)))
 
 
 def bag_of_words(train, test) -> dict:
@@ -199,27 +213,30 @@ def run(args: argparse.Namespace) -> dict:
     teacher = pretrained_classifier()
     teacher.load_state_dict(torch.load(teacher_weights, map_location="cpu", weights_only=True))
 
-    def student(lr: float, teacher_model=None, seed: int = 0) -> BertForSequenceClassification:
+    def student(lr: float, teacher_model=None, seed: int = 0, examples=None) -> BertForSequenceClassification:
         """The half-depth student: the course BERT's pretrained layers 0 and 2 and a new head, distilled
-        from ``teacher_model``, or fine-tuned on the labels alone when it is None."""
+        from ``teacher_model``, or fine-tuned on the labels alone when it is None, on ``examples`` (default:
+        the training split)."""
+        examples = train if examples is None else examples
         seed_everything(seed)
         model = init_student_from_teacher(pretrained_classifier())
         options = dict(epochs=settings["epochs"], batch_size=settings["batch_size"], max_length=settings["max_length"],
                        device=device, seed=seed, progress=not args.no_progress, precision=args.precision)
         if teacher_model is None:
-            finetune(model, tokenizer, train, encoder_lr=lr, **options)
+            finetune(model, tokenizer, examples, encoder_lr=lr, **options)
         else:
-            distill(teacher_model, model, tokenizer, train, lr=lr, alpha=settings["alpha"],
+            distill(teacher_model, model, tokenizer, examples, lr=lr, alpha=settings["alpha"],
                     temperature=settings["temperature"], **options)
         return model
 
-    def students(teacher_model=None) -> tuple[dict, BertForSequenceClassification]:
-        """Students distilled from ``teacher_model`` (None: on the labels alone): the learning rate chosen
-        on dev with the first seed, then every other seed at that rate; their record, and the first's model."""
-        tuned = choose_learning_rate(lambda lr: student(lr, teacher_model, seeds[0]), grid, tokenizer, dev,
+    def students(teacher_model=None, examples=None) -> tuple[dict, BertForSequenceClassification]:
+        """Students distilled from ``teacher_model`` (None: on the labels alone) on ``examples`` (default: the
+        training split): the learning rate chosen on dev with the first seed, then every other seed at that
+        rate; their record, and the first's model."""
+        tuned = choose_learning_rate(lambda lr: student(lr, teacher_model, seeds[0], examples), grid, tokenizer, dev,
                                      max_length=settings["max_length"], precision=args.precision)
-        correct = [test_correct(tuned.model)] + [test_correct(student(tuned.learning_rate, teacher_model, seed))
-                                                 for seed in seeds[1:]]
+        correct = [test_correct(tuned.model)] + [
+            test_correct(student(tuned.learning_rate, teacher_model, seed, examples)) for seed in seeds[1:]]
         return {"learning_rate": tuned.learning_rate, "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
                 "test_accuracy": sum(correct[0]) / len(correct[0]), **summary([sum(run) / len(run) for run in correct]),
                 "test_correct_by_seed": correct}, tuned.model
@@ -249,7 +266,30 @@ def run(args: argparse.Namespace) -> dict:
                                    **training),
         "comparison": distilled["comparison"],
         "comparison_markdown": distilled["comparison_markdown"],
+        "teacher_labelled_text": None,  # without --imdb-root
     }
+
+    # ------------------------------------------------- (d) distillation on text the teacher labels
+    if args.imdb_root is not None:
+        sentences = unlabelled_sentences(args.imdb_root, settings["teacher_labelled_sentences"])
+        labelled_by_teacher = list(zip(sentences, predict(teacher, tokenizer, sentences, max_length=settings["max_length"],
+                                                          precision=args.precision).tolist()))
+        few = train[: settings["curve_sizes"][0]]
+        text = dict(teacher_labelled_sentences=len(sentences), alpha=settings["alpha"],
+                    temperature=settings["temperature"], **teacher_and_students)
+        distillation["teacher_labelled_text"] = {
+            "sentences": len(sentences), "source": "aclImdb/train/unsup, sentences of 5 to 40 words, seed 0",
+            "labels": len(train), "few_labels": len(few),
+            "distilled_with_text": stages.run("distilled student, labels and teacher-labelled text",
+                                              lambda: students(teacher, train + labelled_by_teacher)[0], **text),
+            "few_labels_alone": stages.run(f"student on {len(few)} labels alone", lambda: students(None, few)[0],
+                                           learning_rates=grid, seeds=seeds, **training),
+            "few_labels_distilled": stages.run(f"distilled student, {len(few)} labels",
+                                               lambda: students(teacher, few)[0], **text),
+            "few_labels_distilled_with_text": stages.run(
+                f"distilled student, {len(few)} labels and teacher-labelled text",
+                lambda: students(teacher, few + labelled_by_teacher)[0], **text),
+        }
 
     results = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -329,6 +369,14 @@ def check_expectations(results: dict) -> list[dict]:
     distilled = distillation["distilled"]
     checks.append(above("the distilled student above the same student on the labels alone", distilled, labels_alone,
                         0.0, f"{percent(distilled)} vs {percent(labels_alone)} (over {len(distilled['by_seed'])} seeds)"))
+    text = distillation.get("teacher_labelled_text")
+    if text is not None:  # where distillation is known to pay: text that only the teacher labels
+        for name, a, b in (
+                (f"with teacher-labelled text, the distilled student above the labels-only student ({text['labels']} labels)",
+                 text["distilled_with_text"], labels_alone),
+                (f"with teacher-labelled text, the distilled student above the labels-only student ({text['few_labels']} "
+                 "labels)", text["few_labels_distilled_with_text"], text["few_labels_alone"])):
+            checks.append(above(name, a, b, 0.0, f"{percent(a)} vs {percent(b)} (over {len(a['by_seed'])} seeds)"))
     checks.append(expectation("half-depth student runs >= 1.6x faster (inference)", f"{student['speedup']:.2f}x",
                               student["speedup"] >= 1.6, None))  # a timing: no per-example test
     return checks
@@ -369,16 +417,33 @@ def markdown(results: dict) -> str:
               distillation["comparison_markdown"], "",
               f"The same students, over {seeds} seed(s): distilled {percent(distillation['distilled'])}, trained on the "
               f"labels alone {percent(distillation['labels_alone'])} (learning rate "
-              f"{distillation['labels_alone']['learning_rate']:g}).", "",
+              f"{distillation['labels_alone']['learning_rate']:g}).", *teacher_labelled_lines(distillation), "",
               *checks_table(results["checks"])]
     seconds = ", ".join(f"{name} {value:.0f} s" for name, value in results["seconds"].items())
     lines += ["", f"Wall-clock time per stage: {seconds}."]
     return "\n".join(lines)
 
 
+def teacher_labelled_lines(distillation: dict) -> list[str]:
+    """Markdown lines of the students trained with the text the teacher labelled (none without --imdb-root)."""
+    text = distillation.get("teacher_labelled_text")
+    if text is None:
+        return ["", "Distillation on teacher-labelled text: not run (pass --imdb-root)."]
+    return ["", f"**Distillation on text the teacher labels** ({text['sentences']} sentences of unlabelled IMDB reviews "
+            f"labelled by the teacher; students over the seeds)", "",
+            "| labels | labels alone | distilled | distilled, with the teacher-labelled text |", "|---:|---:|---:|---:|",
+            f"| {text['labels']} | {percent(distillation['labels_alone'])} | {percent(distillation['distilled'])} | "
+            f"{percent(text['distilled_with_text'])} |",
+            f"| {text['few_labels']} | {percent(text['few_labels_alone'])} | {percent(text['few_labels_distilled'])} | "
+            f"{percent(text['few_labels_distilled_with_text'])} |"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", type=Path, help="folder holding rt-polarity/ (default: $BERTLAB_DATA)")
+    parser.add_argument("--imdb-root", type=Path,
+                        help="folder holding aclImdb/ (extracted outside the repository): its unlabelled reviews give "
+                        "the text the teacher labels for distillation; without it that part is not run")
     parser.add_argument("--quick", action="store_true", help="a small check of the script: 500 examples, 1 seed")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")

@@ -354,6 +354,11 @@ def _mr_record(kept: bool) -> dict:
             **({"teacher_test_correct": _correct(0.80, 400, 60)} if kept else {}),
             "distilled": strip({**_seeds(0.78, first_seed=70), "test_accuracy": 0.78}),
             "labels_alone": strip({**_seeds(0.78, first_seed=80), "test_accuracy": 0.78}),
+            "teacher_labelled_text": {"sentences": 8000, "labels": 400, "few_labels": 250,
+                                      "distilled_with_text": strip(_seeds(0.80, first_seed=90)),
+                                      "few_labels_alone": strip(_seeds(0.60, first_seed=100)),
+                                      "few_labels_distilled": strip(_seeds(0.62, first_seed=110)),
+                                      "few_labels_distilled_with_text": strip(_seeds(0.75, first_seed=120))},
         },
     }
 
@@ -371,6 +376,9 @@ def test_mr_expectations_hold_only_when_their_paired_test_finds_them(bert_result
     alone = checks["the distilled student above the same student on the labels alone"]
     assert not alone.met_by_scores and alone.significance.mcnemar_p is not None
     assert checks["half-depth student runs >= 1.6x faster (inference)"].holds is None  # a timing: untested
+    with_text = "with teacher-labelled text, the distilled student above the labels-only student ({} labels)"
+    assert checks[with_text.format(250)].holds is True  # 75% vs 60%
+    assert checks[with_text.format(400)].met_by_scores and checks[with_text.format(400)].holds is False  # 80 vs 78
 
 
 def test_an_mr_record_without_per_example_results_claims_no_significance(bert_results):
