@@ -35,6 +35,7 @@ from bertlab.attention import padding_mask
 from bertlab.norm import LayerNorm
 from bertlab.positional import LearnedPositionalEmbedding, sinusoidal_positional_encoding
 from bertlab.transformer import ACTIVATIONS, EncoderLayer
+from bertlab.utils import check_preset
 
 IGNORE_INDEX = -100  # label of the positions a loss skips (masked language modelling, tagging), as in Hugging Face
 CONFIG_FILE = "config.json"
@@ -128,12 +129,7 @@ class BertConfig:
         4/256/4, 4/512/8, 8/512/8); base and large are Devlin et al.'s (12/768/12, 24/1024/16).
         Example: ``BertConfig.preset("mini", vocab_size=8000)``.
         """
-        if name not in PRESETS:
-            raise ValueError(f"unknown BERT preset {name!r}; expected one of {', '.join(map(repr, PRESETS))}")
-        names = [field.name for field in dataclasses.fields(cls)]
-        unknown = sorted(set(overrides) - set(names))
-        if unknown:
-            raise ValueError(f"unknown BertConfig field(s) {unknown}; the fields are {names}")
+        check_preset(cls, PRESETS, name, overrides, "BERT")
         layers, hidden, heads = PRESETS[name]
         sizes = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
                      intermediate_size=4 * hidden)

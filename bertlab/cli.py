@@ -4,6 +4,7 @@
     bertlab finetune --model runs/pretrain --dataset mr --output runs/finetune
     bertlab finetune --model runs/pretrain --task pairs|tagging|spans --data-root DIR --output runs/snli
     bertlab distill --teacher runs/finetune --dataset mr --output runs/distill
+    bertlab generate --model runs/gpt --prompt "this movie was" --top-p 0.9
     torchrun --nproc_per_node 2 -m bertlab pretrain ...       (DistributedDataParallel, rank 0 prints)
 
 Each subcommand runs the library function of the same name (``bertlab.pretraining.pretrain``,
@@ -40,6 +41,7 @@ from bertlab.data import PRETRAINING_CORPORA, SENTIMENT_DATASETS, load_sentiment
 from bertlab.distillation import compare_models, distill, init_student_from_teacher
 from bertlab.finetuning import (Progress, encoder_layers, evaluate, finetune, format_value, freeze_layers,
                                 prediction_metrics)
+from bertlab.gpt import GPTLMHeadModel, generate
 from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, PackedSegments, pretrain
 from bertlab.task_baselines import majority_label, sliding_window_answers, train_most_frequent_tagger
 from bertlab.task_data import TASK_DATASETS, load_task_splits
@@ -702,6 +704,48 @@ def add_distill_command(subcommands, common: argparse.ArgumentParser) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# bertlab generate
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    device = resolve_device(args.device)
+    model = GPTLMHeadModel.from_pretrained(args.model).to(device)
+    tokenizer = load_tokenizer(args.model)
+    config = model.config
+    start = [] if config.bos_token_id is None else [config.bos_token_id]
+    prompt = start + tokenizer.convert_tokens_to_ids(tokenizer.tokenize(args.prompt))
+    if not prompt:
+        raise UsageError("the model has no bos_token_id to start from: give a --prompt")
+    input_ids = torch.tensor([prompt] * args.num_samples, device=device)  # (samples, N)
+    tokens = generate(model, input_ids, args.max_new_tokens, do_sample=not args.greedy, temperature=args.temperature,
+                      top_k=args.top_k, top_p=args.top_p, generator=torch.Generator(device).manual_seed(args.seed),
+                      eos_token_id=config.eos_token_id)
+    for row in tokens:
+        say(tokenizer.decode(row))
+    return 0
+
+
+def add_generate_command(subcommands, common: argparse.ArgumentParser) -> None:
+    parser = subcommands.add_parser(
+        "generate", parents=[common], help="continue a prompt with a GPT",
+        description="Continue --prompt with a GPT-2-style model folder (bertlab.gpt, or a transformers "
+        "GPT2LMHeadModel) holding the WordPiece vocab.txt it was trained with: sampled with temperature, top-k and "
+        "top-p (nucleus) filtering, seeded by --seed, or greedy; each new token reuses the keys and values of the "
+        "tokens before it (KV cache). Prints one continuation a line.",
+    )
+    parser.add_argument("--model", type=Path, required=True, metavar="DIR", help="GPT model folder")
+    parser.add_argument("--prompt", default="", help="text to continue (default: none, from the start token)")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=50, metavar="N", help="default: 50")
+    parser.add_argument("--num-samples", type=positive_int, default=1, metavar="N", help="default: 1")
+    parser.add_argument("--greedy", action="store_true", help="the most probable token at each step (no sampling)")
+    parser.add_argument("--temperature", type=positive_float, default=1.0, help="softmax temperature (default: 1)")
+    parser.add_argument("--top-k", type=positive_int, metavar="K", help="sample among the K most probable tokens")
+    parser.add_argument("--top-p", type=fraction, metavar="P",
+                        help="sample among the most probable tokens holding probability P (nucleus)")
+    parser.set_defaults(handler=run_generate)
+
+
+# --------------------------------------------------------------------------------------------------
 # The parser and the entry point
 
 
@@ -753,6 +797,7 @@ def build_parser() -> ArgumentParser:
     add_pretrain_command(subcommands, common)
     add_finetune_command(subcommands, common)
     add_distill_command(subcommands, common)
+    add_generate_command(subcommands, common)
     return parser
 
 

@@ -1,8 +1,10 @@
 """Small helpers shared by the training code and the book: devices, seeds and mixed precision."""
 
 import contextlib
+import dataclasses
 import functools
 import random
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -101,3 +103,14 @@ def grad_scaler(device: torch.device, precision: str = "auto") -> torch.amp.Grad
     float32's range and needs none; disabled, the scaler passes everything through unchanged.
     """
     return torch.amp.GradScaler(device.type, enabled=autocast_dtype(device, precision) == torch.float16)
+
+
+def check_preset(config_class: type, presets: Mapping, name: str, overrides: Mapping, model: str) -> None:
+    """Raise a ValueError naming the choices when ``name`` is not one of ``presets`` or ``overrides`` names a
+    field that ``config_class`` (a dataclass, the config of ``model``) lacks."""
+    if name not in presets:
+        raise ValueError(f"unknown {model} preset {name!r}; expected one of {', '.join(map(repr, presets))}")
+    names = [field.name for field in dataclasses.fields(config_class)]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise ValueError(f"unknown {config_class.__name__} field(s) {unknown}; the fields are {names}")

@@ -60,7 +60,7 @@ def test_python_m_bertlab_help_lists_the_commands():
     result = subprocess.run([sys.executable, "-m", "bertlab", "--help"], capture_output=True, text=True,
                             timeout=120, env=subprocess_environment())
     assert result.returncode == 0, result.stderr
-    assert all(command in result.stdout for command in ("pretrain", "finetune", "distill"))
+    assert all(command in result.stdout for command in ("pretrain", "finetune", "distill", "generate"))
 
 
 @pytest.mark.parametrize("command, options", [

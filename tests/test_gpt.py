@@ -1,0 +1,429 @@
+"""Tests of bertlab.gpt against Hugging Face ``transformers`` GPT-2 (tiny random models, no downloads)."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from bertlab.bert import BertConfig, BertForPreTraining
+from bertlab.course_model import COURSE_BERT_FOLDER
+from bertlab.efficient import kv_cache_bytes
+from bertlab.gpt import (
+    GPTConfig,
+    GPTLMHeadModel,
+    KVCache,
+    apply_temperature,
+    causal_lm_loss,
+    count_gpt_parameters,
+    filter_logits,
+    generate,
+    next_token,
+    top_k_filter,
+    top_p_filter,
+)
+from bertlab.tokenization import BertTokenizer
+
+transformers = pytest.importorskip("transformers")
+from transformers.generation.logits_process import (  # noqa: E402
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+TINY = dict(vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4, n_inner=37, bos_token_id=1,
+            eos_token_id=2)
+ATOL = 1e-5
+
+
+@torch.no_grad()
+def perturb(model: nn.Module) -> nn.Module:
+    """Move every parameter off its initial value (biases 0, LayerNorm 1/0), so that a parameter
+    mapped to the wrong place, or not transposed, changes the outputs."""
+    for parameter in model.parameters():
+        parameter.add_(0.1 * torch.randn_like(parameter))
+    return model
+
+
+@pytest.fixture
+def hf_model(tmp_path):
+    """A random Hugging Face GPT2LMHeadModel, saved by its own ``save_pretrained`` into tmp_path / "hf"."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(**TINY, attn_implementation="eager")
+    model = perturb(transformers.GPT2LMHeadModel(config)).eval()
+    model.save_pretrained(tmp_path / "hf")
+    return model
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    return perturb(GPTLMHeadModel(GPTConfig(**TINY))).eval()
+
+
+@pytest.fixture
+def input_ids():
+    return torch.randint(0, TINY["vocab_size"], (3, 11), generator=torch.Generator().manual_seed(1))
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration and size
+# --------------------------------------------------------------------------------------------------
+
+
+def test_config_round_trips_through_hugging_face():
+    ours = GPTConfig(**TINY, activation_function="gelu_tanh")
+    theirs = transformers.GPT2Config(**ours.to_dict())
+    assert theirs.activation_function == "gelu_new" and theirs.n_inner == 37
+    assert GPTConfig.from_dict(theirs.to_dict()) == ours
+    assert GPTConfig.from_dict(transformers.GPT2Config().to_dict()) == GPTConfig()
+
+
+@pytest.mark.parametrize("option", [{"scale_attn_weights": False}, {"scale_attn_by_inverse_layer_idx": True},
+                                    {"add_cross_attention": True}, {"tie_word_embeddings": False}])
+def test_config_refuses_options_it_does_not_implement(option):
+    with pytest.raises(ValueError, match=next(iter(option))):
+        GPTConfig.from_dict({**TINY, **option})
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(n_embd=30, n_head=4), "divisible"), (dict(n_layer=0), "n_layer"), (dict(eos_token_id=99), "eos_token_id"),
+    (dict(attn_pdrop=1.0), "attn_pdrop"), (dict(activation_function="tanh"), "activation"),
+])
+def test_config_rejects_bad_values(fields, match):
+    with pytest.raises(ValueError, match=match):
+        GPTConfig(**{**TINY, **fields})
+
+
+def test_count_parameters_matches_the_models(model):
+    config = model.config
+    assert count_gpt_parameters(config) == sum(parameter.numel() for parameter in model.parameters())
+    hf_model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**TINY))
+    assert count_gpt_parameters(config) == hf_model.num_parameters()
+    assert count_gpt_parameters(GPTConfig()) == 124_439_808  # GPT-2 small
+
+
+def test_course_gpt_is_the_course_berts_size_class():
+    config = GPTConfig.preset("course")
+    assert (config.n_layer, config.n_embd, config.n_head, config.inner_size) == (4, 256, 4, 1024)
+    assert count_gpt_parameters(config) == 5_387_776
+    assert sum(parameter.numel() for parameter in GPTLMHeadModel(config).parameters()) == 5_387_776
+    course_bert = BertForPreTraining(BertConfig.load(COURSE_BERT_FOLDER))
+    bert_parameters = sum(parameter.numel() for parameter in course_bert.parameters())
+    assert bert_parameters == 5_529_090
+    assert abs(5_387_776 / bert_parameters - 1) <= 0.10
+    tokenizer = BertTokenizer(COURSE_BERT_FOLDER / "vocab.txt")
+    assert config.vocab_size == tokenizer.vocab_size == course_bert.config.vocab_size
+    assert config.n_positions == course_bert.config.max_position_embeddings
+    assert tokenizer.convert_ids_to_tokens([config.bos_token_id, config.eos_token_id, config.pad_token_id]) == [
+        "[CLS]", "[SEP]", "[PAD]"]
+
+
+def test_preset_rejects_unknown_names_and_fields():
+    with pytest.raises(ValueError, match="unknown GPT preset"):
+        GPTConfig.preset("huge")
+    with pytest.raises(ValueError, match="hidden_size"):
+        GPTConfig.preset("course", hidden_size=64)
+    assert GPTConfig.preset("gpt2") == GPTConfig()
+
+
+# --------------------------------------------------------------------------------------------------
+# Hugging Face parity, both ways
+# --------------------------------------------------------------------------------------------------
+
+
+def test_hugging_face_checkpoint_loads_with_equal_logits(hf_model, tmp_path, input_ids):
+    ours = GPTLMHeadModel.from_pretrained(tmp_path / "hf")
+    assert not ours.training
+    with torch.no_grad():
+        torch.testing.assert_close(ours(input_ids).logits, hf_model(input_ids).logits, atol=ATOL, rtol=0)
+        assert ours(input_ids, labels=input_ids).loss.item() == pytest.approx(
+            hf_model(input_ids, labels=input_ids).loss.item(), abs=ATOL)
+
+
+def test_saved_folder_loads_in_hugging_face_with_equal_logits(model, tmp_path, input_ids):
+    model.save_pretrained(tmp_path / "ours")
+    config = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert config["model_type"] == "gpt2" and config["architectures"] == ["GPT2LMHeadModel"]
+    theirs = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "ours", attn_implementation="eager").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(input_ids).logits, model(input_ids).logits, atol=ATOL, rtol=0)
+    hf_state = theirs.state_dict()
+    for name, tensor in model.state_dict().items():  # the same names; Conv1D weights transposed
+        conv1d = name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight"))
+        torch.testing.assert_close(tensor, hf_state[name].t() if conv1d else hf_state[name], atol=0, rtol=0)
+    assert theirs.lm_head.weight.data_ptr() == theirs.transformer.wte.weight.data_ptr()
+
+
+def test_padding_mask_matches_hugging_face_on_real_tokens(hf_model, tmp_path, input_ids):
+    ours = GPTLMHeadModel.from_pretrained(tmp_path / "hf")
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 6:] = 0
+    attention_mask[2, 9:] = 0
+    with torch.no_grad():
+        got = ours(input_ids, attention_mask=attention_mask).logits
+        expected = hf_model(input_ids, attention_mask=attention_mask).logits
+    real = attention_mask.bool()
+    torch.testing.assert_close(got[real], expected[real], atol=ATOL, rtol=0)
+
+
+def test_openai_style_checkpoint_names_load(hf_model, model, input_ids):
+    """OpenAI's released GPT-2 has no ``transformer.`` prefix and stores the causal mask as ``attn.bias``."""
+    state = {name.removeprefix("transformer."): tensor for name, tensor in hf_model.state_dict().items()}
+    for layer in range(TINY["n_layer"]):
+        state[f"h.{layer}.attn.bias"] = torch.ones(1, 1, 32, 32).tril()
+    model.load_hf_state_dict(state)
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids).logits, hf_model(input_ids).logits, atol=ATOL, rtol=0)
+
+
+def test_loading_reports_what_does_not_fit(hf_model, model, tmp_path):
+    state = hf_model.state_dict()
+    with pytest.raises(ValueError, match="missing keys.*transformer.ln_f.weight"):
+        model.load_hf_state_dict({key: value for key, value in state.items() if key != "transformer.ln_f.weight"})
+    with pytest.raises(ValueError, match="unexpected keys.*score.weight"):
+        model.load_hf_state_dict({**state, "score.weight": torch.zeros(2, 32)})
+    with pytest.raises(ValueError, match="transformer.wpe.weight has shape"):
+        model.load_hf_state_dict({**state, "transformer.wpe.weight": torch.zeros(16, 32)})
+    config = tmp_path / "hf" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "model_type": "bert"}))
+    with pytest.raises(ValueError, match="not a GPT-2"):
+        GPTLMHeadModel.from_pretrained(tmp_path / "hf")
+
+
+# --------------------------------------------------------------------------------------------------
+# Causal attention and the shifted loss
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_position_never_sees_the_future(model, input_ids):
+    changed = input_ids.clone()
+    changed[:, 6:] = (changed[:, 6:] + 1) % TINY["vocab_size"]
+    with torch.no_grad():
+        before, after = model(input_ids).logits, model(changed).logits
+    torch.testing.assert_close(before[:, :6], after[:, :6], atol=0, rtol=0)
+    assert not torch.allclose(before[:, 6:], after[:, 6:])
+
+
+def test_causal_loss_is_the_shifted_mean_over_labelled_positions(hf_model, input_ids):
+    logits = torch.randn(3, 11, TINY["vocab_size"], generator=torch.Generator().manual_seed(2))
+    labels = input_ids.clone()
+    labels[0, 4] = labels[2, 7:] = -100
+    terms = [-logits[b, i].log_softmax(-1)[labels[b, i + 1]] for b in range(3) for i in range(10)
+             if labels[b, i + 1] != -100]
+    assert len(terms) == 30 - 1 - 4
+    expected = torch.stack(terms).mean()
+    torch.testing.assert_close(causal_lm_loss(logits, labels), expected)
+    hf_loss = hf_model.loss_function(logits, labels, TINY["vocab_size"])
+    torch.testing.assert_close(causal_lm_loss(logits, labels), hf_loss)
+    with pytest.raises(ValueError, match="shape of input_ids"):
+        causal_lm_loss(logits, labels[:, 1:])
+
+
+# --------------------------------------------------------------------------------------------------
+# The KV cache
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunks", [(4, 1, 1, 1, 1, 1, 1, 1), (1,) * 11, (5, 3, 1, 2)])
+def test_cached_logits_equal_a_full_recompute(model, input_ids, chunks):
+    cache = KVCache()
+    with torch.no_grad():
+        full = model(input_ids).logits  # (B, N, V)
+        start = 0
+        for size in chunks:
+            step = model(input_ids[:, start:start + size], cache=cache)
+            assert step.cache is cache and cache.length == start + size
+            torch.testing.assert_close(step.logits, full[:, start:start + size], atol=ATOL, rtol=0)
+            start += size
+
+
+def test_cache_shapes_and_size_agree_with_chapter_05(model, input_ids):
+    cache = KVCache()
+    with torch.no_grad():
+        model(input_ids[:, :7], cache=cache)
+        model(input_ids[:, 7:8], cache=cache)
+    B, H, L, D = 3, TINY["n_head"], TINY["n_layer"], TINY["n_embd"] // TINY["n_head"]
+    assert len(cache.keys) == len(cache.values) == L
+    assert all(tensor.shape == (B, H, 8, D) for tensor in (*cache.keys, *cache.values))
+    assert cache.nbytes == kv_cache_bytes(B, 8, L, H, D, bytes_per_value=4) == 2 * 3 * 8 * 2 * 4 * 8 * 4
+    half = KVCache()
+    with torch.no_grad():
+        model.to(torch.bfloat16)(input_ids, cache=half)
+    assert half.nbytes == kv_cache_bytes(B, 11, L, H, D, bytes_per_value=2)
+
+
+def test_cache_with_padding_equals_a_full_recompute(model, input_ids):
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 8:] = 0
+    cache = KVCache()
+    with torch.no_grad():
+        full = model(input_ids, attention_mask=attention_mask).logits
+        prefix = model(input_ids[:, :6], attention_mask=attention_mask[:, :6], cache=cache).logits
+        rest = model(input_ids[:, 6:], attention_mask=attention_mask, cache=cache).logits
+    real = attention_mask.bool()
+    torch.testing.assert_close(torch.cat([prefix, rest], dim=1)[real], full[real], atol=ATOL, rtol=0)
+
+
+def test_cache_misuse_is_reported(model, input_ids):
+    cache = KVCache()
+    with torch.no_grad():
+        model(input_ids, cache=cache)
+        with pytest.raises(ValueError, match="cache holds 3 sequences"):
+            model(input_ids[:2, :1], cache=cache)
+        with pytest.raises(ValueError, match="exceed n_positions=32"):
+            model(torch.zeros(3, 22, dtype=torch.long), cache=cache)
+        with pytest.raises(ValueError, match="cover the cached and new positions"):
+            model(input_ids[:, :1], attention_mask=torch.ones(3, 1), cache=cache)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sampling
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def logits():
+    """Random logits (B, V) with a tie, so that top-k's rule for ties is tested."""
+    values = 3 * torch.randn(6, 50, generator=torch.Generator().manual_seed(3))
+    values[0, 1] = values[0, 0]
+    return values
+
+
+def assert_same_distribution(got: torch.Tensor, expected: torch.Tensor) -> None:
+    assert torch.equal(torch.isinf(got), torch.isinf(expected))  # the same tokens kept
+    torch.testing.assert_close(got.softmax(-1), expected.softmax(-1))
+
+
+@pytest.mark.parametrize("temperature", [0.3, 1.0, 2.5])
+def test_temperature_equals_hugging_face(logits, temperature):
+    assert_same_distribution(apply_temperature(logits, temperature), TemperatureLogitsWarper(temperature)(None, logits))
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 49, 50, 80])
+def test_top_k_equals_hugging_face(logits, k):
+    assert_same_distribution(top_k_filter(logits, k), TopKLogitsWarper(k)(None, logits))
+
+
+@pytest.mark.parametrize("p", [0.01, 0.3, 0.5, 0.9, 0.99, 1.0])
+def test_top_p_equals_hugging_face(logits, p):
+    assert_same_distribution(top_p_filter(logits, p), TopPLogitsWarper(p)(None, logits))
+
+
+@pytest.mark.parametrize("temperature, k, p", [(0.7, 10, 0.9), (1.5, 3, 0.5), (1.0, 50, 0.8)])
+def test_combined_filters_equal_hugging_face(logits, temperature, k, p):
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature), TopKLogitsWarper(k), TopPLogitsWarper(p)])
+    assert_same_distribution(filter_logits(logits, temperature, k, p), warpers(None, logits))
+
+
+@pytest.mark.parametrize("p, kept", [(0.5, 1), (0.6, 2), (0.75, 2), (0.76, 3), (1.0, 4)])
+def test_top_p_keeps_the_token_that_crosses_p(p, kept):
+    logits = torch.tensor([0.5, 0.25, 0.125, 0.125]).log()  # exact binary probabilities
+    assert torch.isfinite(top_p_filter(logits, p)).sum().item() == kept
+
+
+def test_filters_reject_bad_settings(logits):
+    for call, match in [(lambda: apply_temperature(logits, 0.0), "temperature"),
+                        (lambda: top_k_filter(logits, 0), "top_k"),
+                        (lambda: top_p_filter(logits, 0.0), "top_p"), (lambda: top_p_filter(logits, 1.5), "top_p")]:
+        with pytest.raises(ValueError, match=match):
+            call()
+
+
+def test_next_token_greedy_and_seeded_sampling(logits):
+    assert torch.equal(next_token(logits), logits.argmax(-1))
+    assert torch.equal(next_token(logits[1:], do_sample=True, top_k=1), logits[1:].argmax(-1))
+
+    def draw(seed):
+        return next_token(logits, do_sample=True, top_p=0.9, generator=torch.Generator().manual_seed(seed))
+
+    assert torch.equal(draw(0), draw(0))
+    samples = torch.stack([draw(seed) for seed in range(50)])  # (50, B)
+    allowed = torch.isfinite(top_p_filter(logits, 0.9))  # (B, V)
+    assert allowed.gather(1, samples.T).all()
+    assert len(set(samples[:, 1].tolist())) > 1
+
+
+# --------------------------------------------------------------------------------------------------
+# Generation
+# --------------------------------------------------------------------------------------------------
+
+
+def test_greedy_generation_equals_hugging_face(hf_model, tmp_path, input_ids):
+    ours = GPTLMHeadModel.from_pretrained(tmp_path / "hf")
+    prompt = input_ids[:, :5]
+    expected = hf_model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)
+    torch.testing.assert_close(generate(ours, prompt, 12), expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(do_sample=True, temperature=0.8, top_k=20, top_p=0.9)])
+def test_cached_generation_equals_recomputing(model, input_ids, options):
+    def run(use_cache):
+        return generate(model, input_ids[:, :4], 20, use_cache=use_cache, generator=torch.Generator().manual_seed(5),
+                        **options)
+
+    tokens = run(True)
+    assert tokens.shape == (3, 24) and torch.equal(tokens[:, :4], input_ids[:, :4])
+    assert torch.equal(tokens, run(False))
+
+
+def test_generation_stops_at_the_end_of_text(model, input_ids):
+    prompt = input_ids[:, :4]
+    free = generate(model, prompt, 10)
+    eos = free[0, 6].item()  # the third token row 0 generates, made the end of text
+    tokens = generate(model, prompt, 10, eos_token_id=eos)
+    assert tokens[0, 6] == eos and (tokens[0, 6:] == eos).all()
+    ended = (tokens[:, 4:] == eos).any(dim=1)
+    assert tokens.shape[1] == 14 or ended.all()
+    for row in range(3):  # up to its end of text, each row is the free continuation
+        stop = (tokens[row, 4:] == eos).nonzero()
+        end = 4 + (stop[0].item() + 1 if len(stop) else 10)
+        assert torch.equal(tokens[row, :end], free[row, :end])
+
+
+def test_generation_checks_its_length(model, input_ids):
+    with pytest.raises(ValueError, match="exceed n_positions=32"):
+        generate(model, input_ids, 23)
+    assert generate(model, input_ids, 22).shape == (3, 33)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(model, input_ids, 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# bertlab generate
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gpt_folder(tmp_path):
+    """A random course-vocabulary GPT, saved with the course BERT's vocab.txt and tokenizer_config.json."""
+    torch.manual_seed(0)
+    config = GPTConfig.preset("course", n_layer=1, n_embd=16, n_head=2, n_positions=64)
+    folder = GPTLMHeadModel(config).save_pretrained(tmp_path / "gpt")
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        (folder / name).write_bytes((COURSE_BERT_FOLDER / name).read_bytes())
+    return folder
+
+
+def test_generate_command_prints_seeded_continuations(gpt_folder, capsys):
+    from bertlab.cli import main
+
+    arguments = ["generate", "--model", str(gpt_folder), "--prompt", "This movie was", "--max-new-tokens", "8",
+                 "--num-samples", "3", "--top-k", "50", "--top-p", "0.9", "--temperature", "0.8", "--device", "cpu"]
+    assert main([*arguments, "--seed", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all(line.startswith("this movie was") for line in lines)
+    assert main([*arguments, "--seed", "1"]) == 0
+    assert capsys.readouterr().out.splitlines() == lines
+    assert main(["generate", "--model", str(gpt_folder), "--greedy", "--max-new-tokens", "5", "--device", "cpu"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_generate_command_reports_a_folder_without_a_vocabulary(gpt_folder, capsys):
+    from bertlab.cli import main
+
+    (gpt_folder / "vocab.txt").unlink()
+    assert main(["generate", "--model", str(gpt_folder), "--device", "cpu"]) == 1
+    assert "no vocab.txt" in capsys.readouterr().err
