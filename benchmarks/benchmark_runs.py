@@ -176,13 +176,16 @@ def paired_comparison(
                         examples=len(mean_a), mcnemar_p=mcnemar_p, significant=bool(significant))
 
 
-def expectation(name: str, measured: str, met_by_scores: bool, significance: Significance | None) -> dict:
+def expectation(name: str, measured: str, met_by_scores: bool, significance: Significance | None,
+                untestable: str | None = None) -> dict:
     """An entry of a record's ``checks`` (``bertlab.recorded.RecordedCheck`` reads it): ``holds`` only when
     the scores meet it and its paired test finds it significant; None when no test could be made (no
-    per-example scores), so that a record never claims what it did not test."""
+    per-example scores; or ``untestable``, why none applies), so that a record never claims what it did
+    not test."""
     holds = None if significance is None else met_by_scores and significance.significant
     return {"expectation": name, "measured": measured, "met_by_scores": met_by_scores,
-            "significance": None if significance is None else dataclasses.asdict(significance), "holds": holds}
+            "significance": None if significance is None else dataclasses.asdict(significance), "holds": holds,
+            **({} if untestable is None else {"untestable": untestable})}
 
 
 #: The entries of stage records that hold a model's result on each test example: kept in the stage files, which
@@ -206,9 +209,9 @@ def checks_table(checks: Sequence[dict]) -> list[str]:
     lines = ["| expectation | measured | paired test | holds |", "|---|---|---|---|"]
     for entry in checks:
         check = RecordedCheck.from_record(entry)
-        test = "-" if check.significance is None else check.significance.describe()
+        test = check.significance.describe() if check.significance else check.untestable or "-"
         if check.holds is None:
-            verdict = "met, untested" if check.met_by_scores else "NO"
+            verdict = ("met" if check.untestable else "met, untested") if check.met_by_scores else "NO"
         else:
             verdict = "yes" if check.holds else "not significant" if check.met_by_scores else "NO"
         lines.append(f"| {check.expectation} | {check.measured} | {test} | {verdict} |")

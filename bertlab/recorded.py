@@ -127,13 +127,16 @@ class RecordedCheck:
     """One expectation of a recorded run (an entry of its ``checks``).
 
     ``met_by_scores``: whether the record's scores (means over the seeds) meet it; ``significance``: its
-    paired test, None in a record made without per-example predictions. It holds only when significant.
+    paired test, None in a record made without per-example predictions, or where no test over test
+    examples applies (``untestable``, the reason: a timing, a score measured once). It holds only when
+    significant.
     """
 
     expectation: str
     measured: str
     met_by_scores: bool
     significance: Significance | None
+    untestable: str | None = None
 
     @classmethod
     def from_record(cls, check: Mapping) -> "RecordedCheck":
@@ -141,7 +144,7 @@ class RecordedCheck:
         ``met_by_scores`` (those made before significance was computed)."""
         significance = check.get("significance")
         return cls(check["expectation"], check["measured"], bool(check.get("met_by_scores", check["holds"])),
-                   None if significance is None else Significance(**significance))
+                   None if significance is None else Significance(**significance), check.get("untestable"))
 
     @property
     def holds(self) -> bool | None:
@@ -152,7 +155,8 @@ class RecordedCheck:
         """One line: the verdict, the expectation, the numbers, and the paired test (or that there was none)."""
         if self.significance is None:
             verdict = "met by the recorded scores" if self.met_by_scores else "NOT met by the recorded scores"
-            return f"{verdict}: {self.expectation}: {self.measured}; significance: not computed"
+            why = "not computed" if self.untestable is None else f"none, {self.untestable}"
+            return f"{verdict}: {self.expectation}: {self.measured}; significance: {why}"
         if self.holds:
             verdict = "holds"
         else:
@@ -172,7 +176,7 @@ def describe_checks(recorded: Mapping, checks: Sequence[RecordedCheck] | None = 
     computes it (the record's ``command``)."""
     checks = recorded_checks(recorded) if checks is None else checks
     lines = [f"- {check.describe()}" for check in checks]
-    if any(check.significance is None for check in checks):
+    if any(check.significance is None and check.untestable is None for check in checks):
         lines.append(f"significance: not computed (no per-example predictions in this record; re-run "
                      f"{recorded['command']} to compute it)")
     return lines

@@ -375,7 +375,11 @@ def test_mr_expectations_hold_only_when_their_paired_test_finds_them(bert_result
     assert checks["half-depth student keeps >= 95% of the teacher's accuracy"].significance is not None
     alone = checks["the distilled student above the same student on the labels alone"]
     assert not alone.met_by_scores and alone.significance.mcnemar_p is not None
-    assert checks["half-depth student runs >= 1.6x faster (inference)"].holds is None  # a timing: untested
+    speed = checks["half-depth student runs >= 1.6x faster (inference)"]
+    assert speed.holds is None and speed.untestable == "a timing, not a score on test examples"
+    lines = recorded.describe_checks({"command": "python x"}, [speed])
+    assert lines == ["- met by the recorded scores: half-depth student runs >= 1.6x faster (inference): 1.90x; "
+                     "significance: none, a timing, not a score on test examples"]  # no call to re-run: none applies
     with_text = "with teacher-labelled text, the distilled student above the labels-only student ({} labels)"
     assert checks[with_text.format(250)].holds is True  # 75% vs 60%
     assert checks[with_text.format(400)].met_by_scores and checks[with_text.format(400)].holds is False  # 80 vs 78
