@@ -594,6 +594,18 @@ def finetune_task(
     )
 
 
+def _evaluation_batches(task: TaskType, model: nn.Module, tokenizer: BertTokenizer, examples: Sequence,
+                        labels: LabelVocabulary | None, batch_size: int, max_length: int | None,
+                        device: str | torch.device | None, what: str) -> tuple[PaddedBatches, torch.device]:
+    """``examples`` encoded for evaluation, and the device to evaluate on, the model moved there
+    (:func:`evaluate_task` and :func:`task_example_scores`)."""
+    check_labels(task, model, labels)
+    device = evaluation_device(model, device)
+    model.to(device)
+    max_length = task.max_length if max_length is None else max_length
+    return task.batches(examples, tokenizer, labels, max_length=max_length, batch_size=batch_size, what=what), device
+
+
 def evaluate_task(
     task: TaskType,
     model: nn.Module,
@@ -614,11 +626,8 @@ def evaluate_task(
     error that names the sentence, ``what[i]``). ``device`` None keeps the model where it is;
     ``precision`` is the forward pass's, as in ``bertlab.utils.autocast``.
     """
-    check_labels(task, model, labels)
-    device = evaluation_device(model, device)
-    model.to(device)
-    max_length = task.max_length if max_length is None else max_length
-    batches = task.batches(examples, tokenizer, labels, max_length=max_length, batch_size=batch_size, what=what)
+    batches, device = _evaluation_batches(task, model, tokenizer, examples, labels, batch_size, max_length, device,
+                                          what)
     return task.metrics(model, batches, device, precision)
 
 
@@ -637,11 +646,8 @@ def task_example_scores(
 ) -> ExampleScores:
     """``task.metric`` of ``model`` on each of ``examples`` (:class:`ExampleScores`), evaluated as
     :func:`evaluate_task` does: their mean, weighted, is its score."""
-    check_labels(task, model, labels)
-    device = evaluation_device(model, device)
-    model.to(device)
-    max_length = task.max_length if max_length is None else max_length
-    batches = task.batches(examples, tokenizer, labels, max_length=max_length, batch_size=batch_size, what=what)
+    batches, device = _evaluation_batches(task, model, tokenizer, examples, labels, batch_size, max_length, device,
+                                          what)
     return task.example_scores(model, batches, device, precision)
 
 

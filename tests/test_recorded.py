@@ -208,12 +208,22 @@ def test_a_chapter_run_outside_the_repository_prints_the_recorded_tables(chapter
 # --------------------------------------------------------------------------------------------------
 
 
+def benchmark_script(name: str):
+    """The module of ``benchmarks/<name>.py``, imported as running it as a script does: with its folder on
+    the import path (it imports benchmark_runs)."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO_ROOT / "benchmarks"))
+    return module
+
+
 @pytest.fixture(scope="module")
 def benchmark_runs():
-    spec = importlib.util.spec_from_file_location("benchmark_runs", REPO_ROOT / "benchmarks" / "benchmark_runs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("benchmark_runs")
 
 
 def test_paired_bootstrap_by_hand(benchmark_runs):
@@ -314,14 +324,7 @@ def test_the_shipped_records_claim_no_significance_they_did_not_compute(name):
 
 @pytest.fixture(scope="module")
 def bert_results():
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # as running it as a script does: it imports benchmark_runs
-    try:
-        spec = importlib.util.spec_from_file_location("bert_results", REPO_ROOT / "benchmarks" / "bert_results.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO_ROOT / "benchmarks"))
-    return module
+    return benchmark_script("bert_results")
 
 
 def _correct(accuracy: float, n: int, seed: int) -> list[int]:
@@ -395,14 +398,7 @@ def test_an_mr_record_without_per_example_results_claims_no_significance(bert_re
 
 @pytest.fixture(scope="module")
 def task_results():
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("task_results", REPO_ROOT / "benchmarks" / "task_results.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO_ROOT / "benchmarks"))
-    return module
+    return benchmark_script("task_results")
 
 
 def _task_model(scores_by_seed: list[list[float]], weights=None, metric="accuracy") -> dict:
