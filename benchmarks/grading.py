@@ -1,7 +1,7 @@
 """Grading throughput: a simulated class graded with --jobs 1 and --jobs 2, side by side.
 
     python benchmarks/grading.py [--students 50] [--chapters 01_attention ...] [--timeout 30]
-                                 [--memory 4096] [--seed 0] [--out benchmarks/results/grading.json]
+                                 [--memory 4096] [--seed 0] [--dask] [--out benchmarks/results/grading.json]
 
 The smallest run (a check that the script works, not a measurement): ``--students 1 --chapters 01_attention``.
 
@@ -19,7 +19,10 @@ decides who gets what. The same class is then
    without sandbox, gradebook or feedback), with the threads and memory limit that a ``--jobs 1``
    sandbox has;
 2. graded with ``--jobs 1``, then with ``--jobs 2``, into fresh output folders: each notebook runs
-   once, its code cells in a sandboxed student process and its test cells in the grader.
+   once, its code cells in a sandboxed student process and its test cells in the grader;
+3. with ``--dask``, graded once more with ``--engine dask --jobs 2`` (a two-worker Dask ``LocalCluster``,
+   ``autograder.cluster``): its throughput against ``--jobs 2`` of the local engine, and the engine's
+   cost per job (the difference of their wall times over the notebooks).
 
 It prints a markdown table: wall time, notebooks per minute, the speed-up of two workers over one,
 the time over plain execution, and where a job's time goes (the run in the sandbox, tests included,
@@ -47,7 +50,7 @@ from nbformat.v4 import new_code_cell
 from autograder import course, release
 from autograder.bounds import Limits
 from autograder.course import grade_id, is_solution
-from autograder.grade import grade
+from autograder.grade import Engine, grade
 from autograder.results import ClassResults
 from autograder.sandbox import isolation_available, resource_bounds
 
@@ -191,7 +194,8 @@ def table(notebooks: int, plain: float, rows: list[dict]) -> str:
              f"| plain nbclient, 1 at a time | {plain:.0f} | {60 * notebooks / plain:.1f} | | 1.00 | | | |"]
     for row in rows:
         phase = row["phases"]
-        lines.append(f"| grade --jobs {row['jobs']} | {row['seconds']:.0f} | {60 * notebooks / row['seconds']:.1f} | "
+        engine = "" if row["engine"] == "local" else f" --engine {row['engine']}"
+        lines.append(f"| grade{engine} --jobs {row['jobs']} | {row['seconds']:.0f} | {60 * notebooks / row['seconds']:.1f} | "
                      f"{rows[0]['seconds'] / row['seconds']:.2f} | {row['seconds'] / plain:.2f} | {phase['run']:.1f} | "
                      f"{phase['feedback']:.1f} | {row['failures']} |")
     return "\n".join(lines)
@@ -204,6 +208,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=int, default=30, help="time limit per cell, in seconds (default 30)")
     parser.add_argument("--memory", type=int, default=4096, help="memory of a submission, in MB (see autograder grade)")
     parser.add_argument("--seed", type=int, default=0, help="of the class's kinds, and of the hidden tests' inputs")
+    parser.add_argument("--dask", action="store_true",
+                        help="also grade with --engine dask --jobs 2 (needs the cluster extra, pip install -e \".[cluster]\")")
     parser.add_argument("--out", type=Path, help="also write the raw numbers to this JSON file")
     args = parser.parse_args()
     limits = Limits(cell_timeout=args.timeout, notebook_timeout=20 * args.timeout, memory_mb=args.memory)
@@ -215,11 +221,11 @@ def main() -> None:
         notebooks = sum(kinds.values())
         plain = execute_plainly(scratch / "class", args.timeout, args.memory)
         rows = []
-        for jobs in (1, 2):
-            start = time.perf_counter()
-            report = grade(scratch / "class", scratch / f"out{jobs}", jobs=jobs, limits=limits, seed=args.seed)
-            rows.append({"jobs": jobs, "seconds": time.perf_counter() - start, "failures": len(report.failures),
-                         "phases": phases(scratch / f"out{jobs}"), "statuses": statuses(scratch / f"out{jobs}")})
+        for engine, jobs in (("local", 1), ("local", 2), *((("dask", 2),) if args.dask else ())):
+            start, folder = time.perf_counter(), scratch / f"out-{engine}-{jobs}"
+            report = grade(scratch / "class", folder, jobs=jobs, limits=limits, seed=args.seed, engine=Engine(engine))
+            rows.append({"engine": engine, "jobs": jobs, "seconds": time.perf_counter() - start,
+                         "failures": len(report.failures), "phases": phases(folder), "statuses": statuses(folder)})
     end_load = os.getloadavg()
     minutes = (datetime.now(timezone.utc) - began).total_seconds() / 60
     print(f"Class: {notebooks} notebooks, {args.students} students x {len(chapters)} chapters ({', '.join(chapters)}): "
@@ -228,7 +234,13 @@ def main() -> None:
           f"{end_load[2]:.1f} at the end; sandbox: {isolation_available()[1]}; limits: {args.timeout} s per cell, "
           f"{args.memory} MB; bounds: {resource_bounds().describe(limits)}. Started {began:%Y-%m-%d %H:%M} UTC, took {minutes:.1f} min.\n")
     print(table(notebooks, plain, rows))
-    print("\nStatuses of the test cells:", "; ".join(f"--jobs {row['jobs']}: {row['statuses']}" for row in rows))
+    print("\nStatuses of the test cells:", "; ".join(f"{row['engine']} --jobs {row['jobs']}: {row['statuses']}"
+                                                    for row in rows))
+    if args.dask:
+        local, dask = rows[1], rows[2]
+        print(f"\nDask against the local engine, both --jobs 2: {local['seconds'] / dask['seconds']:.2f} times its "
+              f"throughput; the engine's cost per job {(dask['seconds'] - local['seconds']) / notebooks:+.2f} s; the "
+              f"same statuses: {'yes' if dask['statuses'] == local['statuses'] else 'NO'}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({

@@ -179,12 +179,14 @@ def write_hostile_class(folder: Path, released: dict) -> None:
     put(folder, "mainer/01_tiny/01_tiny.ipynb", insert_after(with_cells(honest, add=MAIN), "test_double", IMPORT_MAIN))
 
 
-@pytest.fixture(scope="module")
-def hostile(course, tmp_path_factory):
+@pytest.fixture(scope="module", params=["local", "dask"])
+def hostile(course, tmp_path_factory, request):
+    """The hostile class graded by each engine: this machine's worker processes, and a two-worker Dask
+    LocalCluster (autograder.cluster), whose results must hold the same."""
     submissions, out = tmp_path_factory.mktemp("hostile"), tmp_path_factory.mktemp("out")
     write_hostile_class(submissions, course[1])
     status = cli.main(["grade", str(submissions), "--out", str(out), "--root", str(course[0]), "--jobs", "2",
-                       "--seed", "3", "--timeout", "20"])
+                       "--seed", "3", "--timeout", "20", "--engine", request.param])
     return submissions, out, status
 
 
