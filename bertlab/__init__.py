@@ -16,6 +16,8 @@ One module per topic of the course, in the order of the book:
 - ``bertlab.optimization``   AdamW's parameter groups and the linear learning-rate schedule
 - ``bertlab.finetuning``     sequence classification (chapter 08)
 - ``bertlab.distillation``   knowledge distillation into a smaller student (chapter 09)
+- ``bertlab.gpt``            a GPT-2-style decoder, its KV cache and its samplers (chapter 11); ``pretrain``
+                             trains it with ``objective="causal"``
 - ``bertlab.data``           offline corpora and sentiment datasets
 """
 

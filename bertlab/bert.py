@@ -219,7 +219,7 @@ def init_bert_weights(module: nn.Module, std: float = 0.02) -> None:
         nn.init.zeros_(module.bias)
 
 
-def _check_index_range(name: str, ids: torch.Tensor, size: int, size_name: str) -> None:
+def check_index_range(name: str, ids: torch.Tensor, size: int, size_name: str) -> None:
     """Raise a ValueError unless every entry of the integer tensor ``ids`` is in [0, size).
 
     The range is checked for CPU tensors only: on an accelerator, reading the values back would make
@@ -420,20 +420,46 @@ def load_hf_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], st
     return LoadResult(missing, unexpected)
 
 
-def checkpoint_files(folder: Path) -> tuple[Path, Path]:
-    """config.json and the weights file (model.safetensors, else pytorch_model.bin) of a checkpoint folder."""
+def checkpoint_files(folder: Path, kind: str = "BERT") -> tuple[Path, Path]:
+    """config.json and the weights file (model.safetensors, else pytorch_model.bin) of a checkpoint folder
+    of a ``kind`` model (named in the error)."""
     config_file = folder / CONFIG_FILE
     weights = [folder / name for name in (SAFETENSORS_FILE, PYTORCH_FILE) if (folder / name).is_file()]
     if not folder.is_dir() or not config_file.is_file() or not weights:
         found = sorted(path.name for path in folder.iterdir()) if folder.is_dir() else "the folder does not exist"
         raise FileNotFoundError(
-            f"{folder} is not a BERT checkpoint folder: expected {CONFIG_FILE} and {SAFETENSORS_FILE} "
+            f"{folder} is not a {kind} checkpoint folder: expected {CONFIG_FILE} and {SAFETENSORS_FILE} "
             f"or {PYTORCH_FILE}; found: {found}"
         )
     return config_file, weights[0]
 
 
-def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+def read_config_file(config_file: Path, model_type: str, kind: str) -> dict:
+    """The values of a Hugging Face ``config.json``, which must describe a ``model_type`` model (a ``kind``,
+    named in the error)."""
+    try:
+        values = json.loads(config_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{config_file} is not a JSON configuration ({error})") from None
+    if values.get("model_type", model_type) != model_type:
+        raise ValueError(f"{config_file} describes a {values['model_type']!r} model, not a {kind}")
+    return values
+
+
+def write_checkpoint(folder: str | Path, config: dict, tensors: dict[str, torch.Tensor]) -> Path:
+    """Write ``config.json`` and ``model.safetensors`` (the tensors, copied to the CPU) into ``folder``, as
+    Hugging Face's ``save_pretrained`` does; return the folder."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    tensors = {name: tensor.detach().cpu().contiguous() for name, tensor in tensors.items()}
+    save_file(tensors, folder / SAFETENSORS_FILE, metadata={"format": "pt"})
+    return folder
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a weights file, on the CPU; a ValueError naming the file if it cannot be read."""
     try:
         if path.suffix == ".safetensors":
@@ -486,14 +512,9 @@ class BertPreTrainedModel(nn.Module):
         """
         folder = Path(path)
         config_file, weights_file = checkpoint_files(folder)
-        try:
-            values = json.loads(config_file.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ValueError(f"{config_file} is not a JSON configuration ({error})") from None
-        if values.get("model_type", "bert") != "bert":
-            raise ValueError(f"{config_file} describes a {values['model_type']!r} model, not a BERT")
+        values = read_config_file(config_file, "bert", "BERT")
         model = cls(BertConfig.from_dict(values), **{**cls._init_kwargs_from_json(values), **kwargs})
-        missing, unexpected = load_hf_state_dict(model, _read_weights(weights_file), strict=False)
+        missing, unexpected = load_hf_state_dict(model, read_weights(weights_file), strict=False)
         not_heads = [key for key in missing if not key.startswith(cls.head_prefixes)]
         if not_heads:
             raise ValueError(f"{weights_file} lacks weights of the BERT encoder: {not_heads}")
@@ -513,18 +534,12 @@ class BertPreTrainedModel(nn.Module):
 
         Hugging Face BERT has no sinusoidal positions: such a model's folder loads back only here.
         """
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / CONFIG_FILE).write_text(json.dumps(self._hf_config_dict(), indent=2) + "\n")
         tensors = {
-            hf_parameter_name(name): tensor.detach().cpu().contiguous()
+            hf_parameter_name(name): tensor
             for name, tensor in self.state_dict().items()
             if name != "mlm_head.decoder.weight"  # tied to the word embeddings: stored once
         }
-        save_file(tensors, folder / SAFETENSORS_FILE, metadata={"format": "pt"})
-        return folder
+        return write_checkpoint(folder, self._hf_config_dict(), tensors)
 
 
 class BertModel(BertPreTrainedModel):
@@ -557,9 +572,9 @@ class BertModel(BertPreTrainedModel):
                 raise ValueError(
                     f"{name} has shape {tuple(tensor.shape)}, but input_ids has shape {tuple(input_ids.shape)}"
                 )
-        _check_index_range("input_ids", input_ids, self.config.vocab_size, "vocab_size")
+        check_index_range("input_ids", input_ids, self.config.vocab_size, "vocab_size")
         if token_type_ids is not None:
-            _check_index_range("token_type_ids", token_type_ids, self.config.type_vocab_size, "type_vocab_size")
+            check_index_range("token_type_ids", token_type_ids, self.config.type_vocab_size, "type_vocab_size")
 
     def forward(
         self,

@@ -1,6 +1,7 @@
 """The ``bertlab`` command (also ``python -m bertlab``): pretrain, fine-tune and distil small BERTs.
 
     bertlab pretrain --preset mini --steps 1000 --output runs/pretrain
+    bertlab pretrain --objective causal --preset course --steps 1000 --output runs/gpt
     bertlab finetune --model runs/pretrain --dataset mr --output runs/finetune
     bertlab finetune --model runs/pretrain --task pairs|tagging|spans --data-root DIR --output runs/snli
     bertlab distill --teacher runs/finetune --dataset mr --output runs/distill
@@ -41,8 +42,10 @@ from bertlab.data import PRETRAINING_CORPORA, SENTIMENT_DATASETS, load_sentiment
 from bertlab.distillation import compare_models, distill, init_student_from_teacher
 from bertlab.finetuning import (Progress, encoder_layers, evaluate, finetune, format_value, freeze_layers,
                                 prediction_metrics)
-from bertlab.gpt import GPTLMHeadModel, generate
+from bertlab.gpt import PRESETS as GPT_PRESETS
+from bertlab.gpt import GPTConfig, GPTLMHeadModel, generate
 from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, PackedSegments, pretrain
+from bertlab.pretraining_loop import OBJECTIVES
 from bertlab.task_baselines import majority_label, sliding_window_answers, train_most_frequent_tagger
 from bertlab.task_data import TASK_DATASETS, load_task_splits
 from bertlab.task_finetuning import (
@@ -309,7 +312,7 @@ def text_corpus(args: argparse.Namespace) -> tuple[list[list[str]], BertTokenize
 
 def packed_corpus(args: argparse.Namespace) -> tuple[PackedSegments, BertTokenizer]:
     """--packed: the segments of a file written by ``PackedSegments.save``, and the tokenizer of their vocabulary."""
-    if not args.no_nsp:
+    if not args.no_nsp and args.objective == "masked":
         raise UsageError("--packed needs --no-nsp: packed segments have no sentence pairs")
     given = [option for option, value in [("--vocab", args.vocab), ("--text", args.text),
                                           ("--dataset-text", args.dataset_text)] if value is not None]
@@ -326,17 +329,42 @@ def packed_corpus(args: argparse.Namespace) -> tuple[PackedSegments, BertTokeniz
     return packed, packed.tokenizer()
 
 
+def pretraining_preset(args: argparse.Namespace) -> str:
+    """--preset, or the default size of the model of --objective: BERT-mini, the course GPT. A size of the
+    other model is a usage error that names the choices."""
+    presets, default = (GPT_PRESETS, "course") if args.objective == "causal" else (PRESETS, "mini")
+    preset = args.preset or default
+    if preset not in presets:
+        raise UsageError(f"--preset {preset} is not a size of the model of --objective {args.objective}; choose one "
+                         f"of {', '.join(presets)}")
+    return preset
+
+
+def pretraining_model(args: argparse.Namespace, preset: str, tokenizer: BertTokenizer) -> tuple[torch.nn.Module, str]:
+    """A randomly initialised model of --objective and ``preset`` over the tokenizer's vocabulary, and its name:
+    a ``BertForPreTraining``, or a ``GPTLMHeadModel`` that starts a text with [CLS] and ends it with [SEP]."""
+    seed_everything(args.seed)
+    if args.objective == "causal":
+        config = GPTConfig.preset(preset, vocab_size=tokenizer.vocab_size, bos_token_id=tokenizer.cls_token_id,
+                                  eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id,
+                                  resid_pdrop=args.dropout, embd_pdrop=args.dropout, attn_pdrop=args.dropout)
+        return GPTLMHeadModel(config), f"GPT-{preset}"
+    config = BertConfig.preset(preset, vocab_size=tokenizer.vocab_size, hidden_dropout_prob=args.dropout,
+                               attention_probs_dropout_prob=args.dropout)
+    return BertForPreTraining(config), f"BERT-{preset}"
+
+
 def run_pretrain(args: argparse.Namespace) -> int:
-    if args.dataset_text is not None and not args.no_nsp:
+    causal = args.objective == "causal"
+    if args.dataset_text is not None and not args.no_nsp and not causal:
         raise UsageError("--dataset-text needs --no-nsp: a snippet is a single sentence, which has no next sentence")
+    preset = pretraining_preset(args)  # a size of the other model fails before the data is prepared
     check_file("--vocab", args.vocab)
     resolve_device(args.device)  # a bad --device fails before the data is prepared
     check_data_root(args)
     documents, tokenizer = packed_corpus(args) if args.packed is not None else text_corpus(args)
-    seed_everything(args.seed)
-    model = BertForPreTraining(BertConfig.preset(args.preset, vocab_size=tokenizer.vocab_size,
-                                                 hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout))
-    say(f"model: BERT-{args.preset}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+    model, name = pretraining_model(args, preset, tokenizer)
+    say(f"model: {name}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
         f"vocabulary of {tokenizer.vocab_size} tokens")
     history = pretrain(
         model, tokenizer, documents, output_dir=args.output, max_steps=args.steps, batch_size=args.batch_size,
@@ -345,14 +373,15 @@ def run_pretrain(args: argparse.Namespace) -> int:
         mlm_probability=args.mlm_probability, static_mask_copies=args.static_mask_copies, device=args.device,
         seed=args.seed, log_every=args.log_every, checkpoint_every=args.checkpoint_every,
         resume=not args.no_resume, progress=not args.no_progress, precision=args.precision,
-        compile_model=args.compile,
+        compile_model=args.compile, objective=args.objective,
     )
-    logged = [record for record in history if record["mlm_loss"] is not None]  # None: no token was predicted
+    task, loss, accuracy = ("next-token", "loss", "accuracy") if causal else ("MLM", "mlm_loss", "mlm_accuracy")
+    logged = [record for record in history if record[loss] is not None]  # None: no token was predicted
     if logged:
         first, last = logged[0], logged[-1]
-        say(f"MLM loss {first['mlm_loss']:.3f} (steps 1-{first['step']}) -> {last['mlm_loss']:.3f} "
+        say(f"{task} loss {first[loss]:.3f} (steps 1-{first['step']}) -> {last[loss]:.3f} "
             f"(step {last['step']}); ln(vocab size) = {math.log(tokenizer.vocab_size):.3f} is chance level; "
-            f"MLM accuracy {last['mlm_accuracy']:.3f}")
+            f"{task} accuracy {last[accuracy]:.3f}")
     if history:
         say(f"wrote the model, vocab.txt, metrics.jsonl and loss_curve.png to {args.output}")
     return 0
@@ -360,15 +389,23 @@ def run_pretrain(args: argparse.Namespace) -> int:
 
 def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
     parser = subcommands.add_parser(
-        "pretrain", parents=[common], help="pretrain a BERT with masked language modelling (and NSP)",
+        "pretrain", parents=[common],
+        help="pretrain a BERT with masked language modelling (and NSP), or a GPT with causal language modelling",
         description="Pretrain a BERT from scratch with masked language modelling and next sentence prediction "
-        "(Devlin et al., 2019), or MLM alone on full-sentence segments (--no-nsp, as RoBERTa), on the offline "
+        "(Devlin et al., 2019), or MLM alone on full-sentence segments (--no-nsp, as RoBERTa), or a GPT-2-style "
+        "decoder (Radford et al., 2019) that predicts each token from the ones before it on the same full-sentence "
+        "segments (--objective causal), on the offline "
         "corpus (the English prose of Python's pydoc topics) or the IMDB reviews (--corpus imdb), plus any text you add. The output folder receives "
         "config.json, model.safetensors, vocab.txt, pretraining_args.json, metrics.jsonl, loss_curve.png and "
         "checkpoint.pt; running the same command again resumes from the checkpoint. On several processes: "
         "torchrun --nproc_per_node N -m bertlab pretrain ...",
     )
-    parser.add_argument("--preset", choices=list(PRESETS), default="mini", help="model size (default: mini)")
+    parser.add_argument("--objective", choices=OBJECTIVES, default="masked",
+                        help="masked: a BERT learns masked language modelling (and NSP); causal: a GPT learns to "
+                        "predict the next token, on the segments of --no-nsp (default: masked)")
+    parser.add_argument("--preset", choices=list({**PRESETS, **GPT_PRESETS}), default=None,
+                        help=f"model size: BERT's {', '.join(PRESETS)}; GPT's {', '.join(GPT_PRESETS)} (course: the "
+                        "course BERT's size and vocabulary) (default: mini, course with --objective causal)")
     parser.add_argument("--output", type=Path, default=Path("runs/pretrain"), metavar="DIR",
                         help="output folder (default: runs/pretrain)")
     parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps (default: 1000)")
@@ -401,11 +438,11 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
                         help="more text: UTF-8 files, or folders of .txt files (blank lines separate documents)")
     parser.add_argument("--dataset-text", choices=SENTIMENT_DATASETS, metavar="NAME",
                         help="also pretrain on the unlabelled training texts of a sentiment dataset "
-                        f"({', '.join(SENTIMENT_DATASETS)}; needs --no-nsp: snippets are single sentences)")
+                        f"({', '.join(SENTIMENT_DATASETS)}; BERT needs --no-nsp: snippets are single sentences)")
     parser.add_argument("--packed", type=Path, metavar="FILE",
                         help="pretrain on the segments of FILE and their vocabulary, tokenized once by "
                         "bertlab.pretraining.PackedSegments (python tools/course_bert.py pack writes the IMDB "
-                        "reviews'); in place of the corpus options, with --no-nsp")
+                        "reviews'); in place of the corpus options, with --no-nsp or --objective causal")
     add_dataset_location_arguments(parser)
     parser.add_argument("--log-every", type=positive_int, default=10, metavar="STEPS", help="default: 10")
     parser.add_argument("--checkpoint-every", type=positive_int, default=200, metavar="STEPS", help="default: 200")

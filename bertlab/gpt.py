@@ -23,7 +23,6 @@ D = C / H head size, V vocabulary size.
 """
 
 import dataclasses
-import json
 import re
 from functools import partial
 from pathlib import Path
@@ -34,15 +33,15 @@ from torch import nn
 
 from bertlab.attention import fused_attention, padding_mask
 from bertlab.bert import (
-    CONFIG_FILE,
     HF_ACTIVATIONS,
     IGNORE_INDEX,
-    SAFETENSORS_FILE,
     LoadResult,
-    _check_index_range,
-    _read_weights,
+    check_index_range,
     checkpoint_files,
     init_bert_weights,
+    read_config_file,
+    read_weights,
+    write_checkpoint,
 )
 from bertlab.norm import LayerNorm, pre_norm_residual
 from bertlab.positional import LearnedPositionalEmbedding
@@ -73,10 +72,11 @@ _HF_FIXED_OPTIONS = {
 }
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class GPTConfig:
     """The hyperparameters of a GPT-2 model, with the field names of Hugging Face's ``GPT2Config``
-    (and its ``config.json``). The defaults are GPT-2 small (124M); see :meth:`preset`.
+    (and its ``config.json``). The defaults are GPT-2 small (124M); see :meth:`preset`. Frozen: a model
+    keeps the config it was built with; ``dataclasses.replace(config, n_layer=2)`` makes another.
 
     ``n_inner`` is the feed-forward width (None: 4 n_embd); ``activation_function`` is one of
     :data:`bertlab.transformer.ACTIVATIONS` ("gelu_tanh" is GPT-2's "gelu_new"); ``resid_pdrop``,
@@ -129,6 +129,12 @@ class GPTConfig:
     def inner_size(self) -> int:
         """The feed-forward width I: ``n_inner``, or 4 C."""
         return 4 * self.n_embd if self.n_inner is None else self.n_inner
+
+    @property
+    def max_position_embeddings(self) -> int:
+        """``n_positions`` under BERT's name, as Hugging Face's ``GPT2Config`` aliases it (read by
+        :func:`bertlab.pretraining.pretrain`)."""
+        return self.n_positions
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "GPTConfig":
@@ -341,7 +347,7 @@ class GPTModel(nn.Module):
         if attention_mask is not None and tuple(attention_mask.shape) != expected:
             raise ValueError(f"attention_mask must cover the cached and new positions, {expected}, "
                              f"got {tuple(attention_mask.shape)}")
-        _check_index_range("input_ids", input_ids, self.config.vocab_size, "vocab_size")
+        check_index_range("input_ids", input_ids, self.config.vocab_size, "vocab_size")
 
     def forward(
         self,
@@ -478,34 +484,19 @@ class GPTLMHeadModel(nn.Module):
             FileNotFoundError: naming the folder and the expected files.
             ValueError: when config.json is not a GPT-2's or the weights do not fit it.
         """
-        config_file, weights_file = checkpoint_files(Path(path))
-        try:
-            values = json.loads(config_file.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ValueError(f"{config_file} is not a JSON configuration ({error})") from None
-        if values.get("model_type") != "gpt2":
-            raise ValueError(f"{config_file} describes a {values.get('model_type')!r} model, not a GPT-2")
+        config_file, weights_file = checkpoint_files(Path(path), "GPT-2")
+        values = read_config_file(config_file, "gpt2", "GPT-2")
         model = cls(GPTConfig.from_dict(values))
-        model.load_hf_state_dict(_read_weights(weights_file))
+        model.load_hf_state_dict(read_weights(weights_file))
         return model.eval()
 
     def save_pretrained(self, folder: str | Path) -> Path:
         """Write ``config.json`` and ``model.safetensors`` in Hugging Face's GPT-2 layout (Conv1D weights
         transposed, the tied output layer stored once), readable by ``from_pretrained`` here and by
         ``transformers.GPT2LMHeadModel``; return the folder."""
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        config = {"architectures": [self.hf_architecture], **self.config.to_dict()}
-        (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-        tensors = {
-            name: (tensor.t() if _HF_CONV1D.search(name) else tensor).detach().cpu().contiguous()
-            for name, tensor in self.state_dict().items()
-            if name != _TIED
-        }
-        save_file(tensors, folder / SAFETENSORS_FILE, metadata={"format": "pt"})
-        return folder
+        tensors = {name: tensor.t() if _HF_CONV1D.search(name) else tensor
+                   for name, tensor in self.state_dict().items() if name != _TIED}
+        return write_checkpoint(folder, {"architectures": [self.hf_architecture], **self.config.to_dict()}, tensors)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -535,17 +526,19 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     """Nucleus filtering (Holtzman et al., 2020): keep the smallest set of most probable tokens whose
     probability reaches p, -inf elsewhere, (..., V) -> (..., V).
 
-    In order of decreasing probability p_(1) >= p_(2) >= ..., token (r) is kept when the tokens before
-    it hold less than p: sum_{s < r} p_(s) < p. So the token that crosses p is kept, and so is the most
-    probable token; p = 1 keeps every token. The same tokens as Hugging Face's ``TopPLogitsWarper``.
+    Equivalently, drop the least probable tokens as long as together they hold at most 1 - p: in order of
+    increasing probability p_(1) <= p_(2) <= ... <= p_(V), token (r) is dropped when
+    sum_{s <= r} p_(s) <= 1 - p. So the token that crosses p is kept, and so is the most probable token;
+    p = 1 keeps every token of nonzero probability. Tied tokens are ordered by id (a stable sort): of two
+    tied tokens at the edge of the nucleus, the one with the lower id is dropped. The same tokens as
+    Hugging Face's ``TopPLogitsWarper``, ties included.
     """
     if not 0 < p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {p!r}")
-    if p == 1:
-        return logits
-    probs, order = logits.float().softmax(dim=-1).sort(dim=-1, descending=True)  # (..., V) each
-    mass_before = probs.cumsum(dim=-1) - probs  # (..., V): of the more probable tokens
-    remove = torch.zeros_like(order, dtype=torch.bool).scatter(-1, order, mass_before >= p)
+    sorted_logits, order = logits.sort(dim=-1, stable=True)  # (..., V) each, increasing
+    tail = sorted_logits.float().softmax(dim=-1).cumsum(dim=-1) <= 1 - p  # (..., V): the least probable
+    tail[..., -1] = False  # the most probable token always stays
+    remove = torch.zeros_like(tail).scatter(-1, order, tail)  # (..., V), back in vocabulary order
     return logits.masked_fill(remove, float("-inf"))
 
 

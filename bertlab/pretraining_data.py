@@ -9,6 +9,8 @@
   a large corpus takes minutes) and read by a run on another machine, a GPU's say.
 - ``PretrainingDataset`` encodes either kind of example, and masks it once ("static", BERT) or anew
   at every batch ("dynamic", RoBERTa); its ``collate`` makes the batches of ``BertForPreTraining``.
+- ``CausalLMDataset`` gives the same full-sentence segments unmasked, the batches of causal language
+  modelling (``bertlab.gpt.GPTLMHeadModel``), so that a GPT learns from the text a BERT learns from.
 """
 
 import dataclasses
@@ -371,22 +373,47 @@ class PretrainingDataset(Dataset):
             True = real token (may attend), mlm_labels (B, N) with -100 where nothing is predicted, and
             nsp_labels (B,) when the dataset has NSP.
         """
-        length = max(len(item["input_ids"]) for item in items)
-
-        def pad(key: str, value: int) -> torch.Tensor:  # (B, N)
-            batch = torch.full((len(items), length), value, dtype=torch.long)
-            for row, item in enumerate(items):
-                batch[row, : len(item[key])] = item[key]
-            return batch
-
-        input_ids = pad("input_ids", self.tokenizer.pad_token_id)
-        batch = {"token_type_ids": pad("token_type_ids", 0),
+        input_ids = _pad(items, "input_ids", self.tokenizer.pad_token_id)
+        batch = {"token_type_ids": _pad(items, "token_type_ids", 0),
                  "attention_mask": input_ids != self.tokenizer.pad_token_id}
         if self.static_masks is not None:
-            batch["input_ids"] = pad("masked_input_ids", self.tokenizer.pad_token_id)
-            batch["mlm_labels"] = pad("mlm_labels", IGNORE_INDEX)
+            batch["input_ids"] = _pad(items, "masked_input_ids", self.tokenizer.pad_token_id)
+            batch["mlm_labels"] = _pad(items, "mlm_labels", IGNORE_INDEX)
         else:
             batch["input_ids"], batch["mlm_labels"] = self.mask(input_ids, generator)
         if self.nsp:
             batch["nsp_labels"] = torch.stack([item["nsp_labels"] for item in items])
         return batch
+
+
+class CausalLMDataset(PretrainingDataset):
+    """The full-sentence segments of ``PretrainingDataset(nsp=False)``, [CLS] segment [SEP], unmasked:
+    the examples of causal language modelling, where each token is predicted from the ones before it.
+
+    [CLS] starts every example and [SEP] ends it (the model's ``bos_token_id`` and ``eos_token_id``), so a
+    model trained on them learns where a text starts and when it ends. ``documents`` and ``seq_len`` are as
+    for :class:`PretrainingDataset`; ``collate`` makes the batches of ``GPTLMHeadModel.forward``.
+    """
+
+    def __init__(self, tokenizer, documents, *, seq_len: int = 128):
+        super().__init__(tokenizer, documents, seq_len=seq_len, nsp=False)
+
+    def collate(self, items: list[dict], generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        """Pad items to the longest one (``generator`` is not used: nothing is drawn).
+
+        Returns:
+            input_ids (B, N), padded with [PAD], and labels (B, N): the same ids, -100 at the padding. The
+            model shifts them: the logits at position i are scored against labels[:, i + 1].
+        """
+        return {"input_ids": _pad(items, "input_ids", self.tokenizer.pad_token_id),
+                "labels": _pad(items, "input_ids", IGNORE_INDEX)}
+
+
+def _pad(items: list[dict], key: str, value: int) -> torch.Tensor:
+    """The 1-D tensors ``item[key]`` of the items in one (B, N) batch, N the longest, padded on the right
+    with ``value``."""
+    length = max(len(item[key]) for item in items)
+    batch = torch.full((len(items), length), value, dtype=torch.long)
+    for row, item in enumerate(items):
+        batch[row, : len(item[key])] = item[key]
+    return batch

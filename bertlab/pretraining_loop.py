@@ -1,8 +1,9 @@
-"""The pretraining loop: ``pretrain``, its checkpoints and its metrics log (chapter 07).
+"""The pretraining loop: ``pretrain``, its checkpoints and its metrics log (chapters 07 and 11).
 
-Each optimizer step minimises L = L_MLM + L_NSP (L_MLM alone without next sentence prediction),
-averaged over the micro-batches of the step, with AdamW, BERT's linear warm-up and decay, gradient
-clipping and accumulation, and mixed precision on CUDA; on one device or on several with ``torchrun``
+Each optimizer step minimises L = L_MLM + L_NSP (L_MLM alone without next sentence prediction), or,
+for a GPT, the causal language-modelling loss L_LM on the same full-sentence segments, averaged over the
+micro-batches of the step, with AdamW, BERT's linear warm-up and decay, gradient clipping and
+accumulation, and mixed precision on CUDA; on one device or on several with ``torchrun``
 (DistributedDataParallel). The data and the masks of micro-batch m are a function of m, and the
 checkpoints hold every random state, so a resumed run ends exactly as an uninterrupted one.
 """
@@ -15,6 +16,7 @@ import os
 import random
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,14 +27,18 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 from tqdm.auto import tqdm
 
+from bertlab.gpt import GPTLMHeadModel
 from bertlab.optimization import get_linear_schedule, weight_decay_groups
-from bertlab.pretraining_data import IGNORE_INDEX, PackedSegments, PretrainingDataset
+from bertlab.pretraining_data import IGNORE_INDEX, CausalLMDataset, PackedSegments, PretrainingDataset
 from bertlab.utils import autocast, check_precision, grad_scaler, resolve_device, seed_everything
 
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "loss_curve.png"
 SETTINGS_FILE = "pretraining_args.json"
+#: What a model learns to predict: "masked" tokens from both sides (BERT's MLM, and NSP), or each token
+#: from the ones before it ("causal" language modelling, a GPT).
+OBJECTIVES = ("masked", "causal")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -147,14 +153,39 @@ class _WithoutNextSentencePrediction(nn.Module):
 
 
 class _MetricsWindow:
-    """Sums of the training metrics since the last log line, kept on the device (no sync per step)."""
+    """Sums of the training metrics since the last log line, kept on the device (no sync per step).
 
-    NAMES = ("loss", "mlm_loss", "nsp_loss", "micro_batches", "mlm_micro_batches", "mlm_correct", "mlm_predicted",
-             "nsp_correct", "nsp_examples", "tokens")
+    A subclass names its sums (``NAMES``), adds those of a micro-batch (``update``) and turns them into
+    the metrics of a log line (``summary``)."""
+
+    NAMES: tuple[str, ...] = ()
 
     def __init__(self, device: torch.device):
         self.sums = torch.zeros(len(self.NAMES), dtype=torch.float64, device=device)
         self.start = time.perf_counter()
+
+    def add(self, values: dict) -> None:
+        """Add a micro-batch's values (tensors on the device, or numbers), one for each of ``NAMES``."""
+        self.sums += torch.stack([torch.as_tensor(values[name], dtype=torch.float64, device=self.sums.device)
+                                  for name in self.NAMES])
+
+    def totals(self, process: _Process) -> tuple[dict[str, float], float]:
+        """The sums over the window and over all processes, and the window's wall-clock seconds."""
+        if process.world_size > 1:
+            dist.all_reduce(self.sums)
+        sums = dict(zip(self.NAMES, self.sums.tolist()))
+        return sums, time.perf_counter() - self.start
+
+
+class _MaskedLMWindow(_MetricsWindow):
+    """The metrics of masked language modelling and next sentence prediction (with ``nsp``)."""
+
+    NAMES = ("loss", "mlm_loss", "nsp_loss", "micro_batches", "mlm_micro_batches", "mlm_correct", "mlm_predicted",
+             "nsp_correct", "nsp_examples", "tokens")
+
+    def __init__(self, device: torch.device, nsp: bool):
+        super().__init__(device)
+        self.nsp = nsp
 
     @torch.no_grad()
     def update(self, output, batch: dict[str, torch.Tensor]) -> None:
@@ -168,26 +199,56 @@ class _MetricsWindow:
         if "nsp_labels" in batch:
             values.update(nsp_loss=output.nsp_loss, nsp_examples=len(batch["nsp_labels"]),
                           nsp_correct=(output.nsp_logits.argmax(-1) == batch["nsp_labels"]).sum())
-        self.sums += torch.stack([torch.as_tensor(values[name], dtype=torch.float64, device=self.sums.device)
-                                  for name in self.NAMES])
+        self.add(values)
 
-    def summary(self, process: _Process, nsp: bool) -> dict[str, float | None]:
+    def summary(self, process: _Process) -> dict[str, float | None]:
         """Means over the window and over all processes, the throughput in tokens/s (non-padding) and
         the window's wall-clock seconds."""
-        if process.world_size > 1:
-            dist.all_reduce(self.sums)
-        sums = dict(zip(self.NAMES, self.sums.tolist()))
-        seconds = time.perf_counter() - self.start
+        sums, seconds = self.totals(process)
         return {
             "loss": sums["loss"] / sums["micro_batches"],
             # over the micro-batches that predicted something; None when none did (see _without_empty_mlm_loss)
             "mlm_loss": sums["mlm_loss"] / sums["mlm_micro_batches"] if sums["mlm_micro_batches"] else None,
-            "nsp_loss": sums["nsp_loss"] / sums["micro_batches"] if nsp else None,
+            "nsp_loss": sums["nsp_loss"] / sums["micro_batches"] if self.nsp else None,
             "mlm_accuracy": sums["mlm_correct"] / max(1.0, sums["mlm_predicted"]),
-            "nsp_accuracy": sums["nsp_correct"] / sums["nsp_examples"] if nsp else None,
+            "nsp_accuracy": sums["nsp_correct"] / sums["nsp_examples"] if self.nsp else None,
             "tokens_per_second": sums["tokens"] / seconds,
             "seconds": seconds,
         }
+
+    @staticmethod
+    def progress(record: dict) -> dict[str, str]:
+        """What the progress bar shows of a log line."""
+        return {"loss": f"{record['loss']:.3f}", "mlm_acc": f"{record['mlm_accuracy']:.3f}"}
+
+
+class _CausalLMWindow(_MetricsWindow):
+    """The metrics of causal language modelling: the loss and the accuracy of the next-token predictions."""
+
+    NAMES = ("loss", "micro_batches", "correct", "predicted", "tokens")
+
+    @torch.no_grad()
+    def update(self, output, batch: dict[str, torch.Tensor]) -> None:
+        labels = batch["labels"]  # (B, N): the tokens, -100 at the padding
+        targets = labels[:, 1:]  # (B, N - 1): the token that each position predicts
+        predicted = targets != IGNORE_INDEX
+        correct = (output.logits[:, :-1].argmax(-1) == targets) & predicted
+        self.add({"loss": output.loss, "micro_batches": 1, "correct": correct.sum(), "predicted": predicted.sum(),
+                  "tokens": (labels != IGNORE_INDEX).sum()})
+
+    def summary(self, process: _Process) -> dict[str, float]:
+        """The mean loss and the next-token accuracy over the window and over all processes, the
+        throughput in tokens/s (non-padding) and the window's wall-clock seconds."""
+        sums, seconds = self.totals(process)
+        return {"loss": sums["loss"] / sums["micro_batches"],
+                "accuracy": sums["correct"] / max(1.0, sums["predicted"]),
+                "tokens_per_second": sums["tokens"] / seconds,
+                "seconds": seconds}
+
+    @staticmethod
+    def progress(record: dict) -> dict[str, str]:
+        """What the progress bar shows of a log line."""
+        return {"loss": f"{record['loss']:.3f}", "acc": f"{record['accuracy']:.3f}"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -209,7 +270,7 @@ def _write_metrics(metrics_path: Path, records: list[dict]) -> None:
         file.writelines(json.dumps(record) + "\n" for record in records)
 
 
-def plot_metrics(metrics_path: str | Path, out_png: str | Path) -> Path:
+def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "BERT pretraining") -> Path:
     """Plot the losses and accuracies of a metrics log against the optimizer step, into a PNG.
 
     Uses matplotlib's Agg canvas directly (no display, no change to pyplot's backend).
@@ -225,7 +286,7 @@ def plot_metrics(metrics_path: str | Path, out_png: str | Path) -> Path:
     FigureCanvasAgg(figure)
     loss_axes, accuracy_axes = figure.subplots(1, 2)
     for axes, names, ylabel in [(loss_axes, ("loss", "mlm_loss", "nsp_loss"), "cross-entropy (nats)"),
-                                (accuracy_axes, ("mlm_accuracy", "nsp_accuracy"), "accuracy")]:
+                                (accuracy_axes, ("mlm_accuracy", "nsp_accuracy", "accuracy"), "accuracy")]:
         for name in names:
             values = [record.get(name) for record in records]
             if any(value is not None for value in values):
@@ -234,7 +295,7 @@ def plot_metrics(metrics_path: str | Path, out_png: str | Path) -> Path:
         axes.set_ylabel(ylabel)
         axes.grid(alpha=0.3)
         axes.legend()
-    figure.suptitle("BERT pretraining")
+    figure.suptitle(title)
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out_png, dpi=100)
@@ -352,8 +413,10 @@ def pretrain(
     progress: bool = True,
     precision: str = "auto",
     compile_model: bool = False,
+    objective: str = "masked",
 ) -> list[dict]:
-    """Pretrain a ``BertForPreTraining`` with MLM (and NSP), on one device or under ``torchrun``.
+    """Pretrain a ``BertForPreTraining`` with MLM (and NSP), or a GPT with causal language modelling, on
+    one device or under ``torchrun``.
 
     Each optimizer step averages the losses L = L_MLM + L_NSP (L_MLM alone with ``nsp=False``) of
     grad_accum_steps micro-batches of batch_size examples per process (L_MLM = 0 for a micro-batch in
@@ -365,6 +428,12 @@ def pretrain(
     computes bf16 natively, in float32 on other CPUs (``precision``). One step sees
     batch_size * grad_accum_steps * world_size examples.
 
+    With ``objective="causal"`` the model is a ``bertlab.gpt.GPTLMHeadModel`` and the examples are the
+    full-sentence segments of ``nsp=False``, [CLS] segment [SEP], unmasked (``CausalLMDataset``; masking,
+    nsp, mlm_probability and static_mask_copies do not apply). Each position predicts the next token:
+    L_LM = -(1/|P|) sum_{i in P} log p(x_{i+1} | x_1 .. x_i) over the positions P whose next token is
+    real (``bertlab.gpt.causal_lm_loss``). Everything else is the same loop.
+
     Multi-GPU: launched with ``torchrun --nproc_per_node P script.py``, each process trains a
     DistributedDataParallel replica on its own share of every epoch (``DistributedSampler``); NCCL on
     GPUs, gloo on CPUs. Only rank 0 writes files, logs and shows progress. The model's weights are
@@ -374,17 +443,19 @@ def pretrain(
     ``pretraining_args.json``, ``metrics.jsonl`` (one JSON line every log_every steps: step, epoch,
     loss, mlm_loss, nsp_loss, mlm_accuracy, nsp_accuracy, lr, tokens_per_second, seconds; the metrics
     are means over the steps since the previous line, mlm_loss over the micro-batches that predicted a
-    token, None if none did; seconds, the wall-clock time of those steps), ``loss_curve.png`` and
-    ``checkpoint.pt`` (model, optimizer, scheduler, gradient scaler, step, random states of every
+    token, None if none did; seconds, the wall-clock time of those steps; with the causal objective:
+    step, epoch, loss, accuracy of the next-token predictions, lr, tokens_per_second, seconds),
+    ``loss_curve.png`` and ``checkpoint.pt`` (model, optimizer, scheduler, gradient scaler, step, random states of every
     process; the data order is a function of the step). With ``resume=True`` a call continues from
     the checkpoint in output_dir and ends exactly as one uninterrupted run would; ``resume=False``
     starts over.
 
     Args:
-        model: a ``BertForPreTraining``; trained in place, left on ``device``.
+        model: a ``BertForPreTraining`` (a ``GPTLMHeadModel`` for the causal objective); trained in place,
+            left on ``device``.
         tokenizer: the ``BertTokenizer`` of the model's vocabulary.
-        documents: the corpus, a list of documents, each a list of sentences; or, with nsp=False,
-            ``PackedSegments`` packed for seq_len with the tokenizer's vocabulary.
+        documents: the corpus, a list of documents, each a list of sentences; or, with nsp=False or the
+            causal objective, ``PackedSegments`` packed for seq_len with the tokenizer's vocabulary.
         output_dir: folder for the outputs (created).
         max_steps: optimizer steps of the whole run (the schedule ends there).
         batch_size: examples per micro-batch and per process.
@@ -414,6 +485,8 @@ def pretrain(
             precision.
         compile_model: run the forward and backward passes through ``torch.compile`` (the first steps
             are slower while it compiles; the weights and the checkpoints are the model's own).
+        objective: "masked" (MLM, and NSP with ``nsp``) or "causal" (causal language modelling), one of
+            :data:`OBJECTIVES`.
 
     Returns:
         The metrics history, a list of the dicts written to ``metrics.jsonl`` (the same on every process).
@@ -421,6 +494,11 @@ def pretrain(
     _check_positive(max_steps=max_steps, batch_size=batch_size, seq_len=seq_len, grad_accum_steps=grad_accum_steps,
                     log_every=log_every, checkpoint_every=checkpoint_every)
     check_precision(precision)
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if isinstance(model, GPTLMHeadModel) != (objective == "causal"):
+        raise ValueError(f"a {type(model).__name__} does not learn the {objective} objective: a GPTLMHeadModel "
+                         f"learns the causal one, a BertForPreTraining the masked one")
     warmup_steps = max_steps // 10 if warmup_steps is None else warmup_steps
     end_step = max_steps if stop_at_step is None else stop_at_step
     if not 1 <= end_step <= max_steps:
@@ -433,15 +511,17 @@ def pretrain(
         raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is "
                          f"{config.vocab_size}: build the model with vocab_size >= {tokenizer.vocab_size}")
 
+    objective_settings = (dict(masking=masking, nsp=nsp, mlm_probability=mlm_probability,
+                               static_mask_copies=static_mask_copies) if objective == "masked"
+                          else dict(objective=objective))  # a masked run's settings stay those it always had
     settings = dict(max_steps=max_steps, batch_size=batch_size, seq_len=seq_len, lr=lr, weight_decay=weight_decay,
                     warmup_steps=warmup_steps, grad_accum_steps=grad_accum_steps, max_grad_norm=max_grad_norm,
-                    masking=masking, nsp=nsp, mlm_probability=mlm_probability,
-                    static_mask_copies=static_mask_copies, seed=seed)
+                    **objective_settings, seed=seed)
     process = _setup_process(device)
     try:
         return _train(model, tokenizer, documents, Path(output_dir), settings, process, end_step=end_step,
                       log_every=log_every, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
-                      precision=precision, compile_model=compile_model)
+                      precision=precision, compile_model=compile_model, causal=objective == "causal")
     finally:
         if process.started_group:
             dist.destroy_process_group()
@@ -449,13 +529,16 @@ def pretrain(
 
 def _train(model, tokenizer, documents, output_dir: Path, settings: dict, process: _Process, *, end_step: int,
            log_every: int, checkpoint_every: int, resume: bool, progress: bool, precision: str,
-           compile_model: bool) -> list[dict]:
+           compile_model: bool, causal: bool) -> list[dict]:
     settings = {**settings, "world_size": process.world_size}
     seed, batch_size, accumulation = settings["seed"], settings["batch_size"], settings["grad_accum_steps"]
     seed_everything(seed + process.rank)  # dropout differs between processes
-    dataset = PretrainingDataset(tokenizer, documents, seq_len=settings["seq_len"], nsp=settings["nsp"],
-                                 masking=settings["masking"], static_mask_copies=settings["static_mask_copies"],
-                                 mlm_probability=settings["mlm_probability"], seed=seed)
+    if causal:
+        dataset = CausalLMDataset(tokenizer, documents, seq_len=settings["seq_len"])
+    else:
+        dataset = PretrainingDataset(tokenizer, documents, seq_len=settings["seq_len"], nsp=settings["nsp"],
+                                     masking=settings["masking"], static_mask_copies=settings["static_mask_copies"],
+                                     mlm_probability=settings["mlm_probability"], seed=seed)
     sampler = DistributedSampler(dataset, num_replicas=process.world_size, rank=process.rank, shuffle=True, seed=seed)
     batches_per_epoch = len(sampler) // batch_size
     if batches_per_epoch == 0:
@@ -483,14 +566,19 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
         (output_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
         _write_metrics(metrics_path, history)
 
-    network = model if settings["nsp"] else _WithoutNextSentencePrediction(model)
+    without_nsp = not causal and not settings["nsp"]
+    network = _WithoutNextSentencePrediction(model) if without_nsp else model
     if process.world_size > 1:
         network = DistributedDataParallel(network, device_ids=[process.device.index] if process.device.type == "cuda"
-                                          else None, find_unused_parameters=not settings["nsp"])
+                                          else None, find_unused_parameters=without_nsp)
     network.train()
     forward = torch.compile(network) if compile_model else network
     batches = _micro_batches(dataset, sampler, batch_size, start=step * accumulation, seed=seed, rank=process.rank)
-    window = _MetricsWindow(process.device)
+    if causal:
+        new_window = partial(_CausalLMWindow, process.device)
+    else:
+        new_window = partial(_MaskedLMWindow, process.device, settings["nsp"])
+    window = new_window()
     bar = tqdm(total=end_step, initial=step, desc="pretraining", unit="step",
                disable=not progress or not process.is_main)
     while step < end_step:
@@ -499,7 +587,8 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
             synchronize = micro_step == accumulation - 1 or process.world_size == 1
             with contextlib.nullcontext() if synchronize else network.no_sync():
                 with autocast(process.device, precision=precision):
-                    output = _without_empty_mlm_loss(forward(**batch, predict_labelled_only=True), batch)
+                    output = (forward(**batch) if causal
+                              else _without_empty_mlm_loss(forward(**batch, predict_labelled_only=True), batch))
                 scaler.scale(output.loss / accumulation).backward()
             window.update(output, batch)
         if settings["max_grad_norm"] is not None:
@@ -514,14 +603,14 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
         bar.update()
 
         if step % log_every == 0 or step == end_step:
-            record = {"step": step, "epoch": step * accumulation / batches_per_epoch,
-                      **window.summary(process, settings["nsp"]), "lr": lr}
+            record = {"step": step, "epoch": step * accumulation / batches_per_epoch, **window.summary(process),
+                      "lr": lr}
             history.append(record)
             if process.is_main:
                 with metrics_path.open("a") as file:
                     file.write(json.dumps(record) + "\n")
-            bar.set_postfix(loss=f"{record['loss']:.3f}", mlm_acc=f"{record['mlm_accuracy']:.3f}")
-            window = _MetricsWindow(process.device)
+            bar.set_postfix(window.progress(record))
+            window = new_window()
         if step % checkpoint_every == 0 or step == end_step:
             _save_checkpoint(checkpoint_path, step, model, optimizer, scheduler, scaler, settings, process)
     bar.close()
@@ -530,7 +619,7 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
         model.save_pretrained(output_dir)
         tokenizer.save_vocabulary(output_dir)
         if history:
-            plot_metrics(metrics_path, output_dir / PLOT_FILE)
+            plot_metrics(metrics_path, output_dir / PLOT_FILE, "GPT pretraining" if causal else "BERT pretraining")
     if process.world_size > 1:
         dist.barrier()  # the outputs are complete when pretrain returns, on every process
     return history

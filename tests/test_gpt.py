@@ -1,13 +1,16 @@
 """Tests of bertlab.gpt against Hugging Face ``transformers`` GPT-2 (tiny random models, no downloads)."""
 
 import json
+import math
 
 import pytest
 import torch
 from torch import nn
 
+from bertlab import cli
 from bertlab.bert import BertConfig, BertForPreTraining
 from bertlab.course_model import COURSE_BERT_FOLDER
+from bertlab.data import pretraining_corpus
 from bertlab.efficient import kv_cache_bytes
 from bertlab.gpt import (
     GPTConfig,
@@ -22,7 +25,11 @@ from bertlab.gpt import (
     top_k_filter,
     top_p_filter,
 )
-from bertlab.tokenization import BertTokenizer
+from bertlab.pretraining import PackedSegments, PretrainingDataset, load_metrics, pretrain
+from bertlab.pretraining_data import CausalLMDataset
+from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
+from bertlab.utils import cpu_computes_bfloat16
+from tests.conftest import run_cli
 
 transformers = pytest.importorskip("transformers")
 from transformers.generation.logits_process import (  # noqa: E402
@@ -31,6 +38,8 @@ from transformers.generation.logits_process import (  # noqa: E402
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only adds contention
 
 TINY = dict(vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4, n_inner=37, bos_token_id=1,
             eos_token_id=2)
@@ -190,6 +199,8 @@ def test_loading_reports_what_does_not_fit(hf_model, model, tmp_path):
     config.write_text(json.dumps({**json.loads(config.read_text()), "model_type": "bert"}))
     with pytest.raises(ValueError, match="not a GPT-2"):
         GPTLMHeadModel.from_pretrained(tmp_path / "hf")
+    with pytest.raises(FileNotFoundError, match="is not a GPT-2 checkpoint folder"):
+        GPTLMHeadModel.from_pretrained(tmp_path / "missing")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -266,6 +277,17 @@ def test_cache_with_padding_equals_a_full_recompute(model, input_ids):
     torch.testing.assert_close(torch.cat([prefix, rest], dim=1)[real], full[real], atol=ATOL, rtol=0)
 
 
+def test_cached_decoding_equals_a_full_recompute_on_device(model, input_ids, device):
+    model, input_ids = model.to(device), input_ids.to(device)
+    with torch.no_grad():
+        full = model(input_ids).logits  # (B, N, V)
+        cache = KVCache()
+        steps = [model(input_ids[:, :4], cache=cache).logits] + [
+            model(input_ids[:, i:i + 1], cache=cache).logits for i in range(4, input_ids.shape[1])]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=ATOL, rtol=0)
+    assert cache.keys[0].device.type == device.type
+
+
 def test_cache_misuse_is_reported(model, input_ids):
     cache = KVCache()
     with torch.no_grad():
@@ -309,6 +331,20 @@ def test_top_k_equals_hugging_face(logits, k):
 @pytest.mark.parametrize("p", [0.01, 0.3, 0.5, 0.9, 0.99, 1.0])
 def test_top_p_equals_hugging_face(logits, p):
     assert_same_distribution(top_p_filter(logits, p), TopPLogitsWarper(p)(None, logits))
+
+
+@pytest.mark.parametrize("row, p", [([2.0, 1.0, 1.0, 1.0, 1.0, 0.0], 0.6), ([1.0, 1.0, 1.0, 1.0], 0.5),
+                                    ([1.0, 1.0, 1.0, 1.0], 0.6), ([3.0, 1.0, 1.0, 0.0], 0.9)])
+def test_top_p_splits_tied_tokens_at_the_edge_as_hugging_face(row, p):
+    """Tokens of equal probability on both sides of the nucleus's edge: the same ones are kept."""
+    logits = torch.tensor([row])
+    assert torch.equal(top_p_filter(logits, p), TopPLogitsWarper(p)(None, logits))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.7, 0.9])
+def test_top_p_equals_hugging_face_on_logits_full_of_ties(p):
+    logits = torch.randint(0, 4, (64, 12), generator=torch.Generator().manual_seed(4)).float()  # (B, V)
+    assert torch.equal(top_p_filter(logits, p), TopPLogitsWarper(p)(None, logits))
 
 
 @pytest.mark.parametrize("temperature, k, p", [(0.7, 10, 0.9), (1.5, 3, 0.5), (1.0, 50, 0.8)])
@@ -427,3 +463,187 @@ def test_generate_command_reports_a_folder_without_a_vocabulary(gpt_folder, caps
     (gpt_folder / "vocab.txt").unlink()
     assert main(["generate", "--model", str(gpt_folder), "--device", "cpu"]) == 1
     assert "no vocab.txt" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------
+# Pretraining with the causal objective: bertlab.pretraining.pretrain and bertlab pretrain
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """A slice of the offline pretraining corpus (documents of sentences)."""
+    return [document for document in pretraining_corpus() if len(document) >= 5][:8]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(corpus):
+    return BertTokenizer(train_wordpiece_vocab([sentence for document in corpus for sentence in document], 400))
+
+
+def small_gpt(tokenizer, seed: int = 0, dropout: float = 0.1) -> GPTLMHeadModel:
+    torch.manual_seed(seed)
+    return GPTLMHeadModel(GPTConfig.preset(
+        "course", vocab_size=tokenizer.vocab_size, n_layer=2, n_embd=32, n_head=2, n_positions=64,
+        bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id,
+        resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout))
+
+
+def test_causal_examples_are_the_full_sentence_segments_unmasked(tokenizer, corpus):
+    causal = CausalLMDataset(tokenizer, corpus, seq_len=32)
+    masked = PretrainingDataset(tokenizer, corpus, seq_len=32, nsp=False)
+    assert len(causal) == len(masked)
+    assert all(torch.equal(causal[i]["input_ids"], masked[i]["input_ids"]) for i in range(len(causal)))
+    items = [causal[i] for i in range(4)]
+    batch = causal.collate(items)
+    assert set(batch) == {"input_ids", "labels"}
+    for row, item in enumerate(items):
+        length = len(item["input_ids"])
+        assert torch.equal(batch["input_ids"][row, :length], item["input_ids"])
+        assert torch.equal(batch["labels"][row, :length], item["input_ids"])
+        assert (batch["input_ids"][row, length:] == tokenizer.pad_token_id).all()
+        assert (batch["labels"][row, length:] == -100).all()
+
+
+def test_causal_pretraining_lowers_the_loss_and_writes_a_folder_that_hugging_face_reads(tokenizer, corpus,
+                                                                                        tmp_path):
+    model = small_gpt(tokenizer)
+    steps = 40
+    history = pretrain(model, tokenizer, corpus, output_dir=tmp_path, max_steps=steps, batch_size=8, seq_len=32,
+                       lr=3e-3, warmup_steps=4, log_every=1, progress=False, device="cpu", objective="causal")
+    initial, final = history[0]["loss"], sum(record["loss"] for record in history[-5:]) / 5
+    assert abs(initial - math.log(tokenizer.vocab_size)) < 0.3  # starts at chance, ln V
+    assert final < initial - 0.5, (initial, final)  # perplexity down by 40% and more
+    assert sum(record["accuracy"] for record in history[-5:]) / 5 > 10 / tokenizer.vocab_size  # chance is 1 / V
+    assert set(history[0]) == {"step", "epoch", "loss", "accuracy", "lr", "tokens_per_second", "seconds"}
+    assert [record["step"] for record in history] == list(range(1, steps + 1))
+    assert load_metrics(tmp_path / "metrics.jsonl") == history
+    settings = json.loads((tmp_path / "pretraining_args.json").read_text())
+    assert settings["objective"] == "causal" and not {"masking", "nsp", "mlm_probability"} & set(settings)
+    assert (tmp_path / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "checkpoint.pt").is_file()
+    reloaded = GPTLMHeadModel.from_pretrained(tmp_path)
+    state = model.state_dict()
+    assert all(torch.equal(tensor, state[name]) for name, tensor in reloaded.state_dict().items())
+    input_ids = torch.randint(0, tokenizer.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    hf_logits = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()(input_ids).logits
+    torch.testing.assert_close(reloaded(input_ids).logits, hf_logits, atol=ATOL, rtol=ATOL)
+    assert BertTokenizer(tmp_path / "vocab.txt").tokenize(corpus[0][0]) == tokenizer.tokenize(corpus[0][0])
+
+
+def test_causal_pretraining_resumes_exactly(tokenizer, corpus, tmp_path):
+    arguments = dict(max_steps=6, batch_size=4, seq_len=32, grad_accum_steps=2, log_every=1, checkpoint_every=3,
+                     progress=False, seed=3, device="cpu", objective="causal")
+    straight = small_gpt(tokenizer)
+    straight_history = pretrain(straight, tokenizer, corpus[:3], output_dir=tmp_path / "straight", **arguments)
+    first_half = pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path / "split",
+                          stop_at_step=3, **arguments)
+    assert [record["step"] for record in first_half] == [1, 2, 3]
+    restarted = small_gpt(tokenizer, seed=1)  # a new process: other initial weights, other random state
+    torch.manual_seed(123)
+    resumed_history = pretrain(restarted, tokenizer, corpus[:3], output_dir=tmp_path / "split", **arguments)
+
+    def losses(history):
+        return [(record["step"], record["loss"], record["accuracy"], record["lr"]) for record in history]
+
+    assert losses(resumed_history) == losses(straight_history)
+    straight_state = straight.state_dict()
+    assert all(torch.equal(tensor, straight_state[name]) for name, tensor in restarted.state_dict().items())
+
+
+def test_an_objective_must_fit_the_model_and_the_checkpoint(tokenizer, corpus, tmp_path):
+    arguments = dict(max_steps=2, batch_size=4, seq_len=32, progress=False, device="cpu")
+    bert = BertForPreTraining(BertConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_position_embeddings=64))
+    with pytest.raises(ValueError, match="a BertForPreTraining does not learn the causal objective"):
+        pretrain(bert, tokenizer, corpus[:3], output_dir=tmp_path, objective="causal", **arguments)
+    with pytest.raises(ValueError, match="a GPTLMHeadModel does not learn the masked objective"):
+        pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, **arguments)
+    with pytest.raises(ValueError, match="objective must be one of masked, causal, got 'both'"):
+        pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, objective="both", **arguments)
+    # a run of one objective does not resume from the checkpoint of the other
+    pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path / "gpt", objective="causal", **arguments)
+    with pytest.raises(ValueError, match=r"other settings \(masking None -> 'dynamic'"):
+        pretrain(bert, tokenizer, corpus[:3], output_dir=tmp_path / "gpt", nsp=False, **arguments)
+    pretrain(bert, tokenizer, corpus[:3], output_dir=tmp_path / "bert", nsp=False, **arguments)
+    with pytest.raises(ValueError, match=r"other settings \(objective None -> 'causal'\)"):
+        pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path / "bert", objective="causal",
+                 **arguments)
+
+
+def test_causal_pretraining_in_bfloat16_follows_the_float32_run(tokenizer, corpus, tmp_path):
+    """The same steps from the same weights and data (no dropout): the losses agree with float32's to
+    within what bfloat16 rounding moves them, and differ from them (autocast computed in bfloat16)."""
+    arguments = dict(max_steps=4, batch_size=4, seq_len=32, log_every=1, progress=False, seed=0, device="cpu",
+                     objective="causal")
+    reference = pretrain(small_gpt(tokenizer, dropout=0.0), tokenizer, corpus[:3], output_dir=tmp_path / "float32",
+                         precision="float32", **arguments)
+    other = pretrain(small_gpt(tokenizer, dropout=0.0), tokenizer, corpus[:3], output_dir=tmp_path / "bfloat16",
+                     precision="bfloat16", **arguments)
+    assert [r["loss"] for r in other] == pytest.approx([r["loss"] for r in reference], abs=5e-2)
+    assert [r["loss"] for r in other] != [r["loss"] for r in reference]
+    auto = pretrain(small_gpt(tokenizer, dropout=0.0), tokenizer, corpus[:3], output_dir=tmp_path / "auto",
+                    **arguments)  # "auto" on the CPU: bfloat16 where it computes it natively
+    expected = other if cpu_computes_bfloat16() else reference
+    assert [r["loss"] for r in auto] == [r["loss"] for r in expected]
+
+
+def test_causal_pretraining_runs_on_device(tokenizer, corpus, tmp_path, device):
+    model = small_gpt(tokenizer)
+    history = pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=3, batch_size=8, seq_len=32,
+                       device=device, log_every=1, progress=False, objective="causal")
+    assert all(math.isfinite(record["loss"]) for record in history)
+    assert next(model.parameters()).device.type == device.type
+    prompt = torch.tensor([[tokenizer.cls_token_id]], device=device)
+    assert generate(model.eval(), prompt, 5, do_sample=True, top_p=0.9,
+                    generator=torch.Generator(device).manual_seed(0)).device.type == device.type
+
+
+@pytest.fixture
+def packed(tokenizer, corpus, tmp_path) -> str:
+    """The corpus packed for --seq-len 32, in a file."""
+    path = tmp_path / "segments.npz"
+    PackedSegments.pack(tokenizer, corpus, 32).save(path)
+    return str(path)
+
+
+PRETRAIN_GPT = ["pretrain", "--objective", "causal", "--steps", "4", "--batch-size", "8", "--seq-len", "32",
+                "--log-every", "2", "--no-progress", "--device", "cpu"]
+
+
+def test_pretrain_command_trains_a_gpt_that_the_generate_command_continues(packed, tokenizer, tmp_path, capsys):
+    folder = tmp_path / "gpt"
+    status, out, _ = run_cli(capsys, *PRETRAIN_GPT, "--packed", packed, "--output", folder)  # no --no-nsp needed
+    assert status == 0
+    model = GPTLMHeadModel.from_pretrained(folder)
+    config = model.config
+    assert f"model: GPT-course, {count_gpt_parameters(config) / 1e6:.1f}M parameters" in out
+    assert "next-token loss" in out and "next-token accuracy" in out
+    assert (config.n_layer, config.n_embd, config.n_head, config.n_positions) == (4, 256, 4, 512)
+    assert (config.vocab_size, config.bos_token_id, config.eos_token_id) == (
+        tokenizer.vocab_size, tokenizer.cls_token_id, tokenizer.sep_token_id)
+    assert [record["step"] for record in load_metrics(folder / "metrics.jsonl")] == [2, 4]
+
+    status, out, _ = run_cli(capsys, "generate", "--model", folder, "--prompt", "the value", "--greedy",
+                             "--max-new-tokens", "6", "--device", "cpu")
+    assert status == 0
+    prompt = [tokenizer.cls_token_id, *tokenizer.convert_tokens_to_ids(tokenizer.tokenize("the value"))]
+    expected = generate(model, torch.tensor([prompt]), 6, eos_token_id=tokenizer.sep_token_id)[0]
+    assert out.splitlines() == [tokenizer.decode(expected)]
+
+
+def test_pretrain_command_sizes_each_objective_with_its_own_presets(packed, tmp_path, capsys, monkeypatch):
+    models = []
+    monkeypatch.setattr(cli, "pretrain", lambda model, *args, **kwargs: models.append((model, kwargs)) or [])
+    arguments = ["--packed", packed, "--seq-len", "32", "--output", tmp_path / "run", "--device", "cpu"]
+    assert run_cli(capsys, "pretrain", "--no-nsp", *arguments)[0] == 0  # BERT-mini, as ever
+    assert run_cli(capsys, "pretrain", "--objective", "causal", *arguments)[0] == 0  # the course GPT
+    (bert, bert_options), (gpt, gpt_options) = models
+    assert isinstance(bert, BertForPreTraining) and bert.config.num_hidden_layers == 4 and bert.config.hidden_size == 256
+    assert bert_options["objective"] == "masked" and gpt_options["objective"] == "causal"
+    assert isinstance(gpt, GPTLMHeadModel) and (gpt.config.n_layer, gpt.config.n_embd) == (4, 256)
+    for objective, preset in [("causal", "mini"), ("masked", "course")]:
+        status, _, err = run_cli(capsys, "pretrain", "--objective", objective, "--preset", preset, "--no-nsp",
+                                 *arguments)
+        assert status == 2 and f"--preset {preset} is not a size of the model of --objective {objective}" in err
+    assert len(models) == 2
+
