@@ -15,7 +15,7 @@ import platform
 import statistics
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,13 +25,24 @@ from bertlab.recorded import RecordedCheck, Significance
 from bertlab.utils import autocast_dtype
 
 
+#: The key under which stages.json files of an earlier scheme kept the layout of their records in every stage's
+#: identity; identities are compared without it: whether a record holds what is read from it is asked of the record.
+LAYOUT_KEY = "record_layout"
+
+
+def holding(*keys: str) -> Callable[[dict], bool]:
+    """A test of a stage's record (:meth:`Stages.run`'s ``complete``): it holds every one of ``keys``."""
+    return lambda record: all(key in record for key in keys)
+
+
 class Stages:
     """The named stages of a run, each finished one kept in ``folder/stages.json`` with its wall-clock
     seconds and its ``identity``: the course BERT's weights, the data and the settings that stage
     depends on. A run resumes after its last finished stage, and a run with other settings computes
     again only the stages that depend on them. A stage whose record keeps its model's score on each test
     example (one number per example, in the order of the test split) lets :func:`paired_comparison` test
-    a comparison from the stored stages, without training again."""
+    a comparison from the stored stages, without training again; a stage stored by an older layout that
+    lacks what is read from it now (``complete``) is computed again, alone, and the others are reused."""
 
     def __init__(self, folder: Path, common: dict):
         self.path = folder / "stages.json"
@@ -40,23 +51,41 @@ class Stages:
         self.saved: dict[str, dict] = saved.get("stages", {})  # a file of an older format: nothing to reuse
         self.seconds: dict[str, float] = {}
 
-    def run(self, name: str, compute, **depends_on) -> dict:
-        """``compute()``'s record (a JSON-serialisable dict), or the record of an earlier run of this
-        stage with the same identity (``depends_on``, the settings it reads, and the common identity)."""
-        identity = {**self.common, **depends_on}
+    def stored(self, name: str, **depends_on) -> dict | None:
+        """The record of an earlier run of stage ``name`` with this identity (``depends_on`` and the common
+        identity, whatever :data:`LAYOUT_KEY` it was stored with), complete or not; None if there is none."""
         saved = self.saved.get(name)
-        if saved is not None and saved["identity"] == identity:
+        if saved is None or _without_layout(saved["identity"]) != _without_layout({**self.common, **depends_on}):
+            return None
+        return saved["record"]
+
+    def run(self, name: str, compute, complete: Callable[[dict], bool] | None = None, **depends_on) -> dict:
+        """``compute()``'s record (a JSON-serialisable dict), or the record of an earlier run of this
+        stage with the same identity (``depends_on``, the settings it reads, and the common identity) when
+        ``complete(record)`` (default: any record): it holds what the caller reads from it. An earlier
+        record that is not complete (an older layout, without each test example's result) is computed
+        again."""
+        earlier = self.stored(name, **depends_on)
+        if earlier is not None and (complete is None or complete(earlier)):
+            saved = self.saved[name]
             print(f"== {name}: finished by an earlier run ({saved['seconds']:.0f} s)", flush=True)
         else:
-            print(f"\n== {name}", flush=True)
+            reason = " (stored by an older layout, without what is read from it now: computing it again)" \
+                if earlier is not None else ""
+            print(f"\n== {name}{reason}", flush=True)
             start = time.perf_counter()
-            saved = {"identity": identity, "record": compute(), "seconds": round(time.perf_counter() - start, 1)}
+            saved = {"identity": {**self.common, **depends_on}, "record": compute(),
+                     "seconds": round(time.perf_counter() - start, 1)}
             self.saved[name] = saved
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps({"stages": self.saved}, indent=2) + "\n")
             print(f"== {name}: {saved['seconds']:.0f} s", flush=True)
         self.seconds[name] = saved["seconds"]
         return saved["record"]
+
+
+def _without_layout(identity: dict) -> dict:
+    return {key: value for key, value in identity.items() if key != LAYOUT_KEY}
 
 
 def quietly(function, *args, **kwargs):

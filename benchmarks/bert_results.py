@@ -42,10 +42,14 @@ the CPU computed in float32). It is resumable: each finished stage (and the fine
 same command started again goes on after the last finished stage. Each stage is kept with what it
 depends on (the course BERT's weights, the data and the settings it reads): a run with other settings
 computes again only the stages they change, and another course BERT or other data all of them.
-Delete the folder to start afresh otherwise.
+A stage stored by an older layout, without each model's result on each test example, is computed again,
+alone: its first seed at the learning rate it chose on dev then (training is seeded), and the other seeds;
+the stages that hold them are reused, and the expectations tested from them. Delete the folder to start
+afresh otherwise.
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -62,13 +66,13 @@ from bertlab.finetuning import choose_learning_rate, finetune, freeze_layers, pr
 from bertlab.pretraining import course_bert_folder, course_bert_sha256
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
-from benchmark_runs import (Stages, checks_table, computed_in, expectation, machine, paired_comparison, quietly,
-                            summary, without_example_results)
+from benchmark_runs import (Stages, checks_table, computed_in, expectation, holding, machine, paired_comparison,
+                            quietly, summary, without_example_results)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-# The layout of the stages' records, part of every stage's identity: 2 keeps each model's result on each test
-# example (``test_correct``), from which the paired tests of the expectations are computed.
-RECORD_LAYOUT = 2
+# What the expectations' paired tests read from the stages: each model's result on each test example. A stage
+# stored without them (an older layout) is computed again, alone; one that holds them is reused.
+ONE_RUN, RUNS_BY_SEED = holding("test_correct"), holding("test_correct_by_seed")
 COURSE_BERT_RESULTS = RESULTS / "course-bert.json"
 SETTINGS = {
     "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=64, min_steps=150,
@@ -82,6 +86,16 @@ SETTINGS = {
                   tfidf_c=[1.0], alpha=0.5, temperature=2.0, repeats=2, max_train_examples=500,
                   teacher_labelled_sentences=300),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class ChosenRate:
+    """The learning rate chosen on dev with the first seed, the first seed's model at that rate, and the dev
+    accuracy of every rate tried."""
+
+    model: torch.nn.Module
+    learning_rate: float
+    dev_accuracy_by_learning_rate: dict
 
 
 def tfidf_logistic_regression(train, dev, test, c_grid) -> dict:
@@ -131,8 +145,7 @@ def run(args: argparse.Namespace) -> dict:
     folder = course_bert_folder()
     weights_sha256 = course_bert_sha256()
     stages = Stages(args.work_dir, {"course_bert_sha256": weights_sha256, "precision": computed_in(device, args),
-                                    "dataset": [splits.source, len(train), len(dev), len(test)],
-                                    "record_layout": RECORD_LAYOUT})
+                                    "dataset": [splits.source, len(train), len(dev), len(test)]})
     training = {key: settings[key] for key in ("epochs", "batch_size", "max_length", "min_steps")}
     teacher_weights = args.work_dir / "teacher.pt"
     tokenizer = BertTokenizer(folder / "vocab.txt")
@@ -159,15 +172,29 @@ def run(args: argparse.Namespace) -> dict:
                  precision=args.precision)
         return model
 
+    def chosen_rate(train_with, learning_rates, earlier: dict | None) -> ChosenRate:
+        """``choose_learning_rate`` over ``learning_rates`` (``train_with(lr)``: the first seed's model), or,
+        where ``earlier``, the record of this stage in an older layout (without each test example's result),
+        chose the rate already, the first seed's model at that rate alone: training is seeded, so it is the
+        model chosen then, and the other rates need not be trained again."""
+        if earlier is not None and "learning_rate" in earlier:
+            print(f"learning rate {earlier['learning_rate']:g}, chosen on dev by the earlier run", flush=True)
+            return ChosenRate(train_with(earlier["learning_rate"]), earlier["learning_rate"],
+                              earlier["dev_accuracy_by_learning_rate"])
+        tuned = choose_learning_rate(train_with, learning_rates, tokenizer, dev, max_length=settings["max_length"],
+                                     precision=args.precision)
+        return ChosenRate(tuned.model, tuned.learning_rate, tuned.dev_accuracy_by_learning_rate)
+
     def compare(name, make_model, examples, learning_rates, seeds, head_only=False, keep_first=None):
         """Learning rate chosen on dev with seed 0, then every seed at that rate; test accuracies. The
         first seed's weights are saved to ``keep_first`` when it is given."""
         epochs = max(settings["epochs"], math.ceil(settings["min_steps"] * settings["batch_size"] / len(examples)))
+        stage = f"{name}, {len(examples)} examples, {epochs} epochs"
+        depends_on = dict(learning_rates=learning_rates, seeds=seeds, **training)
 
         def compute() -> dict:
-            tuned = choose_learning_rate(
-                lambda lr: train_bert(make_model, examples, lr, seeds[0], epochs, head_only), learning_rates,
-                tokenizer, dev, max_length=settings["max_length"], precision=args.precision)
+            tuned = chosen_rate(lambda lr: train_bert(make_model, examples, lr, seeds[0], epochs, head_only),
+                                learning_rates, stages.stored(stage, **depends_on))
             if keep_first is not None:
                 torch.save(tuned.model.state_dict(), keep_first)
             correct = [test_correct(tuned.model)] + [
@@ -181,14 +208,13 @@ def run(args: argparse.Namespace) -> dict:
                     "epochs": epochs, "train_examples": len(examples), **summary(accuracies),
                     "test_correct_by_seed": correct}
 
-        return stages.run(f"{name}, {len(examples)} examples, {epochs} epochs", compute,
-                          learning_rates=learning_rates, seeds=seeds, **training)
+        return stages.run(stage, compute, RUNS_BY_SEED, **depends_on)
 
     # ---------------------------------------------------------------------------- (a) MR
     classification = {
         "tfidf_logistic_regression": stages.run("tf-idf logistic regression", lambda: tfidf_logistic_regression(
-            train, dev, test, settings["tfidf_c"]), tfidf_c=settings["tfidf_c"]),
-        "bag_of_words": stages.run("bag of words", lambda: bag_of_words(train, test)),
+            train, dev, test, settings["tfidf_c"]), ONE_RUN, tfidf_c=settings["tfidf_c"]),
+        "bag_of_words": stages.run("bag of words", lambda: bag_of_words(train, test), ONE_RUN),
     }
     seeds, grid = settings["seeds"], settings["learning_rates"]
     classification["random_init"] = compare("BERT-mini, random init", random_classifier, train, grid, seeds)
@@ -229,20 +255,29 @@ def run(args: argparse.Namespace) -> dict:
                     temperature=settings["temperature"], **options)
         return model
 
-    def students(teacher_model=None, examples=None) -> tuple[dict, BertForSequenceClassification]:
+    def students(teacher_model=None, examples=None, earlier: dict | None = None
+                 ) -> tuple[dict, BertForSequenceClassification]:
         """Students distilled from ``teacher_model`` (None: on the labels alone) on ``examples`` (default: the
-        training split): the learning rate chosen on dev with the first seed, then every other seed at that
-        rate; their record, and the first's model."""
-        tuned = choose_learning_rate(lambda lr: student(lr, teacher_model, seeds[0], examples), grid, tokenizer, dev,
-                                     max_length=settings["max_length"], precision=args.precision)
+        training split): the learning rate chosen on dev with the first seed (or by ``earlier``, the stage's
+        record in an older layout: :func:`chosen_rate`), then every other seed at that rate; their record,
+        and the first's model."""
+        tuned = chosen_rate(lambda lr: student(lr, teacher_model, seeds[0], examples), grid, earlier)
         correct = [test_correct(tuned.model)] + [
             test_correct(student(tuned.learning_rate, teacher_model, seed, examples)) for seed in seeds[1:]]
         return {"learning_rate": tuned.learning_rate, "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
                 "test_accuracy": sum(correct[0]) / len(correct[0]), **summary([sum(run) / len(run) for run in correct]),
                 "test_correct_by_seed": correct}, tuned.model
 
+    def student_stage(name: str, teacher_model=None, examples=None, **depends_on) -> dict:
+        """The stage ``name`` of :func:`students`, computed again where it is stored without every seed's
+        result on each test example."""
+        return stages.run(name, lambda: students(teacher_model, examples, stages.stored(name, **depends_on))[0],
+                          RUNS_BY_SEED, **depends_on)
+
+    distillation_stage = "distillation and the side-by-side comparison"
+
     def distillation_and_comparison() -> dict:
-        distilled, first = students(teacher)
+        distilled, first = students(teacher, earlier=stages.stored(distillation_stage, **distillation_identity))
         comparison = compare_models(teacher, first, tokenizer, test, batch_size=32,
                                     max_length=settings["max_length"], repeats=settings["repeats"],
                                     names=("teacher: course BERT, 4 layers", "distilled student, 2 layers"))
@@ -250,20 +285,18 @@ def run(args: argparse.Namespace) -> dict:
                 "comparison": [vars(row) for row in comparison.rows],
                 "comparison_markdown": comparison.to_markdown()}
 
-    def labels_alone() -> dict:
-        return students()[0]
-
     teacher_and_students = dict(learning_rates=grid, seeds=seeds, **training)  # the teacher: the stage above
-    distilled = stages.run("distillation and the side-by-side comparison", distillation_and_comparison,
-                           alpha=settings["alpha"], temperature=settings["temperature"], repeats=settings["repeats"],
-                           **teacher_and_students)
+    distillation_identity = dict(alpha=settings["alpha"], temperature=settings["temperature"],
+                                 repeats=settings["repeats"], **teacher_and_students)
+    distilled = stages.run(distillation_stage, distillation_and_comparison,
+                           holding("test_correct_by_seed", "teacher_test_correct", "comparison"),
+                           **distillation_identity)
     distillation = {
         "student_layers": [0, 2],
         "distilled": {key: value for key, value in distilled.items()
                       if key not in ("teacher_test_correct", "comparison", "comparison_markdown")},
         "teacher_test_correct": distilled["teacher_test_correct"],
-        "labels_alone": stages.run("student on labels alone", labels_alone, learning_rates=grid, seeds=seeds,
-                                   **training),
+        "labels_alone": student_stage("student on labels alone", learning_rates=grid, seeds=seeds, **training),
         "comparison": distilled["comparison"],
         "comparison_markdown": distilled["comparison_markdown"],
         "teacher_labelled_text": None,  # without --imdb-root
@@ -280,15 +313,14 @@ def run(args: argparse.Namespace) -> dict:
         distillation["teacher_labelled_text"] = {
             "sentences": len(sentences), "source": "aclImdb/train/unsup, sentences of 5 to 40 words, seed 0",
             "labels": len(train), "few_labels": len(few),
-            "distilled_with_text": stages.run("distilled student, labels and teacher-labelled text",
-                                              lambda: students(teacher, train + labelled_by_teacher)[0], **text),
-            "few_labels_alone": stages.run(f"student on {len(few)} labels alone", lambda: students(None, few)[0],
-                                           learning_rates=grid, seeds=seeds, **training),
-            "few_labels_distilled": stages.run(f"distilled student, {len(few)} labels",
-                                               lambda: students(teacher, few)[0], **text),
-            "few_labels_distilled_with_text": stages.run(
-                f"distilled student, {len(few)} labels and teacher-labelled text",
-                lambda: students(teacher, few + labelled_by_teacher)[0], **text),
+            "distilled_with_text": student_stage("distilled student, labels and teacher-labelled text", teacher,
+                                                 train + labelled_by_teacher, **text),
+            "few_labels_alone": student_stage(f"student on {len(few)} labels alone", None, few, learning_rates=grid,
+                                              seeds=seeds, **training),
+            "few_labels_distilled": student_stage(f"distilled student, {len(few)} labels", teacher, few, **text),
+            "few_labels_distilled_with_text": student_stage(
+                f"distilled student, {len(few)} labels and teacher-labelled text", teacher, few + labelled_by_teacher,
+                **text),
         }
 
     results = {

@@ -34,7 +34,9 @@ beside it, ``.md``), with the tasks finished so far and those of an earlier run 
 and settings (``--tasks`` runs some tasks only); chapter 10 reads it. Each expectation carries its paired
 test over the test examples (a bootstrap interval; McNemar's test for the pairs' accuracies; the sentence
 the unit of tagging) and holds only when significant at 95%: the stages keep each model's score on each
-test example, the record does not.
+test example, the record does not. A run stored by an older layout, without them, is computed again
+only where its test scores are read (each seed at the chosen learning rate; the other rates' runs on the
+first seed are read for their dev score alone), and a task's baselines again (seconds).
 """
 
 import argparse
@@ -62,14 +64,10 @@ from bertlab.task_finetuning import (TASKS, ExampleScores, evaluate_task, finetu
 from bertlab.tasks import squad_f1, squad_normalize, squad_scores
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
-from benchmark_runs import (Stages, checks_table, computed_in, expectation, machine, paired_comparison, quietly,
-                            summary, without_example_results)
+from benchmark_runs import (Stages, checks_table, computed_in, expectation, holding, machine, paired_comparison,
+                            quietly, summary, without_example_results)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-# The layout of the stages' records, part of every stage's identity: 2 keeps each model's score on each test
-# example (``test_examples``, a bertlab.task_finetuning.ExampleScores), from which the expectations' paired
-# tests are computed.
-RECORD_LAYOUT = 2
 SETTINGS = {
     "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=128, stride=32, max_answer_length=30,
                  learning_rates=[1e-4, 3e-4, 1e-3, 3e-3], max_train_examples=None, max_evaluation_examples=None,
@@ -82,6 +80,12 @@ WINDOW_ANSWER_WORDS = (1, 2, 3, 4, 5, 10)  # the sliding window's longest answer
 MODELS = ("course_bert", "random_init")
 MODEL_NAMES = {"course_bert": "course BERT, fine-tuned whole", "random_init": "same BERT from random weights"}
 DATASET_NAMES = {"pairs": "SNLI 1.0", "tagging": "UD English EWT (UPOS)", "spans": "SQuAD 1.1"}
+
+
+def baselines_complete(record: dict) -> bool:
+    """Whether a stored record of a task's baselines holds each baseline's score on each test example (the
+    paired tests read them); one of an older layout does not, and is computed again (seconds)."""
+    return all("test_examples" in scores for scores in record.values())
 
 
 def task_type(name: str, settings: dict):
@@ -167,6 +171,7 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
     tokenizer = BertTokenizer(folder / "vocab.txt")
     labels = None if task.labels is None else task.labels(splits.train)  # all the tags, whatever the cut
     training = {key: settings[key] for key in ("epochs", "batch_size", "max_length")}
+    tested_run = holding("dev", "test", "test_examples", *(["answer_words"] if name == "spans" else []))
     if name == "spans":
         training.update(stride=settings["stride"], max_answer_length=settings["max_answer_length"])
 
@@ -201,19 +206,24 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
         data = {"dataset": [splits.source, len(examples), len(variant.dev), len(variant.test)]}
         trained = {**training, "epochs": variant.epochs, **({"hypothesis_only": True} if "hypothesis" in part else {})}
 
-        def run(model: str, lr: float, seed: int) -> dict:
+        def run(model: str, lr: float, seed: int, tested: bool) -> dict:
+            """The stage of one fine-tuning run. ``tested``: its test scores are read, so a run stored by an
+            older layout, without its score on each test example, is computed again; the dev score of a
+            rate not chosen is all that is read from the others."""
             return stages.run(f"{name}: {model}, lr {lr:g}, seed {seed}{part}",
-                              lambda: fine_tuning_run(model, lr, seed, variant), **data, **trained,
-                              model=model, lr=lr, seed=seed)
+                              lambda: fine_tuning_run(model, lr, seed, variant),
+                              tested_run if tested else holding("dev"), **data, **trained, model=model, lr=lr,
+                              seed=seed)
 
         record = {"train": len(examples), "epochs": variant.epochs, "baselines": stages.run(
-            f"{name}: baselines{part}", lambda: baselines(name, examples, variant.dev, variant.test), **data,
-            **({"window_answer_words": WINDOW_ANSWER_WORDS} if name == "spans" else {}))}
+            f"{name}: baselines{part}", lambda: baselines(name, examples, variant.dev, variant.test),
+            baselines_complete, **data, **({"window_answer_words": WINDOW_ANSWER_WORDS} if name == "spans" else {}))}
         for model in MODELS:
             first_seed = settings["seeds"][0]
-            dev_score = {lr: run(model, lr, first_seed)["dev"][task.metric] for lr in settings["learning_rates"]}
+            dev_score = {lr: run(model, lr, first_seed, tested=False)["dev"][task.metric]
+                         for lr in settings["learning_rates"]}
             best = max(settings["learning_rates"], key=lambda lr: dev_score[lr])  # ties: the first rate
-            runs = [run(model, best, seed) for seed in settings["seeds"]]
+            runs = [run(model, best, seed, tested=True) for seed in settings["seeds"]]
             grid_ends = (settings["learning_rates"][0], settings["learning_rates"][-1])
             record[model] = {
                 "learning_rate": best,
@@ -378,8 +388,7 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     settings = SETTINGS["quick" if args.quick else "full"]
-    stages = Stages(work_dir, {"course_bert_sha256": course_bert_sha256(), "precision": computed_in(device, args),
-                               "record_layout": RECORD_LAYOUT})
+    stages = Stages(work_dir, {"course_bert_sha256": course_bert_sha256(), "precision": computed_in(device, args)})
     results = {
         "command": " ".join(["python", *sys.argv]),
         "mode": "quick" if args.quick else "full",

@@ -1,0 +1,310 @@
+"""The benchmark scripts' stages, end to end on made-up data: every expectation of the record they write is
+tested from the per-example results kept in the stages (``benchmarks/benchmark_runs.py``), holds only when
+significant, and a stage file of an older layout (without those results) is completed by computing again only
+the stages whose test results are read. Training, evaluating and predicting are replaced by fakes whose
+results are fixed in advance, so that each test takes seconds."""
+
+import dataclasses
+import json
+import random
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from bertlab import recorded
+from bertlab.task_data import SentencePair, TaskSplits
+from bertlab.task_finetuning import ExampleScores
+from tests.test_recorded import benchmark_script
+
+
+def _right(share: float, n: int, seed: int) -> list[int]:
+    """n results of 1 and 0, round(share * n) of them 1, in an order shuffled by ``seed``."""
+    results = [1] * round(share * n) + [0] * (n - round(share * n))
+    random.Random(seed).shuffle(results)
+    return results
+
+
+def _checks(out: Path) -> dict[str, recorded.RecordedCheck]:
+    record = json.loads(out.read_text())
+    return {check.expectation: check for check in recorded.recorded_checks(record)}
+
+
+def _to_an_older_layout(stages: Path, example_results: frozenset[str]) -> int:
+    """Rewrites ``stages`` (a stages.json) as the layout before per-example results: none of
+    ``example_results`` in any record, and every identity tagged with no layout. Returns the stages."""
+    def strip(value):
+        if isinstance(value, dict):
+            return {key: strip(item) for key, item in value.items() if key not in example_results}
+        return [strip(item) for item in value] if isinstance(value, list) else value
+
+    saved = json.loads(stages.read_text())["stages"]
+    older = {name: {**stage, "identity": {key: value for key, value in stage["identity"].items()
+                                          if key != "record_layout"}, "record": strip(stage["record"])}
+             for name, stage in saved.items()}
+    stages.write_text(json.dumps({"stages": older}))
+    return len(older)
+
+
+# --------------------------------------------------------------------------------------------------
+# benchmarks/task_results.py: sentence pairs
+# --------------------------------------------------------------------------------------------------
+
+TEST_PAIRS = 300
+# The fake BERTs' share of the test pairs right: the course BERT 90%, the same BERT reading the hypothesis
+# alone 89% (met by the scores, not significant on 300 pairs), random weights 50%.
+SHARE_RIGHT = {(True, False): 0.90, (True, True): 0.89, (False, False): 0.50, (False, True): 0.50}
+
+
+@pytest.fixture()
+def task_results(monkeypatch):
+    module = benchmark_script("task_results")
+    trained: list[tuple] = []  # (pretrained, learning rate, seed, hypothesis only) of every fine-tuning run
+
+    def pairs(n: int, seed: int) -> list[SentencePair]:
+        rng = random.Random(seed)
+        return [SentencePair(f"a man {rng.choice(['runs', 'sits', 'eats'])} here",
+                             f"someone {rng.choice(['moves', 'rests', 'dines'])}", rng.randrange(3)) for _ in range(n)]
+
+    splits = TaskSplits("snli", pairs(60, 1), pairs(40, 2), pairs(TEST_PAIRS, 3), "made-up pairs")
+
+    def fake_model(task, source, labels):
+        return SimpleNamespace(pretrained=isinstance(source, Path), lr=None, seed=None)
+
+    def fake_finetune(task, model, tokenizer, examples, *, encoder_lr, seed, **options):
+        model.lr, model.seed = encoder_lr, seed
+        trained.append((model.pretrained, encoder_lr, seed, examples[0].premise == ""))
+
+    def fake_example_scores(task, model, tokenizer, examples, **options):
+        alone = examples[0].premise == ""
+        return ExampleScores(_right(SHARE_RIGHT[model.pretrained, alone], len(examples),
+                                    seed=100 * model.pretrained + 10 * alone + model.seed))
+
+    def fake_evaluate(task, model, tokenizer, examples, *, what, **options):  # the dev score peaks at 1e-3
+        scores = fake_example_scores(task, model, tokenizer, examples).scores
+        score = sum(scores) / len(scores) if what == "test" else 0.8 if model.lr == 1e-3 else 0.6
+        return {"accuracy": score, "macro_f1": score}
+
+    monkeypatch.setattr(module, "load_task_splits", lambda name, root: splits)
+    monkeypatch.setattr(module, "task_model", fake_model)
+    monkeypatch.setattr(module, "finetune_task", fake_finetune)
+    monkeypatch.setattr(module, "evaluate_task", fake_evaluate)
+    monkeypatch.setattr(module, "task_example_scores", fake_example_scores)
+    monkeypatch.setitem(module.SETTINGS, "quick", {**module.SETTINGS["quick"], "seeds": [0, 1],
+                                                   "learning_rates": [1e-4, 1e-3], "max_train_examples": None,
+                                                   "max_evaluation_examples": None, "learning_curve": {}})
+    return module, trained
+
+
+def _run_tasks(module, tmp_path: Path) -> Path:
+    out = tmp_path / "tasks.json"
+    argv = ["task_results.py", "--data-root", str(tmp_path), "--tasks", "pairs", "--quick", "--device", "cpu",
+            "--work-dir", str(tmp_path / "work"), "--out", str(out), "--no-progress"]
+    sys.argv, saved = argv, sys.argv
+    try:
+        module.main()
+    finally:
+        sys.argv = saved
+    return out
+
+
+def test_task_records_test_every_expectation_from_the_stages_and_complete_an_older_layout(task_results, tmp_path):
+    module, trained = task_results
+    out = _run_tasks(module, tmp_path)
+    # 2 variants (the pairs, the hypothesis alone) x 2 models x (2 rates on seed 0, then seed 1 at the chosen rate)
+    assert len(trained) == 12
+    checks = _checks(out)
+    random_weights = checks["pairs: course BERT above the same BERT from random weights (accuracy)"]
+    assert random_weights.holds is True and random_weights.significance.examples == TEST_PAIRS
+    assert random_weights.significance.mcnemar_p < 0.05 and random_weights.significance.low > 0
+    alone = checks["pairs: course BERT above the same BERT reading the hypothesis alone (accuracy)"]  # 90 vs 89
+    assert alone.met_by_scores is True and alone.holds is False and not alone.significance.significant
+    assert alone.significance.low < 0 < alone.significance.high
+    baseline = next(check for name, check in checks.items() if "best simple baseline" in name)
+    assert baseline.significance is not None and baseline.holds is (baseline.met_by_scores and
+                                                                      baseline.significance.significant)
+    record = json.loads(out.read_text())  # the record ships without the per-example results
+    assert "test_examples_by_seed" not in json.dumps(record) and '"test_examples"' not in json.dumps(record)
+    assert "| not significant |" in out.with_suffix(".md").read_text()
+
+    # The stages again, as the layout before per-example results kept them: only the runs whose test scores
+    # are read (each seed at the chosen rate) and the baselines are computed again, and the record is the same.
+    stages = tmp_path / "work" / "stages.json"
+    _to_an_older_layout(stages, frozenset({"test_examples"}))
+    trained.clear()
+    _run_tasks(module, tmp_path)
+    assert sorted(trained) == sorted((pretrained, 1e-3, seed, alone) for pretrained in (False, True)
+                                     for seed in (0, 1) for alone in (False, True))
+    again = _checks(out)
+    assert {name: dataclasses.asdict(check) for name, check in again.items()} == {
+        name: dataclasses.asdict(check) for name, check in checks.items()}
+
+    # Every stage holds its results now: a run of the same command re-evaluates the record from them alone.
+    trained.clear()
+    _run_tasks(module, tmp_path)
+    assert trained == [] and _checks(out) == again
+
+
+# --------------------------------------------------------------------------------------------------
+# benchmarks/benchmark_runs.py: Stages
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_stage_is_computed_again_only_when_it_lacks_what_is_read(tmp_path):
+    benchmark_runs = benchmark_script("benchmark_runs")
+    computed = []
+
+    def compute(name):
+        def record():
+            computed.append(name)
+            return {"score": 0.5, "test_correct": [1, 0]}
+        return record
+
+    keeps = benchmark_runs.holding("test_correct")
+    (tmp_path / "stages.json").write_text(json.dumps({"stages": {
+        "old": {"identity": {"w": 1, "lr": 3}, "record": {"score": 0.4}, "seconds": 9.0},  # an older layout
+        "tagged": {"identity": {"w": 1, "lr": 3, "record_layout": 2}, "record": {"score": 0.6, "test_correct": [1]},
+                   "seconds": 9.0},  # the layout tag of an earlier scheme: compared without it
+        "other": {"identity": {"w": 1, "lr": 4}, "record": {"score": 0.7, "test_correct": [1]}, "seconds": 9.0}}}))
+    stages = benchmark_runs.Stages(tmp_path, {"w": 1})
+    assert stages.stored("old", lr=3) == {"score": 0.4} and stages.stored("other", lr=3) is None
+    assert stages.run("old", compute("old"), keeps, lr=3) == {"score": 0.5, "test_correct": [1, 0]}
+    assert stages.run("tagged", compute("tagged"), keeps, lr=3) == {"score": 0.6, "test_correct": [1]}
+    assert stages.run("other", compute("other"), keeps, lr=3)["score"] == 0.5  # other settings
+    assert stages.run("old", compute("old"), lr=3)["score"] == 0.5 and computed == ["old", "other"]
+    again = benchmark_runs.Stages(tmp_path, {"w": 1})  # what was computed is kept
+    assert again.run("old", compute("old"), keeps, lr=3)["test_correct"] == [1, 0] and computed == ["old", "other"]
+
+
+# --------------------------------------------------------------------------------------------------
+# benchmarks/bert_results.py: MR classification and distillation
+# --------------------------------------------------------------------------------------------------
+
+TEST_SENTENCES = 300
+# The fake models' share of the test sentences right: the distilled student 84% against 83% on the labels
+# alone (met by the scores, not significant on 300 sentences), the course BERT 85% against random weights 60%.
+MR_SHARE_RIGHT = {"course": 0.85, "random": 0.60, "head only": 0.75, "distilled": 0.84, "alone": 0.83}
+
+
+class FakeClassifier:
+    """Stands for ``BertForSequenceClassification``: what it is (``kind``) and the seed it was trained with
+    fix its predictions on the test sentences."""
+
+    def __init__(self, config, kind: str = "random"):
+        self.config, self.kind, self.seed = config, kind, 0
+
+    @classmethod
+    def from_pretrained(cls, folder):
+        return cls("the course BERT's", kind="course")
+
+    def state_dict(self) -> dict:
+        return {"seed": torch.tensor(self.seed)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seed = int(state["seed"])
+
+
+@pytest.fixture()
+def bert_results(monkeypatch):
+    module = benchmark_script("bert_results")
+    trained: list[tuple] = []  # (kind, learning rate, seed) of every model trained
+    rng = random.Random(0)
+    words = ["good", "bad", "dull", "fine", "moving", "flat"]
+    examples = [(f"review {i}: {rng.choice(words)} {rng.choice(words)}", rng.randrange(2)) for i in range(460)]
+    train, dev, test = examples[:100], examples[100:160], examples[160:]
+    where = {text: index for index, (text, _) in enumerate(test)}
+
+    def fake_predict(model, tokenizer, texts, **options):  # right on a share of the test sentences fixed in advance
+        seed = 10 * list(MR_SHARE_RIGHT).index(model.kind) + model.seed
+        right = _right(MR_SHARE_RIGHT[model.kind], len(test), seed)
+
+        def label(text: str) -> int:  # 0 for the sentences the teacher labels
+            if text not in where:
+                return 0
+            gold = test[where[text]][1]
+            return gold if right[where[text]] else 1 - gold
+
+        return torch.tensor([label(text) for text in texts])
+
+    def fake_finetune(model, tokenizer, examples, *, encoder_lr, seed, **options):
+        model.kind = "alone" if model.kind == "student" else model.kind
+        model.seed = seed
+        trained.append((model.kind, encoder_lr, seed))
+
+    def fake_distill(teacher, model, tokenizer, examples, *, lr, seed, **options):
+        model.kind, model.seed = "distilled", seed
+        trained.append((model.kind, lr, seed))
+
+    def fake_choose_learning_rate(train_with, learning_rates, tokenizer, dev, **options):  # the last rate wins
+        models = {lr: train_with(lr) for lr in learning_rates}
+        return SimpleNamespace(model=models[learning_rates[-1]], learning_rate=learning_rates[-1],
+                               dev_accuracy_by_learning_rate={lr: 0.5 + lr for lr in learning_rates})
+
+    def fake_compare_models(teacher, student, tokenizer, test, **options):
+        rows = [SimpleNamespace(accuracy=0.85, percent_of_teacher=100.0, speedup=1.0),
+                SimpleNamespace(accuracy=0.84, percent_of_teacher=98.8, speedup=1.9)]
+        return SimpleNamespace(rows=rows, to_markdown=lambda: "| teacher and student |")
+
+    monkeypatch.setattr(module, "load_sentiment", lambda name, root: SimpleNamespace(
+        name="mr", train=train, dev=dev, test=test, source="made-up sentences"))
+    monkeypatch.setattr(module, "BertForSequenceClassification", FakeClassifier)
+    monkeypatch.setattr(module, "predict", fake_predict)
+    monkeypatch.setattr(module, "finetune", fake_finetune)
+    monkeypatch.setattr(module, "distill", fake_distill)
+    monkeypatch.setattr(module, "freeze_layers", lambda model, layers: setattr(model, "kind", "head only"))
+    monkeypatch.setattr(module, "init_student_from_teacher", lambda teacher: FakeClassifier(None, kind="student"))
+    monkeypatch.setattr(module, "choose_learning_rate", fake_choose_learning_rate)
+    monkeypatch.setattr(module, "compare_models", fake_compare_models)
+    monkeypatch.setattr(module, "unlabelled_sentences", lambda root, count: [f"unlabelled {i}" for i in range(20)])
+    monkeypatch.setitem(module.SETTINGS, "quick", {**module.SETTINGS["quick"], "seeds": [0, 1],
+                                                   "curve_sizes": [40], "max_train_examples": None, "repeats": 1})
+    return module, trained
+
+
+def _run_mr(module, tmp_path: Path) -> Path:
+    out = tmp_path / "bert.json"
+    argv = ["bert_results.py", "--data-root", str(tmp_path), "--imdb-root", str(tmp_path), "--quick", "--device",
+            "cpu", "--work-dir", str(tmp_path / "work"), "--out", str(out), "--no-progress"]
+    sys.argv, saved = argv, sys.argv
+    try:
+        module.main()
+    finally:
+        sys.argv = saved
+    return out
+
+
+def test_mr_records_test_every_expectation_from_the_stages_and_complete_an_older_layout(bert_results, tmp_path):
+    module, trained = bert_results
+    out = _run_mr(module, tmp_path)
+    grid, first, chosen = module.SETTINGS["quick"]["learning_rates"], 3e-4, 1e-3
+    assert (first, chosen) == tuple(grid)  # the fake search chooses the last rate
+    # 5 comparisons and 6 groups of students, each: every rate of its grid on seed 0, then seed 1 at the chosen rate
+    assert len(trained) == 4 * 3 + 2 + 6 * 3
+    checks = _checks(out)
+    assert checks["fine-tuned course BERT >= 3 points above the same BERT from random weights"].holds is True
+    students = checks["the distilled student above the same student on the labels alone"]  # 84 vs 83
+    assert students.met_by_scores and students.holds is False and students.significance.mcnemar_p > 0.05
+    untested = {"half-depth student runs >= 1.6x faster (inference)", "held-out masked-token accuracy >= 42%",
+                "held-out MLM loss >= 1.5 nats below the unigram predictor"}
+    for name, check in checks.items():
+        assert (check.significance is None) is (name in untested), name
+        assert check.holds is (None if name in untested else check.met_by_scores and check.significance.significant)
+    assert "test_correct" not in out.read_text()  # the record ships without the per-example results
+
+    # The stages as the layout before per-example results kept them: each is computed again, but only at the
+    # rate it chose then (training is seeded: the model chosen then), and the record is the same.
+    _to_an_older_layout(tmp_path / "work" / "stages.json",
+                        frozenset({"test_correct", "test_correct_by_seed", "teacher_test_correct"}))
+    trained.clear()
+    _run_mr(module, tmp_path)
+    head_only_rate = module.SETTINGS["quick"]["head_only_learning_rates"][-1]
+    assert len(trained) == 11 * 2 and {lr for _, lr, _ in trained} == {chosen, head_only_rate}
+    again = _checks(out)
+    assert {name: dataclasses.asdict(check) for name, check in again.items()} == {
+        name: dataclasses.asdict(check) for name, check in checks.items()}
+
+    trained.clear()  # every stage holds its results now: the record is re-evaluated from them alone
+    _run_mr(module, tmp_path)
+    assert trained == [] and _checks(out) == again
