@@ -4,6 +4,8 @@
 - ``autograder.course``     the course's layout and cell vocabulary
 - ``autograder.chapters``   what each chapter tests, as the grader reads it from its solution notebook
 - ``autograder.release``    regenerates ``chapters/`` from ``solutions/`` and verifies both
+- ``autograder.translations`` the translation catalogues (``locale/``) and the translated chapters
+                            (``chapters/LANG/``); ``autograder.myst_blocks`` their units, MyST blocks
 - ``autograder.checks``     the checks that the chapters' hidden tests call, one module per topic
 - ``autograder.bounds``     every bound of the grader (sizes, outputs, messages, time, resources), by threat
 

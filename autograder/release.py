@@ -4,7 +4,9 @@
   configuration in ``nbgrader_config.py`` and a throwaway gradebook, then normalizes the student
   notebooks so that generating twice gives identical bytes: no outputs, no execution counts, only
   the metadata the notebook needs. Into ``chapters/`` it writes only the files whose bytes changed,
-  each replaced in one step, and deletes nothing.
+  each replaced in one step, and deletes nothing. For each language with translation catalogues
+  (``locale/LANG/LC_MESSAGES``, :mod:`autograder.translations`) it also writes ``chapters/LANG/``: the
+  same notebooks with their Markdown translated, code cells, ids, metadata and outputs unchanged.
 - :class:`InstallCell`, one of generate_assignment's preprocessors (``nbgrader_config.py`` adds it,
   so plain ``nbgrader generate_assignment`` does the same): the repository URL of ``_config.yml``
   in the install cell, which the book's pages leave out (:data:`BOOK_HIDDEN_TAG`).
@@ -32,6 +34,7 @@ from nbgrader.api import MissingEntry
 from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
 from traitlets import Unicode
 
+from autograder import translations
 from autograder.course import (
     CHAPTERS,
     INSTALL_TAG,
@@ -229,6 +232,27 @@ def generate(names=None, *, root: Path = ROOT, output: Path | None = None) -> li
                 destination = output / name / path.relative_to(generated)
                 if replace_if_changed(path, destination):
                     written.append(destination)
+            written += _write_translations(root, name, generated, output, scratch / "translated")
+    return written
+
+
+def _write_translations(root: Path, name: str, generated: Path, output: Path, scratch: Path) -> list[Path]:
+    """Write the chapter ``name``, generated into ``generated``, in each language with catalogues, into
+    ``output/LANG/name``: its notebooks with their Markdown translated (:mod:`autograder.translations`),
+    its other files as they are. Only the files whose bytes change are written."""
+    written = []
+    for language in translations.languages(root):
+        catalogue = translations.catalogue_path(root, language, name)
+        for path in sorted(path for path in generated.rglob("*") if path.is_file()):
+            relative = path.relative_to(generated)
+            source = path
+            if path.suffix == ".ipynb":
+                source = scratch / language / name / relative
+                source.parent.mkdir(parents=True, exist_ok=True)
+                source.write_text(translations.translated_notebook_text(path, catalogue), encoding="utf-8")
+            destination = output / language / name / relative
+            if replace_if_changed(source, destination):
+                written.append(destination)
     return written
 
 

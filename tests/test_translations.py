@@ -1,0 +1,263 @@
+"""Tests of the translated edition: the Chinese student notebooks differ from the English ones in their
+Markdown only, are what the catalogues generate, and the catalogues keep the English's MyST markup.
+The machinery itself (blocks, msgmerge's fuzzy messages, the report, the release) on a tiny course."""
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import release, translations
+from autograder.myst_blocks import blocks, is_translatable, join_blocks, markup_differences, split_blocks
+
+ROOT = Path(__file__).resolve().parents[1]
+LANGUAGE = "zh_CN"
+CHAPTERS = release.chapter_names(ROOT)
+TOOL = ROOT / "tools" / "translations.py"
+
+
+def _read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def _editions(chapter: str) -> tuple[nbformat.NotebookNode, nbformat.NotebookNode]:
+    english = ROOT / "chapters" / chapter / f"{chapter}.ipynb"
+    translated = ROOT / "chapters" / LANGUAGE / chapter / f"{chapter}.ipynb"
+    assert translated.is_file(), f"{translated.relative_to(ROOT)} is missing; run `autograder release`"
+    return _read(english), _read(translated)
+
+
+# --------------------------------------------------------------------------------------------------
+# The course's Chinese edition
+# --------------------------------------------------------------------------------------------------
+
+
+def test_the_course_has_a_chinese_catalogue_for_every_chapter_and_the_intro():
+    assert translations.languages(ROOT) == [LANGUAGE]
+    for domain in ["intro", *CHAPTERS]:
+        assert translations.catalogue_path(ROOT, LANGUAGE, domain).is_file(), domain
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_code_cells_and_metadata_are_identical_in_both_editions(chapter):
+    english, chinese = _editions(chapter)
+    assert chinese.metadata == english.metadata
+    assert [cell.cell_type for cell in chinese.cells] == [cell.cell_type for cell in english.cells]
+    for ours, theirs in zip(english.cells, chinese.cells):
+        assert theirs.id == ours.id, f"{chapter}: cell {ours.id} is {theirs.id} in {LANGUAGE}"
+        assert theirs.metadata == ours.metadata, f"{chapter}, cell {ours.id}: metadata differ"
+        if ours.cell_type == "code":
+            assert theirs == ours, f"{chapter}, code cell {ours.id}: source, outputs or execution count differ"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chinese_notebooks_are_what_the_catalogues_generate(chapter):
+    english = ROOT / "chapters" / chapter / f"{chapter}.ipynb"
+    expected = translations.translated_notebook_text(english, translations.catalogue_path(ROOT, LANGUAGE, chapter))
+    translated = ROOT / "chapters" / LANGUAGE / chapter / f"{chapter}.ipynb"
+    assert translated.read_text(encoding="utf-8") == expected, f"{translated.relative_to(ROOT)} is stale; run `autograder release`"
+
+
+def test_catalogues_are_up_to_date_with_the_english():
+    assert translations.stale_catalogues(ROOT) == [], "run `python tools/translations.py update`"
+
+
+def test_catalogues_pass_the_check():
+    problems = [problem for domain in ["intro", *CHAPTERS]
+                for problem in translations.catalogue_problems(translations.catalogue_path(ROOT, LANGUAGE, domain))]
+    assert problems == []
+
+
+def test_chapter_one_is_translated_completely():
+    counts = translations.counts(translations.catalogue_path(ROOT, LANGUAGE, "01_attention"), "01_attention")
+    assert counts.complete and counts.translated == counts.total > 50
+    english, chinese = _editions("01_attention")
+    for ours, theirs in zip(english.cells, chinese.cells):
+        if ours.cell_type == "markdown":
+            assert theirs.source != ours.source, f"cell {ours.id} is not translated"
+
+
+def test_check_catches_a_dropped_formula_or_role(tmp_path):
+    catalogue = translations.load(translations.catalogue_path(ROOT, LANGUAGE, "01_attention"))
+    entry = next(entry for entry in catalogue if entry.msgctxt == "why-attention" and "{cite:t}" in entry.msgid)
+    assert "$c_j$" in entry.msgstr
+    entry.msgstr = entry.msgstr.replace("$c_j$", "c_j").replace("{cite:t}`bahdanau2015neural`", "Bahdanau")
+    path = tmp_path / "01_attention.po"
+    catalogue.save(str(path))
+    problems = translations.catalogue_problems(path)
+    assert len(problems) == 2, problems
+    assert all(f"{path}:" in problem and "cell why-attention" in problem for problem in problems)
+    assert any("math 'c_j' missing" in problem for problem in problems)
+    assert any("role '{cite:t}bahdanau2015neural' missing" in problem for problem in problems)
+
+
+def test_check_cli_fails_on_a_broken_catalogue(tmp_path):
+    course = tmp_path / "course"
+    for name in ("solutions/01_attention", "locale/zh_CN/LC_MESSAGES"):
+        (course / name).mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / "01_attention" / "01_attention.ipynb", course / "solutions" / "01_attention")
+    po = course / "locale" / "zh_CN" / "LC_MESSAGES" / "01_attention.po"
+    text = translations.catalogue_path(ROOT, LANGUAGE, "01_attention").read_text(encoding="utf-8")
+    po.write_text(text.replace("{cite:p}`jain2019attention`", "(Jain and Wallace)"), encoding="utf-8")
+    result = subprocess.run([sys.executable, str(TOOL), "--root", str(course), "check"], capture_output=True, text=True)
+    assert result.returncode == 1 and "jain2019attention' missing" in result.stdout and "cell maps-text" in result.stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# Blocks and markup
+# --------------------------------------------------------------------------------------------------
+
+
+def test_blocks_split_at_blank_lines_outside_fences_and_formulas():
+    text = ("Intro $x$.\n\n$$\na\n\nb\n$$\n\n:::{admonition} Answers\n:class: dropdown\n\n1. one\n:::\n\n"
+            "```python\nx = 1\n\ny = 2\n```\n\n\nLast\n")
+    assert blocks(text) == ["Intro $x$.", "$$\na\n\nb\n$$", ":::{admonition} Answers\n:class: dropdown\n\n1. one\n:::",
+                            "```python\nx = 1\n\ny = 2\n```", "Last"]
+    assert join_blocks(split_blocks(text)) == text
+    assert [is_translatable(block) for block in blocks(text)] == [True, False, True, False, True]
+
+
+def test_every_markdown_cell_of_the_course_splits_and_joins_to_itself():
+    for chapter in CHAPTERS:
+        for cell in _read(ROOT / "solutions" / chapter / f"{chapter}.ipynb").cells:
+            if cell.cell_type == "markdown":
+                assert join_blocks(split_blocks(cell.source)) == cell.source, f"{chapter}, cell {cell.id}"
+
+
+@pytest.mark.parametrize("english, translated, problem", [
+    ("See {ref}`the figure <fig-a>`.", "见{ref}`图 <fig-b>`。", "role '{ref}fig-a' missing"),
+    ("Call `f(x)` on $x$.", "对 $x$ 调用 f(x)。", "inline code 'f(x)' missing"),
+    ("The [page](../a.md).", "[页面](../b.md)。", "link '../a.md' missing"),
+    ("Use 16 keys.", "使用十六个键。", "number '16' missing"),
+    ("## Title", "# 标题", "starts with '#' where the English starts with '##'"),
+    ("$$\na\n$$\nText", "文字", "display math 'a' missing"),
+    (":::{note}\n:class: dropdown\nText\n:::", ":::{warning}\n文字\n:::", "directive 'note' missing"),
+])
+def test_markup_differences_name_what_a_translation_lost(english, translated, problem):
+    assert problem in markup_differences(english, translated)
+
+
+def test_cited_keys_may_be_reordered_and_link_text_translated():
+    assert markup_differences("{cite:p}`a2020,b2021` and [text](x.md) in 2 steps",
+                              "{cite:p}`b2021,a2020` 与[文字](x.md)，分 2 步") == []
+
+
+# --------------------------------------------------------------------------------------------------
+# The workflow on a tiny course: update, translate, change the English, report, release
+# --------------------------------------------------------------------------------------------------
+
+
+def _markdown(source: str, cell_id: str) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_markdown_cell(source)
+    cell.id = cell_id
+    return cell
+
+
+def _tiny_notebook(first_paragraph: str) -> nbformat.NotebookNode:
+    notebook = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                 "language": "python"}})
+    code = nbformat.v4.new_code_cell('print("install from {repository_url}")', metadata={"tags": ["install"]})
+    code.id = "install"
+    notebook.cells = [_markdown(f"# Tiny\n\n{first_paragraph}\n\nSecond, with $x$.", "intro"), code,
+                      _markdown("Third {cite:p}`key2020`.", "outro")]
+    return notebook
+
+
+@pytest.fixture
+def tiny_course(tmp_path):
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
+    (tmp_path / "_config.yml").write_text("repository:\n  url: https://example.org/course\n")
+    (tmp_path / "solutions" / "01_tiny").mkdir(parents=True)
+    nbformat.write(_tiny_notebook("First paragraph."), tmp_path / "solutions" / "01_tiny" / "01_tiny.ipynb")
+    return tmp_path
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """What a run of tools/translations.py returned and printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _load_tool():
+    spec = importlib.util.spec_from_file_location("translations_tool", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def tool(capsys):
+    """Run tools/translations.py's main in this process (its own run as a script: test_check_cli_...)."""
+    main = _load_tool().main
+
+    def run(course: Path, *args: str) -> ToolRun:
+        capsys.readouterr()
+        returncode = main(["--root", str(course), *args])
+        printed = capsys.readouterr()
+        return ToolRun(returncode, printed.out, printed.err)
+    return run
+
+
+def test_update_translate_change_report_and_release(tiny_course, tool):
+    solution = tiny_course / "solutions" / "01_tiny" / "01_tiny.ipynb"
+    po = translations.catalogue_path(tiny_course, LANGUAGE, "01_tiny")
+    assert tool(tiny_course, "update", "--language", LANGUAGE).returncode == 0
+    assert [entry.msgid for entry in translations.load(po)] == ["# Tiny", "First paragraph.", "Second, with $x$.",
+                                                                "Third {cite:p}`key2020`."]
+    assert tool(tiny_course, "update", "--dry-run").returncode == 0
+
+    catalogue = translations.load(po)
+    for entry, text in zip(catalogue, ["# 小例子", "第一段。", "第二段，含 $x$。"]):
+        entry.msgstr = text
+    catalogue.save(str(po))
+    assert translations.counts(po, "01_tiny") == translations.Counts("01_tiny", 4, 3, 0, 1)
+
+    nbformat.write(_tiny_notebook("First paragraph, changed."), solution)
+    assert tool(tiny_course, "update", "--dry-run").returncode == 1
+    assert "updated locale/zh_CN/LC_MESSAGES/01_tiny.po" in tool(tiny_course, "update").stdout
+    [fuzzy] = [entry for entry in translations.load(po) if entry.fuzzy]
+    assert (fuzzy.msgid, fuzzy.previous_msgid, fuzzy.msgstr) == ("First paragraph, changed.", "First paragraph.", "第一段。")
+    assert translations.counts(po, "01_tiny") == translations.Counts("01_tiny", 4, 2, 1, 1)
+    report = tool(tiny_course, "report")
+    assert report.returncode == 0 and "01_tiny" in report.stdout and "4          2      1            1" in report.stdout
+    assert tool(tiny_course, "report", "--release").returncode == 1
+    assert tool(tiny_course, "check").returncode == 0
+
+    written = release.generate(root=tiny_course)
+    english = tiny_course / "chapters" / "01_tiny" / "01_tiny.ipynb"
+    chinese = tiny_course / "chapters" / LANGUAGE / "01_tiny" / "01_tiny.ipynb"
+    assert written == [english, chinese]
+    cells = _read(chinese).cells
+    # translated where the translation is current; the fuzzy and the untranslated message stay English
+    assert cells[0].source == "# 小例子\n\nFirst paragraph, changed.\n\n第二段，含 $x$。"
+    assert cells[2].source == "Third {cite:p}`key2020`."
+    assert cells[1] == _read(english).cells[1]
+    assert release.stale_chapters(tiny_course) == []
+    assert release.generate(root=tiny_course) == []  # nothing changed, nothing written
+
+    catalogue = translations.load(po)
+    for entry in catalogue:
+        entry.msgstr, entry.flags = entry.msgstr or "第三 {cite:p}`key2020`。", []
+    catalogue.save(str(po))
+    assert tool(tiny_course, "report", "--release").returncode == 0
+    assert release.stale_chapters(tiny_course) == [f"chapters/{LANGUAGE}/01_tiny/01_tiny.ipynb differs from what generation produces"]
+    assert release.generate(root=tiny_course) == [chinese]
+    assert _read(chinese).cells[0].source == "# 小例子\n\n第一段。\n\n第二段，含 $x$。"
+
+
+def test_a_markdown_cell_without_an_id_is_named(tiny_course, tool):
+    solution = tiny_course / "solutions" / "01_tiny" / "01_tiny.ipynb"
+    notebook = _read(solution)
+    del notebook.cells[2]["id"]
+    notebook.nbformat_minor = 4  # ids became mandatory in 4.5
+    nbformat.write(notebook, solution)
+    result = tool(tiny_course, "update", "--language", LANGUAGE)
+    assert result.returncode == 2 and "01_tiny.ipynb: Markdown cell 2 has no id" in result.stderr
