@@ -43,7 +43,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
@@ -57,6 +56,7 @@ from autograder.chapters import Chapter, load_chapters
 from autograder.citations import read_references
 from autograder.course import GradingError
 from autograder.feedback import plain_page
+from autograder.files import PRIVATE, SHARED, write_atomically
 from autograder.job import Job, work
 from autograder.gradebook import export_csv, write_grades
 from autograder.nbgrader_adapter import prepare_gradebook, quiet_nbgrader, register_chapters, without_password
@@ -76,7 +76,6 @@ SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
 # Imported once by the server the workers are forked from, rather than by every worker; the last one
 # does the work of every job that depends on no submission.
 WORKER_MODULES = ["autograder.job", "IPython.core.inputtransformer2", "bertlab.data", "autograder.worker_preload"]
-PRIVATE, SHARED = 0o600, 0o644  # files for the instructor only; files handed to students
 SHARED_FOLDER = 0o755
 
 
@@ -110,24 +109,6 @@ class Report:
     @property
     def exit_status(self) -> int:
         return 1 if self.failures else 0
-
-
-def write_atomically(path: Path, data: bytes | str, mode: int = PRIVATE) -> None:
-    """Write a file so that it is either the old one or the complete new one, even after a crash; its
-    permissions are ``mode``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(descriptor, mode)
-        with os.fdopen(descriptor, "wb") as file:
-            # Text from a submission may hold what UTF-8 cannot encode (a file name's undecodable byte).
-            file.write(data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 @functools.cache

@@ -18,12 +18,12 @@ the class. Here it takes time in proportion to the class (``benchmarks/gradebook
 """
 
 import csv
-import os
-import tempfile
+import io
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
+from autograder.files import PRIVATE, write_atomically
 from autograder.results import NotebookResult
 
 CSV_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email", "raw_score",
@@ -231,27 +231,20 @@ def export_csv(db_url: str, path: Path, results: list[NotebookResult]) -> None:
                                SubmittedAssignment.student_id, SubmittedAssignment.timestamp))}
     finally:
         engine.dispose()
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", newline="", delete=False) as file:
-        try:
-            writer = csv.DictWriter(file, [*CSV_COLUMNS, "reference_copies"])
-            writer.writeheader()
-            for assignment, chapter, duedate, max_score in chapters:
-                for student, last_name, first_name, email in students:
-                    submission, timestamp = submissions.get((assignment, student), (None, None))
-                    raw = _or_zero(scores.get(submission)) if submission else 0.0
-                    penalty = _or_zero(penalties.get(submission)) if submission else 0.0
-                    row = {"assignment": chapter, "duedate": duedate, "timestamp": timestamp, "student_id": student,
-                           "last_name": last_name, "first_name": first_name, "email": email, "raw_score": raw,
-                           "late_submission_penalty": penalty, "score": max(0.0, raw - penalty) if submission else 0.0,
-                           "max_score": max_score, "reference_copies": flags.get((student, chapter), "")}
-                    writer.writerow({key: "" if value is None else str(value) for key, value in row.items()})
-            file.flush()
-            os.fsync(file.fileno())
-            os.chmod(file.name, 0o600)
-            os.replace(file.name, path)
-        except BaseException:
-            Path(file.name).unlink(missing_ok=True)
-            raise
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, [*CSV_COLUMNS, "reference_copies"])
+    writer.writeheader()
+    for assignment, chapter, duedate, max_score in chapters:
+        for student, last_name, first_name, email in students:
+            submission, timestamp = submissions.get((assignment, student), (None, None))
+            raw = _or_zero(scores.get(submission)) if submission else 0.0
+            penalty = _or_zero(penalties.get(submission)) if submission else 0.0
+            row = {"assignment": chapter, "duedate": duedate, "timestamp": timestamp, "student_id": student,
+                   "last_name": last_name, "first_name": first_name, "email": email, "raw_score": raw,
+                   "late_submission_penalty": penalty, "score": max(0.0, raw - penalty) if submission else 0.0,
+                   "max_score": max_score, "reference_copies": flags.get((student, chapter), "")}
+            writer.writerow({key: "" if value is None else str(value) for key, value in row.items()})
+    write_atomically(path, text.getvalue(), PRIVATE)
 
 
 def _or_zero(value) -> float:

@@ -21,7 +21,6 @@
 
 import filecmp
 import os
-import stat
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -45,6 +44,7 @@ from autograder.course import (
     is_graded_test,
     strip_hidden_tests,
 )
+from autograder.files import replace_if_changed
 from autograder.nbgrader_adapter import create_gradebook
 
 URL_PLACEHOLDER = "{repository_url}"
@@ -172,30 +172,6 @@ def write_notebook(notebook: nbformat.NotebookNode, path: Path) -> None:
     """Write in nbformat's canonical layout (sorted keys, indent 1) with a final newline."""
     path.write_text(nbformat.writes(notebook) + "\n", encoding="utf-8")
 
-
-def replace_if_changed(source: Path, destination: Path) -> bool:
-    """Give ``destination`` the bytes of ``source`` unless it holds them already; return whether it wrote.
-
-    The bytes go to a hidden temporary file in the destination's folder, which then takes the destination's
-    place in one step (``os.replace``): a reader running meanwhile (a book build executing the chapters)
-    finds the old file or the new one, never none or half of one. A file replaced keeps its permissions; a
-    new one gets the source's.
-    """
-    content = source.read_bytes()
-    if destination.is_file() and destination.read_bytes() == content:
-        return False
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    mode = stat.S_IMODE((destination if destination.exists() else source).stat().st_mode)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent)
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(content)
-        os.chmod(temporary, mode)
-        os.replace(temporary, destination)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return True
 
 
 def generate(names=None, *, root: Path = ROOT, output: Path | None = None) -> list[Path]:

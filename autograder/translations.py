@@ -27,6 +27,7 @@ import nbformat
 import polib
 
 from autograder.course import ROOT, SOLUTIONS, chapter_names
+from autograder.files import replace_if_changed
 from autograder.myst_blocks import blocks, is_translatable, join_blocks, markup_differences, split_blocks
 
 LOCALE = "locale"
@@ -176,7 +177,6 @@ def merged_catalogue(root: Path, language: str, domain: str) -> str:
 
 def update_catalogue(root: Path, language: str, domain: str) -> bool:
     """Merge the domain's English source into its catalogue; return whether the file changed."""
-    from autograder.release import replace_if_changed
 
     path = catalogue_path(root, language, domain)
     with tempfile.TemporaryDirectory(prefix="translations-") as scratch:

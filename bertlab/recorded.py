@@ -5,7 +5,7 @@ that folder is the one source of truth, versioned with the code that made each r
 documented commands, ``benchmarks/RESULTS.md`` and the tests all name it. The records the chapters read
 (:data:`CHAPTER_RECORDS`) also ship with the package, as byte-for-byte copies in
 ``bertlab/recorded_results/`` (package data), so that a chapter run outside the repository (on Colab,
-or after ``pip install``) prints the same tables; ``tests/test_tasks.py`` fails when a copy differs from
+or after ``pip install``) prints the same tables; ``tests/test_recorded.py`` fails when a copy differs from
 its source, and says how to copy it again.
 
 :func:`read_recorded_results` reads a record from the repository when it runs inside one (the source,

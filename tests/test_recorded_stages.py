@@ -98,9 +98,9 @@ def task_results(monkeypatch):
     return module, trained
 
 
-def _run_tasks(module, tmp_path: Path) -> Path:
-    out = tmp_path / "tasks.json"
-    argv = ["task_results.py", "--data-root", str(tmp_path), "--tasks", "pairs", "--quick", "--device", "cpu",
+def _run_main(module, tmp_path: Path, out: Path, *options: str) -> Path:
+    """The script's ``main()`` with the command line of a quick run on the CPU into ``out``, and ``options``."""
+    argv = [f"{module.__name__}.py", "--data-root", str(tmp_path), *options, "--quick", "--device", "cpu",
             "--work-dir", str(tmp_path / "work"), "--out", str(out), "--no-progress"]
     sys.argv, saved = argv, sys.argv
     try:
@@ -108,6 +108,10 @@ def _run_tasks(module, tmp_path: Path) -> Path:
     finally:
         sys.argv = saved
     return out
+
+
+def _run_tasks(module, tmp_path: Path) -> Path:
+    return _run_main(module, tmp_path, tmp_path / "tasks.json", "--tasks", "pairs")
 
 
 def test_task_records_test_every_expectation_from_the_stages_and_complete_an_older_layout(task_results, tmp_path):
@@ -264,15 +268,7 @@ def bert_results(monkeypatch):
 
 
 def _run_mr(module, tmp_path: Path) -> Path:
-    out = tmp_path / "bert.json"
-    argv = ["bert_results.py", "--data-root", str(tmp_path), "--imdb-root", str(tmp_path), "--quick", "--device",
-            "cpu", "--work-dir", str(tmp_path / "work"), "--out", str(out), "--no-progress"]
-    sys.argv, saved = argv, sys.argv
-    try:
-        module.main()
-    finally:
-        sys.argv = saved
-    return out
+    return _run_main(module, tmp_path, tmp_path / "bert.json", "--imdb-root", str(tmp_path))
 
 
 def test_mr_records_test_every_expectation_from_the_stages_and_complete_an_older_layout(bert_results, tmp_path):
