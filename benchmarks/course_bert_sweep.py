@@ -22,7 +22,7 @@ import torch
 
 from bertlab.bert import BertConfig, BertForPreTraining
 from bertlab.data import IMDB_HELD_OUT_FOLDERS, imdb_documents
-from bertlab.pretraining import evaluate_masked_lm, pretrain
+from bertlab.pretraining import PretrainingRecipe, evaluate_masked_lm, pretrain
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import seed_everything
 
@@ -48,8 +48,8 @@ def main() -> None:
         model = BertForPreTraining(BertConfig.preset(args.preset, vocab_size=tokenizer.vocab_size))
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as folder:
-            history = pretrain(model, tokenizer, documents, output_dir=folder, max_steps=args.steps, batch_size=32,
-                               seq_len=128, lr=lr, nsp=False, device="cpu", log_every=25, progress=False)
+            recipe = PretrainingRecipe(max_steps=args.steps, batch_size=32, seq_len=128, lr=lr, nsp=False, log_every=25)
+            history = pretrain(model, tokenizer, documents, recipe, output_dir=folder, device="cpu", progress=False)
         scores = evaluate_masked_lm(model, tokenizer, held_out, seq_len=128)
         runs.append({"lr": lr, "seconds": round(time.perf_counter() - start), "train_mlm_loss": history[-1]["mlm_loss"],
                      "held_out_mlm_loss": round(scores.loss, 4), "held_out_mlm_accuracy": round(scores.accuracy, 4)})

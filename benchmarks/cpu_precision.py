@@ -36,7 +36,7 @@ import torch
 
 from bertlab.bert import BertConfig, BertForPreTraining
 from bertlab.data import pretraining_corpus
-from bertlab.pretraining import course_bert_folder, pretrain
+from bertlab.pretraining import PretrainingRecipe, course_bert_folder, pretrain
 from bertlab.tokenization import BertTokenizer
 
 VARIANTS = (  # (name, precision, compile_model, seed)
@@ -66,10 +66,10 @@ def run(name: str, precision: str, compile_model: bool, seed: int, steps: int, l
     model = BertForPreTraining(config)
     with tempfile.TemporaryDirectory(prefix="cpu-precision-") as folder:
         start = time.perf_counter()
-        history = pretrain(model, tokenizer, documents, output_dir=folder, max_steps=steps, batch_size=16,
-                           seq_len=128, lr=5e-4, nsp=False, masking="dynamic", device="cpu", seed=seed,
-                           log_every=log_every, checkpoint_every=steps, progress=False, precision=precision,
-                           compile_model=compile_model)
+        recipe = PretrainingRecipe(max_steps=steps, batch_size=16, seq_len=128, lr=5e-4, nsp=False, masking="dynamic",
+                                   seed=seed, log_every=log_every, checkpoint_every=steps)
+        history = pretrain(model, tokenizer, documents, recipe, output_dir=folder, device="cpu", progress=False,
+                           precision=precision, compile_model=compile_model)
         seconds = time.perf_counter() - start
     speeds = [record["tokens_per_second"] for record in history[1:]]
     print(f"{name}: {seconds:.0f} s, {statistics.median(speeds):,.0f} tokens/s", flush=True)

@@ -44,7 +44,7 @@ from bertlab.finetuning import (Progress, encoder_layers, evaluate, finetune, fo
                                 prediction_metrics)
 from bertlab.gpt import PRESETS as GPT_PRESETS
 from bertlab.gpt import GPTConfig, GPTLMHeadModel, generate
-from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, PackedSegments, pretrain
+from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, PackedSegments, PretrainingRecipe, pretrain
 from bertlab.pretraining_loop import OBJECTIVES
 from bertlab.task_baselines import majority_label, sliding_window_answers, train_most_frequent_tagger
 from bertlab.task_data import TASK_DATASETS, load_task_splits
@@ -58,11 +58,13 @@ from bertlab.task_finetuning import (
 )
 from bertlab.tasks import squad_scores
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
-from bertlab.utils import PRECISIONS, resolve_device, seed_everything
+from bertlab.utils import PRECISIONS, autocast, resolve_device, seed_everything
 
 RESULTS_FILE = "results.json"
 COMPARISON_FILE = "comparison.md"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # Hugging Face's; holds do_lower_case
+#: ``bertlab pretrain``'s defaults: the book's recipe, for 1,000 steps.
+PRETRAINING_DEFAULTS = PretrainingRecipe(max_steps=1000)
 #: The learning rate the course chose on dev to fine-tune its BERT whole, for each --task (benchmarks/RESULTS.md):
 #: sentence on MR (benchmarks/bert_results.py), the others on SNLI, UD EWT and SQuAD (benchmarks/task_results.py).
 COURSE_BERT_LEARNING_RATES = {"sentence": 3e-4, "pairs": 1e-3, "tagging": 1e-3, "spans": 1e-3}
@@ -366,15 +368,15 @@ def run_pretrain(args: argparse.Namespace) -> int:
     model, name = pretraining_model(args, preset, tokenizer)
     say(f"model: {name}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
         f"vocabulary of {tokenizer.vocab_size} tokens")
-    history = pretrain(
-        model, tokenizer, documents, output_dir=args.output, max_steps=args.steps, batch_size=args.batch_size,
-        seq_len=args.seq_len, lr=args.lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
-        grad_accum_steps=args.grad_accum_steps, masking=args.masking, nsp=not args.no_nsp,
-        mlm_probability=args.mlm_probability, static_mask_copies=args.static_mask_copies, device=args.device,
-        seed=args.seed, log_every=args.log_every, checkpoint_every=args.checkpoint_every,
-        resume=not args.no_resume, progress=not args.no_progress, precision=args.precision,
-        compile_model=args.compile, objective=args.objective,
-    )
+    recipe = PretrainingRecipe(
+        max_steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
+        weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, grad_accum_steps=args.grad_accum_steps,
+        objective=args.objective, masking=args.masking, nsp=not args.no_nsp, mlm_probability=args.mlm_probability,
+        static_mask_copies=args.static_mask_copies, seed=args.seed, log_every=args.log_every,
+        checkpoint_every=args.checkpoint_every)
+    history = pretrain(model, tokenizer, documents, recipe, output_dir=args.output, device=args.device,
+                       resume=not args.no_resume, progress=not args.no_progress, precision=args.precision,
+                       compile_model=args.compile)
     task, loss, accuracy = ("next-token", "loss", "accuracy") if causal else ("MLM", "mlm_loss", "mlm_accuracy")
     logged = [record for record in history if record[loss] is not None]  # None: no token was predicted
     if logged:
@@ -408,24 +410,33 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
                         "course BERT's size and vocabulary) (default: mini, course with --objective causal)")
     parser.add_argument("--output", type=Path, default=Path("runs/pretrain"), metavar="DIR",
                         help="output folder (default: runs/pretrain)")
-    parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps (default: 1000)")
-    parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per step and process (default: 32)")
-    parser.add_argument("--lr", type=positive_float, default=1e-3, help="peak learning rate (default: 1e-3)")
-    parser.add_argument("--seq-len", type=positive_int, default=128, help="tokens per example (default: 128)")
-    parser.add_argument("--masking", choices=MASKING_KINDS, default="dynamic",
-                        help="dynamic: new masks at every pass (RoBERTa); static: drawn once (BERT) (default: dynamic)")
-    parser.add_argument("--static-mask-copies", type=positive_int, default=1, metavar="N",
-                        help="with static masking, differently masked copies of the data (default: 1)")
+    parser.add_argument("--steps", type=positive_int, default=PRETRAINING_DEFAULTS.max_steps,
+                        help=f"optimizer steps (default: {PRETRAINING_DEFAULTS.max_steps})")
+    parser.add_argument("--batch-size", type=positive_int, default=PRETRAINING_DEFAULTS.batch_size,
+                        help=f"examples per step and process (default: {PRETRAINING_DEFAULTS.batch_size})")
+    parser.add_argument("--lr", type=positive_float, default=PRETRAINING_DEFAULTS.lr,
+                        help=f"peak learning rate (default: {PRETRAINING_DEFAULTS.lr:g})")
+    parser.add_argument("--seq-len", type=positive_int, default=PRETRAINING_DEFAULTS.seq_len,
+                        help=f"tokens per example (default: {PRETRAINING_DEFAULTS.seq_len})")
+    parser.add_argument("--masking", choices=MASKING_KINDS, default=PRETRAINING_DEFAULTS.masking,
+                        help="dynamic: new masks at every pass (RoBERTa); static: drawn once (BERT) "
+                        f"(default: {PRETRAINING_DEFAULTS.masking})")
+    parser.add_argument("--static-mask-copies", type=positive_int, default=PRETRAINING_DEFAULTS.static_mask_copies,
+                        metavar="N", help="with static masking, differently masked copies of the data "
+                        f"(default: {PRETRAINING_DEFAULTS.static_mask_copies})")
     parser.add_argument("--no-nsp", action="store_true",
                         help="MLM only, on segments of contiguous sentences (RoBERTa), without next sentence prediction")
-    parser.add_argument("--mlm-probability", type=fraction, default=0.15, help="share of tokens to predict (default: 0.15)")
+    parser.add_argument("--mlm-probability", type=fraction, default=PRETRAINING_DEFAULTS.mlm_probability,
+                        help=f"share of tokens to predict (default: {PRETRAINING_DEFAULTS.mlm_probability})")
     parser.add_argument("--dropout", type=dropout_probability, default=0.1,
                         help="dropout on the hidden states and attention weights while pretraining (default: 0.1, "
                         "BERT's)")
     parser.add_argument("--warmup-steps", type=non_negative_int, default=None, help="default: 10%% of --steps")
-    parser.add_argument("--weight-decay", type=non_negative_float, default=0.01, help="AdamW weight decay (default: 0.01)")
-    parser.add_argument("--grad-accum-steps", type=positive_int, default=1, metavar="N",
-                        help="micro-batches per optimizer step (default: 1)")
+    parser.add_argument("--weight-decay", type=non_negative_float, default=PRETRAINING_DEFAULTS.weight_decay,
+                        help=f"AdamW weight decay (default: {PRETRAINING_DEFAULTS.weight_decay})")
+    parser.add_argument("--grad-accum-steps", type=positive_int, default=PRETRAINING_DEFAULTS.grad_accum_steps,
+                        metavar="N", help="micro-batches per optimizer step "
+                        f"(default: {PRETRAINING_DEFAULTS.grad_accum_steps})")
     parser.add_argument("--compile", action="store_true", help="run the model through torch.compile")
     parser.add_argument("--vocab-size", type=positive_int, default=4096,
                         help="size of the WordPiece vocabulary learned from the corpus (default: 4096)")
@@ -444,8 +455,10 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
                         "bertlab.pretraining.PackedSegments (python tools/course_bert.py pack writes the IMDB "
                         "reviews'); in place of the corpus options, with --no-nsp or --objective causal")
     add_dataset_location_arguments(parser)
-    parser.add_argument("--log-every", type=positive_int, default=10, metavar="STEPS", help="default: 10")
-    parser.add_argument("--checkpoint-every", type=positive_int, default=200, metavar="STEPS", help="default: 200")
+    parser.add_argument("--log-every", type=positive_int, default=PRETRAINING_DEFAULTS.log_every, metavar="STEPS",
+                        help=f"default: {PRETRAINING_DEFAULTS.log_every}")
+    parser.add_argument("--checkpoint-every", type=positive_int, default=PRETRAINING_DEFAULTS.checkpoint_every,
+                        metavar="STEPS", help=f"default: {PRETRAINING_DEFAULTS.checkpoint_every}")
     parser.add_argument("--no-resume", action="store_true", help="start over even if --output holds a checkpoint")
     parser.set_defaults(handler=run_pretrain)
 
@@ -754,9 +767,10 @@ def run_generate(args: argparse.Namespace) -> int:
     if not prompt:
         raise UsageError("the model has no bos_token_id to start from: give a --prompt")
     input_ids = torch.tensor([prompt] * args.num_samples, device=device)  # (samples, N)
-    tokens = generate(model, input_ids, args.max_new_tokens, do_sample=not args.greedy, temperature=args.temperature,
-                      top_k=args.top_k, top_p=args.top_p, generator=torch.Generator(device).manual_seed(args.seed),
-                      eos_token_id=config.eos_token_id)
+    with autocast(device, precision=args.precision):
+        tokens = generate(model.eval(), input_ids, args.max_new_tokens, do_sample=not args.greedy,
+                          temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          generator=torch.Generator(device).manual_seed(args.seed), eos_token_id=config.eos_token_id)
     for row in tokens:
         say(tokenizer.decode(row))
     return 0

@@ -56,6 +56,7 @@ from bertlab.pretraining_loop import (
     METRICS_FILE,
     PLOT_FILE,
     SETTINGS_FILE,
+    PretrainingRecipe,
     load_metrics,
     plot_metrics,
     pretrain,
@@ -69,7 +70,8 @@ __all__ = [
     # optimisation: bertlab.optimization
     "weight_decay_groups", "get_linear_schedule",
     # the training loop: bertlab.pretraining_loop
-    "CHECKPOINT_FILE", "METRICS_FILE", "PLOT_FILE", "SETTINGS_FILE", "pretrain", "load_metrics", "plot_metrics",
+    "CHECKPOINT_FILE", "METRICS_FILE", "PLOT_FILE", "SETTINGS_FILE", "PretrainingRecipe", "pretrain",
+    "load_metrics", "plot_metrics",
     # evaluation: bertlab.pretraining_evaluation
     "MaskedLMScores", "evaluate_masked_lm", "token_frequencies", "unigram_masked_lm",
     # the course's BERT: bertlab.course_model

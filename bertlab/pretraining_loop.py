@@ -29,8 +29,14 @@ from tqdm.auto import tqdm
 
 from bertlab.gpt import GPTLMHeadModel
 from bertlab.optimization import get_linear_schedule, weight_decay_groups
-from bertlab.pretraining_data import IGNORE_INDEX, CausalLMDataset, PackedSegments, PretrainingDataset
-from bertlab.utils import autocast, check_precision, grad_scaler, resolve_device, seed_everything
+from bertlab.pretraining_data import (
+    IGNORE_INDEX,
+    MASKING_KINDS,
+    CausalLMDataset,
+    PackedSegments,
+    PretrainingDataset,
+)
+from bertlab.utils import autocast, check_precision, grad_scaler, recipe_from_keywords, resolve_device, seed_everything
 
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.jsonl"
@@ -39,6 +45,94 @@ SETTINGS_FILE = "pretraining_args.json"
 #: What a model learns to predict: "masked" tokens from both sides (BERT's MLM, and NSP), or each token
 #: from the ones before it ("causal" language modelling, a GPT).
 OBJECTIVES = ("masked", "causal")
+
+
+# --------------------------------------------------------------------------------------------------
+# The recipe: the settings of a run
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingRecipe:
+    """The settings of a pretraining run, with the book's defaults (chapter 07); :func:`pretrain` runs one.
+
+    Each optimizer step sees batch_size * grad_accum_steps examples of up to seq_len tokens per process
+    and takes an AdamW step (weight_decay on the weight matrices) at a learning rate that rises linearly
+    to lr over warmup_steps (None: max_steps // 10) and falls linearly to 0 at max_steps, after clipping
+    the gradient's norm to max_grad_norm (None: no clipping). The objective is "masked" (MLM on
+    mlm_probability of the tokens, with masks drawn anew at every pass or once, ``masking``, in
+    static_mask_copies copies; with next sentence prediction when ``nsp``) or "causal" (next-token
+    prediction, a GPT). ``seed`` fixes the data order, the masks and dropout. A metrics line is written
+    every log_every steps and a checkpoint every checkpoint_every steps.
+
+    A checkpoint stores the settings that decide the result (:meth:`settings`; not log_every and
+    checkpoint_every, which only say when to write), and a resumed run must have the same.
+    """
+
+    max_steps: int
+    batch_size: int = 32
+    seq_len: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int | None = None
+    grad_accum_steps: int = 1
+    max_grad_norm: float | None = 1.0
+    objective: str = "masked"
+    masking: str = "dynamic"
+    nsp: bool = True
+    mlm_probability: float = 0.15
+    static_mask_copies: int = 1
+    seed: int = 0
+    log_every: int = 10
+    checkpoint_every: int = 200
+
+    def __post_init__(self):
+        for name in ("max_steps", "batch_size", "seq_len", "grad_accum_steps", "static_mask_copies", "log_every",
+                     "checkpoint_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.warmup_steps is not None and not 0 <= self.warmup_steps <= self.max_steps:
+            raise ValueError(f"warmup_steps must be between 0 and max_steps = {self.max_steps}, "
+                             f"got {self.warmup_steps}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.masking not in MASKING_KINDS:
+            raise ValueError(f"masking must be one of {', '.join(MASKING_KINDS)}, got {self.masking!r}")
+        if not 0 <= self.mlm_probability <= 1:
+            raise ValueError(f"mlm_probability must be between 0 and 1, got {self.mlm_probability!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr!r}")
+
+    @property
+    def causal(self) -> bool:
+        return self.objective == "causal"
+
+    @property
+    def warmup(self) -> int:
+        """The steps of linear warm-up: warmup_steps, or 10% of max_steps when it is None."""
+        return self.max_steps // 10 if self.warmup_steps is None else self.warmup_steps
+
+    def settings(self) -> dict:
+        """The settings that decide the run's result, as ``pretraining_args.json`` and the checkpoint hold
+        them: the masking options for the masked objective (the keys such a run has always written),
+        ``objective`` for the causal one; warmup_steps resolved."""
+        objective = (dict(masking=self.masking, nsp=self.nsp, mlm_probability=self.mlm_probability,
+                          static_mask_copies=self.static_mask_copies) if not self.causal
+                     else dict(objective=self.objective))
+        return dict(max_steps=self.max_steps, batch_size=self.batch_size, seq_len=self.seq_len, lr=self.lr,
+                    weight_decay=self.weight_decay, warmup_steps=self.warmup, grad_accum_steps=self.grad_accum_steps,
+                    max_grad_norm=self.max_grad_norm, **objective, seed=self.seed)
+
+    @classmethod
+    def read(cls, folder: str | Path) -> "PretrainingRecipe":
+        """The recipe of the run whose outputs are in ``folder``, from its ``pretraining_args.json``."""
+        path = Path(folder) / SETTINGS_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist: {folder} holds no pretraining run's outputs")
+        settings = json.loads(path.read_text())
+        names = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{name: value for name, value in settings.items() if name in names})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -380,53 +474,33 @@ def _load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler, scaler,
 # --------------------------------------------------------------------------------------------------
 
 
-def _check_positive(**values: int) -> None:
-    for name, value in values.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def pretrain(
     model: nn.Module,
     tokenizer,
     documents: Sequence[Sequence[str]] | PackedSegments,
+    recipe: PretrainingRecipe | None = None,
     *,
     output_dir: str | Path,
-    max_steps: int,
-    batch_size: int = 32,
-    seq_len: int = 128,
-    lr: float = 1e-3,
-    weight_decay: float = 0.01,
-    warmup_steps: int | None = None,
-    grad_accum_steps: int = 1,
-    max_grad_norm: float | None = 1.0,
-    masking: str = "dynamic",
-    nsp: bool = True,
-    mlm_probability: float = 0.15,
-    static_mask_copies: int = 1,
     device: str | torch.device | None = None,
-    seed: int = 0,
-    log_every: int = 10,
-    checkpoint_every: int = 200,
     stop_at_step: int | None = None,
     resume: bool = True,
     progress: bool = True,
     precision: str = "auto",
     compile_model: bool = False,
-    objective: str = "masked",
+    **recipe_keywords,
 ) -> list[dict]:
     """Pretrain a ``BertForPreTraining`` with MLM (and NSP), or a GPT with causal language modelling, on
     one device or under ``torchrun``.
 
-    Each optimizer step averages the losses L = L_MLM + L_NSP (L_MLM alone with ``nsp=False``) of
-    grad_accum_steps micro-batches of batch_size examples per process (L_MLM = 0 for a micro-batch in
-    which no token was chosen, where the mean would be 0/0), clips the gradient's global
-    norm to max_grad_norm, and takes an AdamW step (Loshchilov and Hutter, 2019; betas (0.9, 0.999),
-    eps 1e-6 as in BERT; no weight decay on biases and LayerNorm weights) with a learning rate that
-    rises linearly over warmup_steps and falls linearly to 0 at max_steps. The forward pass runs in
-    bf16 autocast on CUDA (fp16 with a gradient scaler on GPUs without native bf16) and on a CPU that
-    computes bf16 natively, in float32 on other CPUs (``precision``). One step sees
-    batch_size * grad_accum_steps * world_size examples.
+    ``recipe`` holds the run's settings (:class:`PretrainingRecipe`). Each optimizer step averages the
+    losses L = L_MLM + L_NSP (L_MLM alone with ``nsp=False``) of grad_accum_steps micro-batches of
+    batch_size examples per process (L_MLM = 0 for a micro-batch in which no token was chosen, where the
+    mean would be 0/0), clips the gradient's global norm to max_grad_norm, and takes an AdamW step
+    (Loshchilov and Hutter, 2019; betas (0.9, 0.999), eps 1e-6 as in BERT; no weight decay on biases and
+    LayerNorm weights) with a learning rate that rises linearly over warmup_steps and falls linearly to 0
+    at max_steps. The forward pass runs in bf16 autocast on CUDA (fp16 with a gradient scaler on GPUs
+    without native bf16) and on a CPU that computes bf16 natively, in float32 on other CPUs
+    (``precision``). One step sees batch_size * grad_accum_steps * world_size examples.
 
     With ``objective="causal"`` the model is a ``bertlab.gpt.GPTLMHeadModel`` and the examples are the
     full-sentence segments of ``nsp=False``, [CLS] segment [SEP], unmasked (``CausalLMDataset``; masking,
@@ -456,24 +530,9 @@ def pretrain(
         tokenizer: the ``BertTokenizer`` of the model's vocabulary.
         documents: the corpus, a list of documents, each a list of sentences; or, with nsp=False or the
             causal objective, ``PackedSegments`` packed for seq_len with the tokenizer's vocabulary.
+        recipe: the run's settings.
         output_dir: folder for the outputs (created).
-        max_steps: optimizer steps of the whole run (the schedule ends there).
-        batch_size: examples per micro-batch and per process.
-        seq_len: maximum tokens per example.
-        lr: peak learning rate.
-        weight_decay: AdamW's decoupled weight decay on the weight matrices.
-        warmup_steps: steps of linear warm-up; None for 10% of max_steps.
-        grad_accum_steps: micro-batches per optimizer step.
-        max_grad_norm: clip the gradient norm to this value; None to not clip.
-        masking: "dynamic" (new masks at every draw, RoBERTa) or "static" (fixed once, BERT).
-        nsp: train next sentence prediction on sentence pairs (BERT), or MLM only on full-sentence
-            segments (RoBERTa).
-        mlm_probability: share of the tokens to predict.
-        static_mask_copies: with static masking, the number of differently masked copies of the data.
         device: "cpu", "cuda", ...; None for CUDA when available.
-        seed: seeds the data, the masks and dropout.
-        log_every: steps between metrics lines.
-        checkpoint_every: steps between checkpoints (one is also written when the call ends).
         stop_at_step: end this call after this step, without changing the schedule (a later call
             with resume=True goes on; stop at a multiple of log_every for the same log lines as
             an uninterrupted run); None to train to max_steps.
@@ -485,60 +544,46 @@ def pretrain(
             precision.
         compile_model: run the forward and backward passes through ``torch.compile`` (the first steps
             are slower while it compiles; the weights and the checkpoints are the model's own).
-        objective: "masked" (MLM, and NSP with ``nsp``) or "causal" (causal language modelling), one of
-            :data:`OBJECTIVES`.
+        **recipe_keywords: the recipe's fields as keywords, as earlier releases took them (deprecated).
 
     Returns:
         The metrics history, a list of the dicts written to ``metrics.jsonl`` (the same on every process).
     """
-    _check_positive(max_steps=max_steps, batch_size=batch_size, seq_len=seq_len, grad_accum_steps=grad_accum_steps,
-                    log_every=log_every, checkpoint_every=checkpoint_every)
+    recipe = recipe_from_keywords(PretrainingRecipe, recipe, recipe_keywords, "pretrain")
     check_precision(precision)
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-    if isinstance(model, GPTLMHeadModel) != (objective == "causal"):
-        raise ValueError(f"a {type(model).__name__} does not learn the {objective} objective: a GPTLMHeadModel "
-                         f"learns the causal one, a BertForPreTraining the masked one")
-    warmup_steps = max_steps // 10 if warmup_steps is None else warmup_steps
-    end_step = max_steps if stop_at_step is None else stop_at_step
-    if not 1 <= end_step <= max_steps:
-        raise ValueError(f"stop_at_step must be between 1 and max_steps = {max_steps}, got {stop_at_step}")
+    if isinstance(model, GPTLMHeadModel) != recipe.causal:
+        raise ValueError(f"a {type(model).__name__} does not learn the {recipe.objective} objective: a "
+                         f"GPTLMHeadModel learns the causal one, a BertForPreTraining the masked one")
+    end_step = recipe.max_steps if stop_at_step is None else stop_at_step
+    if not 1 <= end_step <= recipe.max_steps:
+        raise ValueError(f"stop_at_step must be between 1 and max_steps = {recipe.max_steps}, got {stop_at_step}")
     config = model.config
-    if seq_len > config.max_position_embeddings:
-        raise ValueError(f"seq_len {seq_len} exceeds the model's max_position_embeddings "
+    if recipe.seq_len > config.max_position_embeddings:
+        raise ValueError(f"seq_len {recipe.seq_len} exceeds the model's max_position_embeddings "
                          f"{config.max_position_embeddings}")
     if tokenizer.vocab_size > config.vocab_size:
         raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is "
                          f"{config.vocab_size}: build the model with vocab_size >= {tokenizer.vocab_size}")
-
-    objective_settings = (dict(masking=masking, nsp=nsp, mlm_probability=mlm_probability,
-                               static_mask_copies=static_mask_copies) if objective == "masked"
-                          else dict(objective=objective))  # a masked run's settings stay those it always had
-    settings = dict(max_steps=max_steps, batch_size=batch_size, seq_len=seq_len, lr=lr, weight_decay=weight_decay,
-                    warmup_steps=warmup_steps, grad_accum_steps=grad_accum_steps, max_grad_norm=max_grad_norm,
-                    **objective_settings, seed=seed)
     process = _setup_process(device)
     try:
-        return _train(model, tokenizer, documents, Path(output_dir), settings, process, end_step=end_step,
-                      log_every=log_every, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
-                      precision=precision, compile_model=compile_model, causal=objective == "causal")
+        return _train(model, tokenizer, documents, Path(output_dir), recipe, process, end_step=end_step,
+                      resume=resume, progress=progress, precision=precision, compile_model=compile_model)
     finally:
         if process.started_group:
             dist.destroy_process_group()
 
 
-def _train(model, tokenizer, documents, output_dir: Path, settings: dict, process: _Process, *, end_step: int,
-           log_every: int, checkpoint_every: int, resume: bool, progress: bool, precision: str,
-           compile_model: bool, causal: bool) -> list[dict]:
-    settings = {**settings, "world_size": process.world_size}
-    seed, batch_size, accumulation = settings["seed"], settings["batch_size"], settings["grad_accum_steps"]
+def _train(model, tokenizer, documents, output_dir: Path, recipe: PretrainingRecipe, process: _Process, *,
+           end_step: int, resume: bool, progress: bool, precision: str, compile_model: bool) -> list[dict]:
+    settings = {**recipe.settings(), "world_size": process.world_size}  # what the checkpoint must match
+    seed, batch_size, accumulation = recipe.seed, recipe.batch_size, recipe.grad_accum_steps
     seed_everything(seed + process.rank)  # dropout differs between processes
-    if causal:
-        dataset = CausalLMDataset(tokenizer, documents, seq_len=settings["seq_len"])
+    if recipe.causal:
+        dataset = CausalLMDataset(tokenizer, documents, seq_len=recipe.seq_len)
     else:
-        dataset = PretrainingDataset(tokenizer, documents, seq_len=settings["seq_len"], nsp=settings["nsp"],
-                                     masking=settings["masking"], static_mask_copies=settings["static_mask_copies"],
-                                     mlm_probability=settings["mlm_probability"], seed=seed)
+        dataset = PretrainingDataset(tokenizer, documents, seq_len=recipe.seq_len, nsp=recipe.nsp,
+                                     masking=recipe.masking, static_mask_copies=recipe.static_mask_copies,
+                                     mlm_probability=recipe.mlm_probability, seed=seed)
     sampler = DistributedSampler(dataset, num_replicas=process.world_size, rank=process.rank, shuffle=True, seed=seed)
     batches_per_epoch = len(sampler) // batch_size
     if batches_per_epoch == 0:
@@ -546,9 +591,9 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
                          f"process ({process.world_size} processes): use a smaller batch_size or more text")
 
     model.to(process.device)
-    optimizer = torch.optim.AdamW(weight_decay_groups(model, settings["weight_decay"]), lr=settings["lr"],
+    optimizer = torch.optim.AdamW(weight_decay_groups(model, recipe.weight_decay), lr=recipe.lr,
                                   betas=(0.9, 0.999), eps=1e-6)
-    scheduler = get_linear_schedule(optimizer, settings["warmup_steps"], settings["max_steps"])
+    scheduler = get_linear_schedule(optimizer, recipe.warmup, recipe.max_steps)
     scaler = grad_scaler(process.device, precision)  # enabled for float16 autocast only
 
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -566,7 +611,7 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
         (output_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
         _write_metrics(metrics_path, history)
 
-    without_nsp = not causal and not settings["nsp"]
+    without_nsp = not recipe.causal and not recipe.nsp
     network = _WithoutNextSentencePrediction(model) if without_nsp else model
     if process.world_size > 1:
         network = DistributedDataParallel(network, device_ids=[process.device.index] if process.device.type == "cuda"
@@ -574,10 +619,10 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
     network.train()
     forward = torch.compile(network) if compile_model else network
     batches = _micro_batches(dataset, sampler, batch_size, start=step * accumulation, seed=seed, rank=process.rank)
-    if causal:
+    if recipe.causal:
         new_window = partial(_CausalLMWindow, process.device)
     else:
-        new_window = partial(_MaskedLMWindow, process.device, settings["nsp"])
+        new_window = partial(_MaskedLMWindow, process.device, recipe.nsp)
     window = new_window()
     bar = tqdm(total=end_step, initial=step, desc="pretraining", unit="step",
                disable=not progress or not process.is_main)
@@ -587,13 +632,13 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
             synchronize = micro_step == accumulation - 1 or process.world_size == 1
             with contextlib.nullcontext() if synchronize else network.no_sync():
                 with autocast(process.device, precision=precision):
-                    output = (forward(**batch) if causal
+                    output = (forward(**batch) if recipe.causal
                               else _without_empty_mlm_loss(forward(**batch, predict_labelled_only=True), batch))
                 scaler.scale(output.loss / accumulation).backward()
             window.update(output, batch)
-        if settings["max_grad_norm"] is not None:
+        if recipe.max_grad_norm is not None:
             scaler.unscale_(optimizer)  # clip the true gradients
-            nn.utils.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
+            nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
         lr = scheduler.get_last_lr()[0]
         scaler.step(optimizer)
         scaler.update()
@@ -602,7 +647,7 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
         step += 1
         bar.update()
 
-        if step % log_every == 0 or step == end_step:
+        if step % recipe.log_every == 0 or step == end_step:
             record = {"step": step, "epoch": step * accumulation / batches_per_epoch, **window.summary(process),
                       "lr": lr}
             history.append(record)
@@ -611,7 +656,7 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
                     file.write(json.dumps(record) + "\n")
             bar.set_postfix(window.progress(record))
             window = new_window()
-        if step % checkpoint_every == 0 or step == end_step:
+        if step % recipe.checkpoint_every == 0 or step == end_step:
             _save_checkpoint(checkpoint_path, step, model, optimizer, scheduler, scaler, settings, process)
     bar.close()
 
@@ -619,7 +664,8 @@ def _train(model, tokenizer, documents, output_dir: Path, settings: dict, proces
         model.save_pretrained(output_dir)
         tokenizer.save_vocabulary(output_dir)
         if history:
-            plot_metrics(metrics_path, output_dir / PLOT_FILE, "GPT pretraining" if causal else "BERT pretraining")
+            title = "GPT pretraining" if recipe.causal else "BERT pretraining"
+            plot_metrics(metrics_path, output_dir / PLOT_FILE, title)
     if process.world_size > 1:
         dist.barrier()  # the outputs are complete when pretrain returns, on every process
     return history

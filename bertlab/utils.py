@@ -4,6 +4,7 @@ import contextlib
 import dataclasses
 import functools
 import random
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -114,3 +115,23 @@ def check_preset(config_class: type, presets: Mapping, name: str, overrides: Map
     unknown = sorted(set(overrides) - set(names))
     if unknown:
         raise ValueError(f"unknown {config_class.__name__} field(s) {unknown}; the fields are {names}")
+
+
+def recipe_from_keywords(recipe_class: type, recipe, keywords: Mapping, function: str):
+    """The recipe a training function runs: ``recipe``, or one built from the settings passed to
+    ``function`` as keywords (the API of earlier releases, deprecated: it warns). Passing both, or a
+    keyword that names no field of ``recipe_class``, is an error."""
+    if not keywords:
+        if recipe is None:
+            raise TypeError(f"{function}() needs a recipe: {function}(..., {recipe_class.__name__}(...), ...)")
+        return recipe
+    if recipe is not None:
+        raise TypeError(f"{function}() got a recipe and settings as keywords ({', '.join(keywords)}): pass "
+                        f"them in the recipe, dataclasses.replace(recipe, ...)")
+    unknown = sorted(set(keywords) - {field.name for field in dataclasses.fields(recipe_class)})
+    if unknown:
+        raise TypeError(f"{function}() got unexpected keyword arguments: {', '.join(unknown)}")
+    warnings.warn(f"passing {function}()'s settings as keywords is deprecated and will be removed in the next "
+                  f"release: pass {recipe_class.__name__}({', '.join(f'{name}=...' for name in keywords)})",
+                  DeprecationWarning, stacklevel=3)
+    return recipe_class(**keywords)

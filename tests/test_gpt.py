@@ -1,5 +1,6 @@
 """Tests of bertlab.gpt against Hugging Face ``transformers`` GPT-2 (tiny random models, no downloads)."""
 
+import dataclasses
 import json
 import math
 
@@ -25,7 +26,7 @@ from bertlab.gpt import (
     top_k_filter,
     top_p_filter,
 )
-from bertlab.pretraining import PackedSegments, PretrainingDataset, load_metrics, pretrain
+from bertlab.pretraining import PackedSegments, PretrainingDataset, PretrainingRecipe, load_metrics, pretrain
 from bertlab.pretraining_data import CausalLMDataset
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import cpu_computes_bfloat16
@@ -509,8 +510,9 @@ def test_causal_pretraining_lowers_the_loss_and_writes_a_folder_that_hugging_fac
                                                                                         tmp_path):
     model = small_gpt(tokenizer)
     steps = 40
-    history = pretrain(model, tokenizer, corpus, output_dir=tmp_path, max_steps=steps, batch_size=8, seq_len=32,
-                       lr=3e-3, warmup_steps=4, log_every=1, progress=False, device="cpu", objective="causal")
+    history = pretrain(model, tokenizer, corpus, PretrainingRecipe(max_steps=steps, batch_size=8, seq_len=32,
+                       lr=3e-3, warmup_steps=4, log_every=1, objective="causal"), output_dir=tmp_path,
+                       progress=False, device="cpu")
     initial, final = history[0]["loss"], sum(record["loss"] for record in history[-5:]) / 5
     assert abs(initial - math.log(tokenizer.vocab_size)) < 0.3  # starts at chance, ln V
     assert final < initial - 0.5, (initial, final)  # perplexity down by 40% and more
@@ -532,16 +534,17 @@ def test_causal_pretraining_lowers_the_loss_and_writes_a_folder_that_hugging_fac
 
 
 def test_causal_pretraining_resumes_exactly(tokenizer, corpus, tmp_path):
-    arguments = dict(max_steps=6, batch_size=4, seq_len=32, grad_accum_steps=2, log_every=1, checkpoint_every=3,
-                     progress=False, seed=3, device="cpu", objective="causal")
+    recipe = PretrainingRecipe(max_steps=6, batch_size=4, seq_len=32, grad_accum_steps=2, log_every=1,
+                               checkpoint_every=3, seed=3, objective="causal")
+    arguments = dict(progress=False, device="cpu")
     straight = small_gpt(tokenizer)
-    straight_history = pretrain(straight, tokenizer, corpus[:3], output_dir=tmp_path / "straight", **arguments)
-    first_half = pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path / "split",
+    straight_history = pretrain(straight, tokenizer, corpus[:3], recipe, output_dir=tmp_path / "straight", **arguments)
+    first_half = pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], recipe, output_dir=tmp_path / "split",
                           stop_at_step=3, **arguments)
     assert [record["step"] for record in first_half] == [1, 2, 3]
     restarted = small_gpt(tokenizer, seed=1)  # a new process: other initial weights, other random state
     torch.manual_seed(123)
-    resumed_history = pretrain(restarted, tokenizer, corpus[:3], output_dir=tmp_path / "split", **arguments)
+    resumed_history = pretrain(restarted, tokenizer, corpus[:3], recipe, output_dir=tmp_path / "split", **arguments)
 
     def losses(history):
         return [(record["step"], record["loss"], record["accuracy"], record["lr"]) for record in history]
@@ -552,36 +555,37 @@ def test_causal_pretraining_resumes_exactly(tokenizer, corpus, tmp_path):
 
 
 def test_an_objective_must_fit_the_model_and_the_checkpoint(tokenizer, corpus, tmp_path):
-    arguments = dict(max_steps=2, batch_size=4, seq_len=32, progress=False, device="cpu")
+    masked = PretrainingRecipe(max_steps=2, batch_size=4, seq_len=32)
+    causal, without_nsp = dataclasses.replace(masked, objective="causal"), dataclasses.replace(masked, nsp=False)
+    arguments = dict(progress=False, device="cpu")
     bert = BertForPreTraining(BertConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_position_embeddings=64))
     with pytest.raises(ValueError, match="a BertForPreTraining does not learn the causal objective"):
-        pretrain(bert, tokenizer, corpus[:3], output_dir=tmp_path, objective="causal", **arguments)
+        pretrain(bert, tokenizer, corpus[:3], causal, output_dir=tmp_path, **arguments)
     with pytest.raises(ValueError, match="a GPTLMHeadModel does not learn the masked objective"):
-        pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, **arguments)
+        pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], masked, output_dir=tmp_path, **arguments)
     with pytest.raises(ValueError, match="objective must be one of masked, causal, got 'both'"):
-        pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, objective="both", **arguments)
+        dataclasses.replace(masked, objective="both")
     # a run of one objective does not resume from the checkpoint of the other
-    pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path / "gpt", objective="causal", **arguments)
+    pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], causal, output_dir=tmp_path / "gpt", **arguments)
     with pytest.raises(ValueError, match=r"other settings \(masking None -> 'dynamic'"):
-        pretrain(bert, tokenizer, corpus[:3], output_dir=tmp_path / "gpt", nsp=False, **arguments)
-    pretrain(bert, tokenizer, corpus[:3], output_dir=tmp_path / "bert", nsp=False, **arguments)
+        pretrain(bert, tokenizer, corpus[:3], without_nsp, output_dir=tmp_path / "gpt", **arguments)
+    pretrain(bert, tokenizer, corpus[:3], without_nsp, output_dir=tmp_path / "bert", **arguments)
     with pytest.raises(ValueError, match=r"other settings \(objective None -> 'causal'\)"):
-        pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path / "bert", objective="causal",
-                 **arguments)
+        pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], causal, output_dir=tmp_path / "bert", **arguments)
 
 
 def test_causal_pretraining_in_bfloat16_follows_the_float32_run(tokenizer, corpus, tmp_path):
     """The same steps from the same weights and data (no dropout): the losses agree with float32's to
     within what bfloat16 rounding moves them, and differ from them (autocast computed in bfloat16)."""
-    arguments = dict(max_steps=4, batch_size=4, seq_len=32, log_every=1, progress=False, seed=0, device="cpu",
-                     objective="causal")
-    reference = pretrain(small_gpt(tokenizer, dropout=0.0), tokenizer, corpus[:3], output_dir=tmp_path / "float32",
-                         precision="float32", **arguments)
-    other = pretrain(small_gpt(tokenizer, dropout=0.0), tokenizer, corpus[:3], output_dir=tmp_path / "bfloat16",
-                     precision="bfloat16", **arguments)
+    recipe = PretrainingRecipe(max_steps=4, batch_size=4, seq_len=32, log_every=1, seed=0, objective="causal")
+    arguments = dict(progress=False, device="cpu")
+    reference = pretrain(small_gpt(tokenizer, dropout=0.0), tokenizer, corpus[:3], recipe,
+                         output_dir=tmp_path / "float32", precision="float32", **arguments)
+    other = pretrain(small_gpt(tokenizer, dropout=0.0), tokenizer, corpus[:3], recipe,
+                     output_dir=tmp_path / "bfloat16", precision="bfloat16", **arguments)
     assert [r["loss"] for r in other] == pytest.approx([r["loss"] for r in reference], abs=5e-2)
     assert [r["loss"] for r in other] != [r["loss"] for r in reference]
-    auto = pretrain(small_gpt(tokenizer, dropout=0.0), tokenizer, corpus[:3], output_dir=tmp_path / "auto",
+    auto = pretrain(small_gpt(tokenizer, dropout=0.0), tokenizer, corpus[:3], recipe, output_dir=tmp_path / "auto",
                     **arguments)  # "auto" on the CPU: bfloat16 where it computes it natively
     expected = other if cpu_computes_bfloat16() else reference
     assert [r["loss"] for r in auto] == [r["loss"] for r in expected]
@@ -589,8 +593,8 @@ def test_causal_pretraining_in_bfloat16_follows_the_float32_run(tokenizer, corpu
 
 def test_causal_pretraining_runs_on_device(tokenizer, corpus, tmp_path, device):
     model = small_gpt(tokenizer)
-    history = pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=3, batch_size=8, seq_len=32,
-                       device=device, log_every=1, progress=False, objective="causal")
+    history = pretrain(model, tokenizer, corpus[:3], PretrainingRecipe(max_steps=3, batch_size=8, seq_len=32,
+                       log_every=1, objective="causal"), output_dir=tmp_path, device=device, progress=False)
     assert all(math.isfinite(record["loss"]) for record in history)
     assert next(model.parameters()).device.type == device.type
     prompt = torch.tensor([[tokenizer.cls_token_id]], device=device)
@@ -631,15 +635,33 @@ def test_pretrain_command_trains_a_gpt_that_the_generate_command_continues(packe
     assert out.splitlines() == [tokenizer.decode(expected)]
 
 
+
+@pytest.mark.parametrize("precision, dtype", [("float32", None), ("bfloat16", torch.bfloat16)])
+def test_generate_command_runs_the_model_in_the_precision_asked_for(tokenizer, tmp_path, capsys, monkeypatch,
+                                                                    precision, dtype):
+    small_gpt(tokenizer).save_pretrained(tmp_path)
+    tokenizer.save_vocabulary(tmp_path)
+    seen = []
+
+    def spy(model, *args, **kwargs):
+        seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+        return generate(model, *args, **kwargs)
+
+    monkeypatch.setattr(cli, "generate", spy)
+    status, out, _ = run_cli(capsys, "generate", "--model", tmp_path, "--max-new-tokens", "3", "--device", "cpu",
+                             "--precision", precision)
+    assert status == 0 and len(out.splitlines()) == 1 and seen == [dtype]
+
 def test_pretrain_command_sizes_each_objective_with_its_own_presets(packed, tmp_path, capsys, monkeypatch):
     models = []
-    monkeypatch.setattr(cli, "pretrain", lambda model, *args, **kwargs: models.append((model, kwargs)) or [])
+    monkeypatch.setattr(cli, "pretrain", lambda model, tokenizer, documents, recipe, **options:
+                        models.append((model, recipe)) or [])
     arguments = ["--packed", packed, "--seq-len", "32", "--output", tmp_path / "run", "--device", "cpu"]
     assert run_cli(capsys, "pretrain", "--no-nsp", *arguments)[0] == 0  # BERT-mini, as ever
     assert run_cli(capsys, "pretrain", "--objective", "causal", *arguments)[0] == 0  # the course GPT
-    (bert, bert_options), (gpt, gpt_options) = models
+    (bert, bert_recipe), (gpt, gpt_recipe) = models
     assert isinstance(bert, BertForPreTraining) and bert.config.num_hidden_layers == 4 and bert.config.hidden_size == 256
-    assert bert_options["objective"] == "masked" and gpt_options["objective"] == "causal"
+    assert bert_recipe.objective == "masked" and gpt_recipe.objective == "causal" and bert_recipe.seq_len == 32
     assert isinstance(gpt, GPTLMHeadModel) and (gpt.config.n_layer, gpt.config.n_embd) == (4, 256)
     for objective, preset in [("causal", "mini"), ("masked", "course")]:
         status, _, err = run_cli(capsys, "pretrain", "--objective", objective, "--preset", preset, "--no-nsp",

@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from bertlab.pretraining import (
     MaskedLMScores,
     PackedSegments,
     PretrainingDataset,
+    PretrainingRecipe,
     course_bert,
     course_bert_folder,
     course_bert_token_counts,
@@ -62,7 +64,8 @@ VOCAB_SIZE = 1000
 #: ``PackedSegments`` added since.
 PUBLIC_NAMES = [
     "CHECKPOINT_FILE", "COURSE_BERT_FOLDER", "IGNORE_INDEX", "IS_NEXT", "MASKING_KINDS", "METRICS_FILE",
-    "MaskedLMScores", "NOT_NEXT", "PLOT_FILE", "PackedSegments", "PretrainingDataset", "SETTINGS_FILE", "TOKEN_COUNTS_FILE",
+    "MaskedLMScores", "NOT_NEXT", "PLOT_FILE", "PackedSegments", "PretrainingDataset", "PretrainingRecipe",
+    "SETTINGS_FILE", "TOKEN_COUNTS_FILE",
     "course_bert", "course_bert_folder", "course_bert_sha256", "course_bert_token_counts", "evaluate_masked_lm",
     "get_linear_schedule", "load_metrics", "make_nsp_examples", "mask_tokens", "pack_full_sentences",
     "plot_metrics", "pretrain", "read_course_bert_results", "token_frequencies", "unigram_masked_lm",
@@ -385,10 +388,12 @@ def test_packed_segments_are_the_full_sentence_segments_and_survive_a_file(token
 
 
 def test_pretraining_on_packed_segments_is_pretraining_on_their_text(tokenizer, corpus, tmp_path):
-    arguments = dict(max_steps=3, batch_size=4, seq_len=32, nsp=False, log_every=1, progress=False, device="cpu")
-    from_text = pretrain(tiny_model(tokenizer), tokenizer, corpus[:4], output_dir=tmp_path / "text", **arguments)
+    recipe, options = PretrainingRecipe(max_steps=3, batch_size=4, seq_len=32, nsp=False, log_every=1), dict(
+        progress=False, device="cpu")
+    from_text = pretrain(tiny_model(tokenizer), tokenizer, corpus[:4], recipe, output_dir=tmp_path / "text", **options)
     packed = PackedSegments.pack(tokenizer, corpus[:4], seq_len=32)
-    from_file = pretrain(tiny_model(tokenizer), packed.tokenizer(), packed, output_dir=tmp_path / "file", **arguments)
+    from_file = pretrain(tiny_model(tokenizer), packed.tokenizer(), packed, recipe, output_dir=tmp_path / "file",
+                         **options)
     assert [record["loss"] for record in from_file] == [record["loss"] for record in from_text]
 
 
@@ -461,8 +466,9 @@ def test_weight_decay_groups_exclude_biases_and_layer_norms(tokenizer):
 def test_pretraining_lowers_the_mlm_loss_and_writes_its_outputs(tokenizer, corpus, tmp_path):
     model = tiny_model(tokenizer)
     steps = 80
-    history = pretrain(model, tokenizer, corpus, output_dir=tmp_path, max_steps=steps, batch_size=16, seq_len=64,
-                       lr=2e-3, warmup_steps=10, log_every=1, checkpoint_every=1000, progress=False, device="cpu")
+    history = pretrain(model, tokenizer, corpus, PretrainingRecipe(max_steps=steps, batch_size=16, seq_len=64,
+                       lr=2e-3, warmup_steps=10, log_every=1, checkpoint_every=1000), output_dir=tmp_path,
+                       progress=False, device="cpu")
     initial, final = history[0]["mlm_loss"], sum(r["mlm_loss"] for r in history[-10:]) / 10
     assert abs(initial - math.log(tokenizer.vocab_size)) < 0.3  # starts at chance, ln V
     assert final < initial - 1.0, (initial, final)  # perplexity divided by e and more
@@ -483,18 +489,19 @@ def test_pretraining_lowers_the_mlm_loss_and_writes_its_outputs(tokenizer, corpu
 
 @pytest.mark.parametrize("masking, nsp", [("dynamic", True), ("static", False)])
 def test_resuming_gives_exactly_the_uninterrupted_run(tokenizer, corpus, tmp_path, masking, nsp):
-    arguments = dict(max_steps=6, batch_size=4, seq_len=32, grad_accum_steps=2, masking=masking, nsp=nsp,
-                     log_every=1, checkpoint_every=3, progress=False, seed=3, device="cpu")
+    recipe = PretrainingRecipe(max_steps=6, batch_size=4, seq_len=32, grad_accum_steps=2, masking=masking, nsp=nsp,
+                               log_every=1, checkpoint_every=3, seed=3)
+    arguments = dict(progress=False, device="cpu")
     documents = corpus[:3]
     straight = tiny_model(tokenizer)
-    straight_history = pretrain(straight, tokenizer, documents, output_dir=tmp_path / "straight", **arguments)
+    straight_history = pretrain(straight, tokenizer, documents, recipe, output_dir=tmp_path / "straight", **arguments)
 
-    first_half = pretrain(tiny_model(tokenizer), tokenizer, documents, output_dir=tmp_path / "split",
+    first_half = pretrain(tiny_model(tokenizer), tokenizer, documents, recipe, output_dir=tmp_path / "split",
                           stop_at_step=3, **arguments)
     assert [record["step"] for record in first_half] == [1, 2, 3]
     restarted = tiny_model(tokenizer, seed=1)  # a new process: other initial weights, other random state
     torch.manual_seed(123)
-    resumed_history = pretrain(restarted, tokenizer, documents, output_dir=tmp_path / "split", **arguments)
+    resumed_history = pretrain(restarted, tokenizer, documents, recipe, output_dir=tmp_path / "split", **arguments)
 
     def losses(history):
         return [(r["step"], r["loss"], r["mlm_loss"], r["nsp_loss"], r["mlm_accuracy"], r["lr"]) for r in history]
@@ -506,26 +513,79 @@ def test_resuming_gives_exactly_the_uninterrupted_run(tokenizer, corpus, tmp_pat
 
 
 def test_resuming_with_other_settings_is_refused(tokenizer, corpus, tmp_path):
-    arguments = dict(max_steps=2, batch_size=4, seq_len=32, log_every=1, progress=False, device="cpu")
-    pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, **arguments)
+    recipe, arguments = PretrainingRecipe(max_steps=2, batch_size=4, seq_len=32, log_every=1), dict(
+        progress=False, device="cpu")
+    pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], recipe, output_dir=tmp_path, **arguments)
+    larger = dataclasses.replace(recipe, batch_size=8)
     with pytest.raises(ValueError, match=r"other settings \(batch_size 4 -> 8\)"):
-        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, **{**arguments, "batch_size": 8})
-    history = pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, resume=False,
-                       **{**arguments, "batch_size": 8})
+        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], larger, output_dir=tmp_path, **arguments)
+    # when to log and to checkpoint are not settings of the run: a resumed call may change them
+    pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], dataclasses.replace(recipe, log_every=2,
+             checkpoint_every=5), output_dir=tmp_path, **arguments)
+    history = pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], larger, output_dir=tmp_path, resume=False,
+                       **arguments)
     assert [record["step"] for record in history] == [1, 2]
 
+
+
+def test_the_recipe_is_what_the_run_writes_and_reads_back(tokenizer, corpus, tmp_path):
+    recipe = PretrainingRecipe(max_steps=2, batch_size=4, seq_len=32, lr=5e-4, nsp=False, log_every=1, seed=2)
+    pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], recipe, output_dir=tmp_path, progress=False, device="cpu")
+    # the keys a masked run has always written (earlier releases' checkpoints resume), warm-up resolved
+    written = json.loads((tmp_path / "pretraining_args.json").read_text())
+    assert set(written) == {"max_steps", "batch_size", "seq_len", "lr", "weight_decay", "warmup_steps",
+                            "grad_accum_steps", "max_grad_norm", "masking", "nsp", "mlm_probability",
+                            "static_mask_copies", "seed", "world_size"}
+    assert written["warmup_steps"] == 0 and written["lr"] == 5e-4 and written["nsp"] is False
+    read = PretrainingRecipe.read(tmp_path)
+    assert read == dataclasses.replace(recipe, warmup_steps=0, log_every=PretrainingRecipe(1).log_every)
+    with pytest.raises(FileNotFoundError, match=r"missing/pretraining_args\.json does not exist"):
+        PretrainingRecipe.read(tmp_path / "missing")
+
+
+def test_settings_passed_as_keywords_still_run_the_same_recipe_with_a_warning(tokenizer, corpus, tmp_path):
+    recipe = PretrainingRecipe(max_steps=2, batch_size=4, seq_len=32, log_every=1)
+    arguments = dict(progress=False, device="cpu")
+    expected = pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], recipe, output_dir=tmp_path / "recipe",
+                        **arguments)
+    with pytest.warns(DeprecationWarning, match=r"pass PretrainingRecipe\(max_steps=\.\.\., batch_size"):
+        history = pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path / "keywords",
+                           max_steps=2, batch_size=4, seq_len=32, log_every=1, **arguments)
+    assert [record["loss"] for record in history] == [record["loss"] for record in expected]
+    with pytest.raises(TypeError, match="got a recipe and settings as keywords \\(lr\\)"):
+        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], recipe, output_dir=tmp_path, lr=1e-4, **arguments)
+    with pytest.raises(TypeError, match="unexpected keyword arguments: learning_rate"):
+        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, learning_rate=1e-4, **arguments)
+    with pytest.raises(TypeError, match=r"pretrain\(\) needs a recipe"):
+        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, **arguments)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(max_steps=0), "max_steps must be a positive integer, got 0"),
+    (dict(max_steps=10, warmup_steps=11), "warmup_steps must be between 0 and max_steps = 10, got 11"),
+    (dict(max_steps=10, masking="sometimes"), "masking must be one of dynamic, static, got 'sometimes'"),
+    (dict(max_steps=10, mlm_probability=1.5), "mlm_probability must be between 0 and 1, got 1.5"),
+    (dict(max_steps=10, lr=0.0), "lr must be positive, got 0.0"),
+    (dict(max_steps=10, log_every=True), "log_every must be a positive integer, got True"),
+])
+def test_a_recipe_names_the_setting_it_refuses(settings, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        PretrainingRecipe(**settings)
 
 def test_pretrain_rejects_bad_arguments(tokenizer, corpus, tmp_path):
     model = tiny_model(tokenizer)
     with pytest.raises(ValueError, match="max_position_embeddings"):
-        pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, seq_len=128, device="cpu")
-    with pytest.raises(ValueError, match="stop_at_step"):
-        pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, stop_at_step=5, device="cpu")
-    with pytest.raises(ValueError, match="batch_size"):
-        pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, batch_size=0, device="cpu")
-    with pytest.raises(ValueError, match="fewer than one batch"):
-        pretrain(model, tokenizer, corpus[:2], output_dir=tmp_path, max_steps=2, batch_size=4096, seq_len=32,
+        pretrain(model, tokenizer, corpus[:3], PretrainingRecipe(max_steps=2, seq_len=128), output_dir=tmp_path,
                  device="cpu")
+    with pytest.raises(ValueError, match="stop_at_step"):
+        pretrain(model, tokenizer, corpus[:3], PretrainingRecipe(max_steps=2), output_dir=tmp_path, stop_at_step=5,
+                 device="cpu")
+    with pytest.raises(ValueError, match="batch_size"):
+        pretrain(model, tokenizer, corpus[:3], PretrainingRecipe(max_steps=2, batch_size=0), output_dir=tmp_path,
+                 device="cpu")
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        pretrain(model, tokenizer, corpus[:2], PretrainingRecipe(max_steps=2, batch_size=4096, seq_len=32),
+                 output_dir=tmp_path, device="cpu")
     with pytest.raises(FileNotFoundError, match="metrics log"):
         plot_metrics(tmp_path / "missing.jsonl", tmp_path / "plot.png")
 
@@ -537,15 +597,16 @@ def test_pretrain_in_another_precision_or_compiled_follows_the_float32_run(token
     """The same steps from the same weights and data: the loss curve agrees with float32's to within
     what bfloat16 rounding moves it (compiled float32: to float32 rounding). "auto" on the CPU is
     bfloat16 where the CPU computes it natively, else float32."""
-    arguments = dict(max_steps=4, batch_size=4, seq_len=32, nsp=False, log_every=1, progress=False, seed=0,
-                     device="cpu")
+    recipe = PretrainingRecipe(max_steps=4, batch_size=4, seq_len=32, nsp=False, log_every=1, seed=0)
+    arguments = dict(progress=False, device="cpu")
+
     def model():  # no dropout: a compiled model draws its dropout masks from another generator
         torch.manual_seed(0)
         return BertForPreTraining(tiny_config(tokenizer.vocab_size, dropout=0.0))
 
-    reference = pretrain(model(), tokenizer, corpus[:3], output_dir=tmp_path / "float32", precision="float32",
-                         **arguments)
-    other = pretrain(model(), tokenizer, corpus[:3], output_dir=tmp_path / "other", precision=precision,
+    reference = pretrain(model(), tokenizer, corpus[:3], recipe, output_dir=tmp_path / "float32",
+                         precision="float32", **arguments)
+    other = pretrain(model(), tokenizer, corpus[:3], recipe, output_dir=tmp_path / "other", precision=precision,
                      compile_model=compile_model, **arguments)
     in_bfloat16 = precision == "bfloat16" or (precision == "auto" and cpu_computes_bfloat16())
     tolerance = 5e-2 if in_bfloat16 else 1e-4
@@ -556,14 +617,14 @@ def test_pretrain_in_another_precision_or_compiled_follows_the_float32_run(token
 
 def test_pretrain_names_an_unknown_precision(tokenizer, corpus, tmp_path):
     with pytest.raises(ValueError, match="precision must be one of auto, float32, bfloat16, float16, got 'bf16'"):
-        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, seq_len=32,
-                 device="cpu", precision="bf16")
+        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], PretrainingRecipe(max_steps=2, seq_len=32),
+                 output_dir=tmp_path, device="cpu", precision="bf16")
 
 
 def test_pretrain_runs_on_device(tokenizer, corpus, tmp_path, device):
     model = tiny_model(tokenizer)
-    history = pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path, max_steps=3, batch_size=8, seq_len=32,
-                       device=device, log_every=1, progress=False)
+    history = pretrain(model, tokenizer, corpus[:3], PretrainingRecipe(max_steps=3, batch_size=8, seq_len=32,
+                       log_every=1), output_dir=tmp_path, device=device, progress=False)
     assert all(math.isfinite(record["loss"]) for record in history)
     assert next(model.parameters()).device.type == device.type
 
@@ -572,8 +633,8 @@ def test_micro_batches_without_chosen_tokens_add_no_mlm_loss(tokenizer, corpus, 
     # Segments of at most 6 maskable tokens, one per micro-batch: about 0.85^6 = 38% choose no token, where
     # the mean cross-entropy is 0/0 = NaN; such a micro-batch must add no MLM loss and no gradient.
     model = tiny_model(tokenizer)
-    history = pretrain(model, tokenizer, corpus[:2], output_dir=tmp_path / "short", max_steps=12, batch_size=1,
-                       seq_len=8, nsp=False, log_every=1, progress=False, seed=1, device="cpu")
+    history = pretrain(model, tokenizer, corpus[:2], PretrainingRecipe(max_steps=12, batch_size=1, seq_len=8,
+                       nsp=False, log_every=1, seed=1), output_dir=tmp_path / "short", progress=False, device="cpu")
     empty = [record for record in history if record["mlm_loss"] is None]
     assert empty and len(empty) < len(history)  # both kinds of micro-batch occurred
     assert all(record["loss"] == 0.0 and record["mlm_accuracy"] == 0.0 for record in empty)
@@ -585,8 +646,9 @@ def test_micro_batches_without_chosen_tokens_add_no_mlm_loss(tokenizer, corpus, 
     mlm_only = {name: tensor.clone() for name, tensor in model.state_dict().items()  # decoder.weight: the embeddings
                 if name.startswith("mlm_head.") and name != "mlm_head.decoder.weight"}
     assert mlm_only
-    history = pretrain(model, tokenizer, corpus[:3], output_dir=tmp_path / "nsp", max_steps=3, batch_size=4,
-                       seq_len=32, mlm_probability=0.0, weight_decay=0.0, log_every=1, progress=False, device="cpu")
+    history = pretrain(model, tokenizer, corpus[:3], PretrainingRecipe(max_steps=3, batch_size=4, seq_len=32,
+                       mlm_probability=0.0, weight_decay=0.0, log_every=1), output_dir=tmp_path / "nsp",
+                       progress=False, device="cpu")
     assert all(record["mlm_loss"] is None and math.isfinite(record["nsp_loss"]) for record in history)
     assert all(record["loss"] == record["nsp_loss"] for record in history)
     state = model.state_dict()
@@ -598,8 +660,8 @@ def test_a_checkpoint_loads_for_a_process_on_another_device(tokenizer, corpus, t
     """Regression: the checkpoint was read onto the process's device, which put the saved random states
     on the GPU, where ``torch.set_rng_state`` refuses them (TypeError: RNG state must be a
     torch.ByteTensor), and AdamW's step counts with them. On ``meta`` the same TypeError was raised."""
-    pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, batch_size=4,
-             seq_len=32, log_every=1, progress=False, device="cpu")
+    pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], PretrainingRecipe(max_steps=2, batch_size=4, seq_len=32,
+             log_every=1), output_dir=tmp_path, progress=False, device="cpu")
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     with torch.device("meta"):
         model = BertForPreTraining(tiny_config(tokenizer.vocab_size))
@@ -619,8 +681,8 @@ def test_a_checkpoint_loads_for_a_process_on_another_device(tokenizer, corpus, t
 def test_a_corrupt_checkpoint_is_named_in_a_clear_error(tokenizer, corpus, tmp_path):
     (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match=r"checkpoint\.pt: it is not a readable checkpoint"):
-        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], output_dir=tmp_path, max_steps=2, batch_size=4,
-                 seq_len=32, progress=False, device="cpu")
+        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], PretrainingRecipe(max_steps=2, batch_size=4,
+                 seq_len=32), output_dir=tmp_path, progress=False, device="cpu")
 
 
 # ---------------------------------------------------------------------------------------------- evaluation
@@ -663,7 +725,7 @@ import torch
 import torch.distributed as dist
 from bertlab.bert import BertConfig, BertForPreTraining
 from bertlab.data import pretraining_corpus
-from bertlab.pretraining import pretrain
+from bertlab.pretraining import PretrainingRecipe, pretrain
 from bertlab.tokenization import BertTokenizer
 
 dist.init_process_group("gloo")
@@ -674,8 +736,10 @@ for nsp, accumulation in [(True, 2), (False, 1)]:
     torch.manual_seed(rank)  # different initial weights: DDP must broadcast rank 0's
     model = BertForPreTraining(BertConfig(**{config!r}))
     initial = {{name: tensor.clone() for name, tensor in model.state_dict().items()}}
-    history = pretrain(model, tokenizer, documents, output_dir={out!r} + f"/nsp{{nsp}}", max_steps=3, batch_size=4,
-                       seq_len=32, grad_accum_steps=accumulation, nsp=nsp, log_every=1, progress=False, device="cpu")
+    recipe = PretrainingRecipe(max_steps=3, batch_size=4, seq_len=32, grad_accum_steps=accumulation, nsp=nsp,
+                               log_every=1)
+    history = pretrain(model, tokenizer, documents, recipe, output_dir={out!r} + f"/nsp{{nsp}}", progress=False,
+                       device="cpu")
     torch.save({{"initial": initial, "final": model.state_dict(), "history": history}},
                {out!r} + f"/rank{{rank}}-nsp{{nsp}}.pt")
 dist.destroy_process_group()

@@ -60,6 +60,7 @@ from bertlab.pretraining import (
     SETTINGS_FILE,
     TOKEN_COUNTS_FILE,
     PackedSegments,
+    PretrainingRecipe,
     evaluate_masked_lm,
     load_metrics,
     plot_metrics,
@@ -147,11 +148,11 @@ def placeholders(command: list[str]) -> list[str]:
     return [names.get(previous, argument) for previous, argument in zip(["", *command], command)]
 
 
-def card(settings: dict, config: dict, history: list[dict], scores: dict, machine: str,
+def card(recipe: PretrainingRecipe, config: dict, history: list[dict], scores: dict, machine: str,
          pretraining_dropout: float, command: list[str]) -> str:
     """The model card: what the model is, what it was trained on and how, and how well it predicts."""
     hours = sum(record["seconds"] for record in history) / 3600
-    segments_tokens = settings["max_steps"] * settings["batch_size"] * settings["seq_len"]
+    segments_tokens = recipe.max_steps * recipe.batch_size * recipe.seq_len
     final = history[-1]
     model, unigram = scores["model"], scores["unigram"]
     return f"""# The course's BERT: BERT-mini pretrained on IMDB movie reviews
@@ -165,8 +166,8 @@ book's pretraining, fine-tuning and distillation chapters start from it, offline
 | parameters | {scores["parameters"] / 1e6:.2f}M (the MLM decoder is tied to the word embeddings) |
 | vocabulary | {config["vocab_size"]} WordPiece pieces, lower-cased, learned from the training text with `bertlab.tokenization.train_wordpiece_vocab` (Hugging Face `tokenizers`) |
 | training text | the 75,000 unlabelled (`train/unsup`) and training (`train/pos`, `train/neg`) reviews of the Large Movie Review Dataset v1.0 (Maas et al., 2011); the 25,000 test reviews are held out |
-| objective | masked language modelling only, 15% of the tokens (80% [MASK], 10% random, 10% unchanged), new masks at every pass, on segments of contiguous full sentences of up to {settings["seq_len"]} tokens (RoBERTa's recipe, Liu et al., 2019): no next sentence prediction, so the pooler and the NSP head keep their initial weights |
-| optimisation | {settings["max_steps"]} steps of {settings["batch_size"]} segments, AdamW (betas 0.9/0.999, eps 1e-6, weight decay {settings["weight_decay"]}), peak learning rate {settings["lr"]:g}, linear warm-up over {settings["warmup_steps"]} steps and linear decay to 0, gradients clipped at norm {settings["max_grad_norm"]}, seed {settings["seed"]} |
+| objective | masked language modelling only, 15% of the tokens (80% [MASK], 10% random, 10% unchanged), new masks at every pass, on segments of contiguous full sentences of up to {recipe.seq_len} tokens (RoBERTa's recipe, Liu et al., 2019): no next sentence prediction, so the pooler and the NSP head keep their initial weights |
+| optimisation | {recipe.max_steps} steps of {recipe.batch_size} segments, AdamW (betas 0.9/0.999, eps 1e-6, weight decay {recipe.weight_decay}), peak learning rate {recipe.lr:g}, linear warm-up over {recipe.warmup} steps and linear decay to 0, gradients clipped at norm {recipe.max_grad_norm}, seed {recipe.seed} |
 | classifier | `BertForSequenceClassification` reads `classifier_pooling` = "{config["classifier_pooling"]}" from `config.json`: {"the mean of the final hidden states over the real tokens, since pretraining never trained the pooler or the [CLS] summary (chosen on MR dev, `benchmarks/mr_pooling.py`); Hugging Face's class ignores the field and reads the pooled [CLS]" if config["classifier_pooling"] == "mean" else "the pooled [CLS]"} |
 | dropout | {pretraining_dropout:g} while pretraining{" (a run this short learns faster without it, as in Geiping and Goldstein's Cramming, 2023)" if pretraining_dropout == 0 else ""}; `config.json` sets BERT's {config["hidden_dropout_prob"]:g} for fine-tuning |
 | hardware and time | {machine}; {hours:.2f} hours of training |
@@ -222,13 +223,13 @@ In *Proceedings of ICML 2023*.
 
 
 def finished_run(work: Path) -> tuple[list[dict], dict]:
-    """The metrics log and settings of the finished run in ``work``; exits with a message otherwise."""
+    """The metrics log and recipe of the finished run in ``work``; exits with a message otherwise."""
     history = load_metrics(work / METRICS_FILE)
-    settings = json.loads((work / SETTINGS_FILE).read_text())
-    if not history or history[-1]["step"] != settings["max_steps"]:
+    recipe = PretrainingRecipe.read(work)
+    if not history or history[-1]["step"] != recipe.max_steps:
         sys.exit(f"{work} holds no finished run (last logged step {history[-1]['step'] if history else None} "
-                 f"of {settings['max_steps']}): run 'python tools/course_bert.py pretrain' until it ends")
-    return history, settings
+                 f"of {recipe.max_steps}): run 'python tools/course_bert.py pretrain' until it ends")
+    return history, recipe
 
 
 def held_out_scores(model, tokenizer, data_root: Path, seq_len: int):
@@ -238,9 +239,9 @@ def held_out_scores(model, tokenizer, data_root: Path, seq_len: int):
 
 
 def score(args: argparse.Namespace) -> int:
-    _, settings = finished_run(args.work)
+    _, recipe = finished_run(args.work)
     model = BertForPreTraining.from_pretrained(args.work).eval()
-    scores, _ = held_out_scores(model, BertTokenizer(args.work / "vocab.txt"), args.data_root, settings["seq_len"])
+    scores, _ = held_out_scores(model, BertTokenizer(args.work / "vocab.txt"), args.data_root, recipe.seq_len)
     (args.work / "held_out.json").write_text(json.dumps(vars(scores), indent=2) + "\n")
     print(f"{args.work}: held-out MLM {scores}")
     return 0
@@ -251,12 +252,12 @@ def record(args: argparse.Namespace) -> int:
     scores (``score``'s ``held_out.json``), with the sweep's calibration, into ``--out``."""
     runs = []
     for work in args.work:
-        history, settings = finished_run(work)
+        history, recipe = finished_run(work)
         held_out = work / "held_out.json"
         if not held_out.is_file():
             sys.exit(f"{work} has no held_out.json: run 'python tools/course_bert.py score --work {work}' first")
         runs.append({"folder": work.name, "command": placeholders(json.loads((work / COMMAND_FILE).read_text())),
-                     "settings": settings, "training_seconds": sum(record["seconds"] for record in history),
+                     "settings": recipe.settings(), "training_seconds": sum(record["seconds"] for record in history),
                      "final_train_mlm_loss": history[-1]["mlm_loss"],
                      "final_train_mlm_accuracy": history[-1]["mlm_accuracy"],
                      "held_out": json.loads(held_out.read_text())})
@@ -273,15 +274,15 @@ def record(args: argparse.Namespace) -> int:
 
 def export(args: argparse.Namespace) -> int:
     work = args.work
-    history, settings = finished_run(work)
+    history, recipe = finished_run(work)
     model = BertForPreTraining.from_pretrained(work).eval()
     tokenizer = BertTokenizer(work / "vocab.txt")
     command = json.loads((work / COMMAND_FILE).read_text())
 
     start = time.perf_counter()
-    model_scores, held_out = held_out_scores(model, tokenizer, args.data_root, settings["seq_len"])
+    model_scores, held_out = held_out_scores(model, tokenizer, args.data_root, recipe.seq_len)
     counts = token_frequencies(tokenizer, imdb_documents(args.data_root))
-    unigram_scores = unigram_masked_lm(counts, tokenizer, held_out, seq_len=settings["seq_len"], seed=EVALUATION_SEED)
+    unigram_scores = unigram_masked_lm(counts, tokenizer, held_out, seq_len=recipe.seq_len, seed=EVALUATION_SEED)
     print(f"held-out MLM: model {model_scores}, unigram {unigram_scores}, "
           f"ln V = {math.log(tokenizer.vocab_size):.3f} ({time.perf_counter() - start:.0f} s)")
 
@@ -309,12 +310,12 @@ def export(args: argparse.Namespace) -> int:
               "held_out_reviews": 2 * HELD_OUT_REVIEWS,
               "model": vars(model_scores), "unigram": vars(unigram_scores),
               "ln_vocab_size": math.log(tokenizer.vocab_size)}
-    (PACKAGE_FOLDER / "README.md").write_text(card(settings, stored, history, scores, machine, pretraining_dropout,
+    (PACKAGE_FOLDER / "README.md").write_text(card(recipe, stored, history, scores, machine, pretraining_dropout,
                                                    command))
     RESULTS_FILE.write_text(json.dumps({
         "command": "python tools/course_bert.py export --data-root DIR",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "pretraining": {"arguments": command, "settings": settings, "machine": machine,
+        "pretraining": {"arguments": command, "settings": recipe.settings(), "machine": machine,
                         "training_hours": sum(record["seconds"] for record in history) / 3600,
                         "final_train_mlm_loss": history[-1]["mlm_loss"]},
         "held_out": scores,
