@@ -33,6 +33,9 @@ MAX_SKIPPED_SHOWN_PER_STUDENT = 5  # of those, listed in the summary of the run,
 MAX_NAME_CHARS = 300  # of a name given out (an origin, a skipped path, a student's name in a note)
 MAX_REASON_CHARS = 200  # of an exception's message in the reason a file was skipped or failed
 TIMESTAMP_SLACK = timedelta(days=1)  # how far in the future a timestamp.txt may be (clocks differ)
+MAX_TIMESTAMP_BYTES = 100  # of a timestamp.txt, read no further
+MAX_TIMESTAMP_REASON_CHARS = 40  # of why a timestamp.txt was ignored, in the note that says so
+MAX_ID_CHARS = 64  # of a student id made from a folder's or a file's name
 
 # --------------------------------------------------------------------------------------------------
 # Replies of the student process too large or too deep to decode (autograder.wire, student_side)
@@ -44,6 +47,7 @@ MAX_REPLY_DEPTH = 100  # nesting of lists, tuples and dicts in a reply the grade
 MAX_LABEL_CHARS = 80  # of a handle's label (a function's name, an object's type), for messages only
 MAX_ENCODED_DEPTH = 32  # nesting the student process encodes as data; deeper values become handles
 MAX_LIST_ITEMS = 1_000_000  # of an iterator the student process lists for the grader
+MAX_UNREADABLE_REPLY_CHARS = 500  # of why a reply cannot be read, in the message that ends the student process
 
 # --------------------------------------------------------------------------------------------------
 # Output flooding: what the student's cells and the tests print or display
@@ -68,6 +72,17 @@ MAX_STUDENT_TRACEBACK_CHARS = 5_000  # of the traceback of the student's code th
 MAX_OUTCOME_MESSAGE_CHARS = 10_000  # of a test's message in results.json and the feedback
 SUMMARY_MESSAGE_CHARS = 120  # of a test's message (its first line), in the summary's line of its student
 SUMMARY_HINT_CHARS = 300  # of the hint of a known mistake that follows it there
+MAX_EXCEPTION_TYPE_CHARS = 100  # of the name of a student's exception type the grader does not know
+MAX_CONTEXT_ERROR_CHARS = 500  # of the error of the instructor code a test needs, where the student's made it fail
+MAX_FEEDBACK_PROBLEM_CHARS = 500  # of why a feedback page is the plain one
+MAX_REBOUND_SOURCE_CHARS = 100  # of the code quoted in a copy's reason (a name bound to the reference)
+# The grader's own failures, where a submission's text may be part of them: a job's (the first line in the run's
+# report, the traceback's end a worker sends), the gradebook's, the messages the command prints.
+MAX_JOB_FAILURE_CHARS = 300
+MAX_WORKER_TRACEBACK_CHARS = 2_000
+MAX_GRADEBOOK_ERROR_CHARS = 500
+MAX_NBGRADER_LOG_CHARS = 3_000
+MAX_PRINTED_MESSAGE_CHARS = 2_000
 
 # --------------------------------------------------------------------------------------------------
 # The grader's own work on a submission's text: reading its code for copies (autograder.reference_copies),
@@ -105,6 +120,10 @@ MAX_RESTARTS = 2  # student processes restarted per notebook after one ended
 FEEDBACK_SECONDS = 120.0  # to render one feedback page; then a plain page is written
 JOB_MARGIN_SECONDS = 300.0  # of a job, past its notebook, starts and feedback, before its worker is killed
 CONNECT_SECONDS = 15  # to reach a PostgreSQL gradebook before giving up
+REAP_SECONDS = 10.0  # to wait for a killed process (a sandbox's, a job's worker) to end
+GIT_SECONDS = 60  # for git to say whether it ignores the output folder
+SANDBOX_PROBE_SECONDS = 120  # for the first sandbox to import the course's packages, or grading does not start
+CGROUP_REMOVAL_SECONDS = 5.0  # to empty and remove a sandbox's cgroup
 
 # --------------------------------------------------------------------------------------------------
 # A Dask cluster (autograder.cluster): workers that never come, a scheduler that never answers, a queue

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autograder import course, release
-from autograder.bounds import Limits
+from autograder.bounds import MAX_PRINTED_MESSAGE_CHARS, Limits
 from autograder.output_layout import OutputLayout
 from autograder.results import CopyPolicy
 from autograder.submissions import Layout
@@ -113,7 +113,7 @@ def _run_grade(args: argparse.Namespace) -> int:
         print("autograder grade: interrupted; what was graded is saved, run again to resume", file=sys.stderr)
         return 130
     for note in report.notes:
-        print(printable(note, 2000), file=sys.stderr)
+        print(printable(note, MAX_PRINTED_MESSAGE_CHARS), file=sys.stderr)
     if report.engine:
         print(f"{report.engine}\n")
     print(report.results.summary())
@@ -123,7 +123,7 @@ def _run_grade(args: argparse.Namespace) -> int:
     print(f"grades:   {out.grades_csv} and the gradebook {hidden_password(args.db) if args.db else out.gradebook}")
     print(f"feedback: {out.feedback}/ (<student>/<chapter>/<notebook>.html, to hand to each student)")
     for failure in report.failures:
-        print(printable(failure, 2000), file=sys.stderr)
+        print(printable(failure, MAX_PRINTED_MESSAGE_CHARS), file=sys.stderr)
     return report.exit_status
 
 

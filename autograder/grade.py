@@ -51,7 +51,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autograder import course
-from autograder.bounds import FEEDBACK_SECONDS, JOB_MARGIN_SECONDS, MAX_RESTARTS, STARTUP_SECONDS, Limits
+from autograder.bounds import (
+    FEEDBACK_SECONDS,
+    GIT_SECONDS,
+    JOB_MARGIN_SECONDS,
+    MAX_JOB_FAILURE_CHARS,
+    MAX_RESTARTS,
+    REAP_SECONDS,
+    STARTUP_SECONDS,
+    Limits,
+)
 from autograder.chapters import Chapter, load_chapters
 from autograder.citations import read_references
 from autograder.course import GradingError
@@ -230,7 +239,7 @@ def _committable(out: Path, course_root: Path) -> bool:
     try:
         check = subprocess.run(["git", "-C", str(course_root), "check-ignore", "-q",
                                 str(OutputLayout(out).results_json)],
-                               capture_output=True, timeout=60)
+                               capture_output=True, timeout=GIT_SECONDS)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return check.returncode == 1  # 0: ignored; 1: not ignored; 128: not a repository
@@ -464,7 +473,7 @@ class _Finisher:
             return f"{result.line()} ({result.seconds.get('total', 0):.0f} s)"
         except Exception as error:
             why = error_line(error) if output is not None else printable(next(iter((failure or "").splitlines()),
-                                                                                  "no result"), 300)
+                                                                                  "no result"), MAX_JOB_FAILURE_CHARS)
             self.report.failures.append(f"{name}: the grader failed: {why}")
             result = grader_error_result(job, why)
             self.report.grader_errors[job.student, job.chapter.name] = replace(result, feedback=self._plain(page, result))
@@ -537,7 +546,7 @@ class JobProcess:
         if ended is None:
             return None
         self.receiver.close()
-        self.process.join(timeout=10)
+        self.process.join(timeout=REAP_SECONDS)
         result, failure = ended
         try:
             if result is None:

@@ -37,8 +37,15 @@ import torch
 
 from autograder import student_side
 from autograder.bounds import (
-    INTERRUPT_GRACE_SECONDS, MAX_REPLY_BYTES, MAX_STUDENT_EXCEPTION_CHARS, MAX_STUDENT_TRACEBACK_CHARS, STARTUP_SECONDS,
-    Limits)
+    INTERRUPT_GRACE_SECONDS,
+    MAX_EXCEPTION_TYPE_CHARS,
+    MAX_REPLY_BYTES,
+    MAX_STUDENT_EXCEPTION_CHARS,
+    MAX_STUDENT_TRACEBACK_CHARS,
+    MAX_UNREADABLE_REPLY_CHARS,
+    STARTUP_SECONDS,
+    Limits,
+)
 from autograder.sandbox import Sandbox, interrupt, kill
 from autograder.stand_ins import ReferenceUnavailable, Withholding
 from autograder.wire import (
@@ -477,7 +484,7 @@ class StudentProcess:
 
     def _unreadable(self, error: Exception) -> StudentProcessEnded:
         kill(self.process)
-        self.ended_because = f"it sent a reply the grader does not read ({printable(str(error), 300)})"
+        self.ended_because = f"it sent a reply the grader does not read ({printable(str(error), MAX_UNREADABLE_REPLY_CHARS)})"
         return StudentProcessEnded(self.ended_because)
 
     def _ended(self) -> StudentProcessEnded:
@@ -527,7 +534,7 @@ class StudentProcess:
         elif kind == "builtins.SystemExit":
             error = StudentError("your code called sys.exit() (or raised SystemExit)")
         else:
-            error = StudentError(f"{printable(kind.rpartition('.')[2], 100)}: {message}")
+            error = StudentError(f"{printable(kind.rpartition('.')[2], MAX_EXCEPTION_TYPE_CHARS)}: {message}")
         error.student_traceback = printable(str(info.get("traceback", "")), MAX_STUDENT_TRACEBACK_CHARS)
         return error
 

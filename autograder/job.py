@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import feedback, graded_notebook
-from autograder.bounds import FEEDBACK_SECONDS, Limits
+from autograder.bounds import FEEDBACK_SECONDS, MAX_FEEDBACK_PROBLEM_CHARS, MAX_WORKER_TRACEBACK_CHARS, Limits
 from autograder.chapters import Chapter
 from autograder.citations import Reference
 from autograder.course import grade_id
@@ -205,7 +205,8 @@ def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookRe
             return feedback.render(view, result, job.chapter, job.references), None
     except Exception as error:  # noqa: BLE001 -- whatever nbconvert raises, the student gets a page
         problem = f"the feedback page is a plain one: {error if isinstance(error, StageTimeout) else error_line(error)}"
-        return feedback.plain_page(result, problem[:500]), problem[:500]
+        problem = problem[:MAX_FEEDBACK_PROBLEM_CHARS]
+        return feedback.plain_page(result, problem), problem
 
 
 def work(job: Job, connection) -> None:
@@ -231,6 +232,6 @@ def work(job: Job, connection) -> None:
     except BaseException as error:  # noqa: B036 -- whatever happens, the class run hears of it
         import traceback
 
-        connection.send(("error", f"{type(error).__name__}: {error}\n{traceback.format_exc()[-2000:]}"))
+        connection.send(("error", f"{type(error).__name__}: {error}\n{traceback.format_exc()[-MAX_WORKER_TRACEBACK_CHARS:]}"))
     finally:
         connection.close()

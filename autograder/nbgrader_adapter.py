@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from autograder.bounds import CONNECT_SECONDS
+from autograder.bounds import CONNECT_SECONDS, MAX_GRADEBOOK_ERROR_CHARS, MAX_NBGRADER_LOG_CHARS
 from autograder.course import GradingError
 from autograder.results import NotebookResult
 
@@ -126,7 +126,7 @@ def connection_problem(url, error: Exception) -> str:
     reason = " ".join(str(getattr(error, "orig", None) or error).split())
     where = [f"{name} {value}" for name, value in (("host", url.host), ("port", url.port), ("database", url.database),
                                                    ("user", url.username)) if value]
-    return f"cannot use the gradebook ({', '.join(where)}): {without_password(reason, url)[:500]}"
+    return f"cannot use the gradebook ({', '.join(where)}): {without_password(reason, url)[:MAX_GRADEBOOK_ERROR_CHARS]}"
 
 
 def register_chapters(nbgrader_course: Path, db_url: str, chapters: list[str]) -> None:
@@ -139,7 +139,7 @@ def register_chapters(nbgrader_course: Path, db_url: str, chapters: list[str]) -
             if "Cannot add or remove cells" in log:
                 raise GradingError(f"solutions/{name} gained or lost graded cells since it was graded into the "
                                    f"gradebook {hidden_password(db_url)}; grade into a new --out or --db")
-            raise GradingError(f"nbgrader cannot register chapter {name} in {hidden_password(db_url)}:\n{log[-3000:]}")
+            raise GradingError(f"nbgrader cannot register chapter {name} in {hidden_password(db_url)}:\n{log[-MAX_NBGRADER_LOG_CHARS:]}")
 
 
 def store_grades(gradebook, result: NotebookResult, notebook: str) -> None:

@@ -41,7 +41,7 @@ import types
 
 from IPython.core.inputtransformer2 import TRANSFORM_LOOP_LIMIT
 
-from autograder.bounds import MAX_COPY_READ_CELL_CHARS, MAX_COPY_READ_CHARS
+from autograder.bounds import MAX_COPY_READ_CELL_CHARS, MAX_COPY_READ_CHARS, MAX_REBOUND_SOURCE_CHARS
 from autograder.course import python_source
 from autograder.results import Certainty, ReferenceCopy
 
@@ -298,7 +298,7 @@ def _reasons(notebook: _Notebook, exercise: str, targets: tuple) -> list[tuple[b
         reasons.append((True, f"it uses {path}, the reference"))
     rebound = notebook.rebound.get(exercise)
     if rebound is not None and _reaches([rebound], notebook.bindings, targets):
-        reasons.append((True, f"its name is bound to the reference ({ast.unparse(rebound)[:100]})"))
+        reasons.append((True, f"its name is bound to the reference ({ast.unparse(rebound)[:MAX_REBOUND_SOURCE_CHARS]})"))
     if any(_builds_code(node) for node in reachable):
         reasons.append((False, "it builds code at run time (exec, compile, getsource, __code__, ...)"))
     building = [node for _, node in notebook.dynamic_top_level]

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 
-from autograder.bounds import MAX_SKIPPED_SHOWN_PER_STUDENT, SUMMARY_HINT_CHARS, SUMMARY_MESSAGE_CHARS
+from autograder.bounds import MAX_NAME_CHARS, MAX_SKIPPED_SHOWN_PER_STUDENT, SUMMARY_HINT_CHARS, SUMMARY_MESSAGE_CHARS
 from autograder.output_layout import OutputLayout
 from autograder.wire import printable
 
@@ -290,7 +290,7 @@ class ClassResults:
 
 def _text(value: str) -> str:
     """A name or message of a submission, safe to print: one line, no control characters."""
-    return printable(str(value).replace("\n", " "), 300)
+    return printable(str(value).replace("\n", " "), MAX_NAME_CHARS)
 
 
 def _short(message: str) -> str:

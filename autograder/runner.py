@@ -32,7 +32,13 @@ from dataclasses import dataclass, field
 
 from autograder import cell_outputs
 from autograder.bounds import (
-    MAX_OUTCOME_MESSAGE_CHARS, MAX_RESTARTS, MAX_RUN_CELL_CHARS, MAX_TEST_OUTPUT_CHARS, Limits)
+    MAX_CONTEXT_ERROR_CHARS,
+    MAX_OUTCOME_MESSAGE_CHARS,
+    MAX_RESTARTS,
+    MAX_RUN_CELL_CHARS,
+    MAX_TEST_OUTPUT_CHARS,
+    Limits,
+)
 from autograder.chapters import Chapter
 from autograder.course import hidden_test_lines, python_source
 from autograder.grader_side import StudentProcess, StudentProcessEnded, StudentTimeout
@@ -147,7 +153,7 @@ class _TestCells:
                 self.bind_exercises(step.source)
                 exec(compile(step.source, f"<instructor code before {grade_id}>", "exec"), self.namespace)
             except Exception as error:
-                self.context_error = f"{type(error).__name__}: {printable(str(error), 500)}"
+                self.context_error = f"{type(error).__name__}: {printable(str(error), MAX_CONTEXT_ERROR_CHARS)}"
 
     def run(self, grade_id: str) -> Outcome:
         test = self.chapter.test(grade_id)

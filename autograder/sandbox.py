@@ -76,7 +76,16 @@ from pathlib import Path
 from typing import NamedTuple
 
 from autograder import sandbox_inside
-from autograder.bounds import CPU_BURST, CPU_PERIOD, MEMORY_MARGIN_MB, MEMORY_PERIOD, Limits
+from autograder.bounds import (
+    CGROUP_REMOVAL_SECONDS,
+    CPU_BURST,
+    CPU_PERIOD,
+    MEMORY_MARGIN_MB,
+    MEMORY_PERIOD,
+    REAP_SECONDS,
+    SANDBOX_PROBE_SECONDS,
+    Limits,
+)
 from autograder.stand_ins import compiled_copies
 
 # Files of /etc that programs need (dynamic linker, user names, fonts, time zone); not shadow files.
@@ -255,7 +264,7 @@ def kill(process: subprocess.Popen) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
     try:
-        process.wait(timeout=10)
+        process.wait(timeout=REAP_SECONDS)
     except subprocess.TimeoutExpired:
         pass
 
@@ -289,7 +298,7 @@ def isolation_available() -> tuple[bool, str]:
     with Sandbox(isolate=True) as sandbox:
         probe = ("import os, torch, bertlab, autograder.wire; "
                  "print(os.getuid() != 0, sum(name.isdigit() for name in os.listdir('/proc')) < 5)")
-        result = sandbox.run([sys.executable, "-c", probe], timeout=120)
+        result = sandbox.run([sys.executable, "-c", probe], timeout=SANDBOX_PROBE_SECONDS)
     if result.returncode != 0 or result.stdout.split() != ["True", "True"]:
         reason = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
         return False, f"namespaces do not work here ({reason})"
@@ -374,14 +383,15 @@ class _Cgroup:
 
     def remove(self) -> None:
         kill_file = self.path / "cgroup.kill"
-        for _ in range(100):
+        pause = 0.05  # seconds between two tries
+        for _ in range(round(CGROUP_REMOVAL_SECONDS / pause)):
             try:
                 if kill_file.exists():
                     kill_file.write_text("1")
                 self.path.rmdir()
                 return
             except OSError:
-                time.sleep(0.05)
+                time.sleep(pause)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -59,8 +59,21 @@ from pathlib import Path
 from typing import NamedTuple
 
 from autograder.bounds import (
-    MAX_CELLS, MAX_ENTRIES, MAX_FOLDER_DEPTH, MAX_NAME_CHARS, MAX_NOTEBOOK_BYTES, MAX_REASON_CHARS,
-    MAX_SKIPPED_KEPT_PER_STUDENT, MAX_STUDENT_BYTES, MAX_ZIP_DIRECTORY_BYTES, MAX_ZIP_MEMBERS, TIMESTAMP_SLACK)
+    MAX_CELLS,
+    MAX_ENTRIES,
+    MAX_FOLDER_DEPTH,
+    MAX_ID_CHARS,
+    MAX_NAME_CHARS,
+    MAX_NOTEBOOK_BYTES,
+    MAX_REASON_CHARS,
+    MAX_SKIPPED_KEPT_PER_STUDENT,
+    MAX_STUDENT_BYTES,
+    MAX_TIMESTAMP_BYTES,
+    MAX_TIMESTAMP_REASON_CHARS,
+    MAX_ZIP_DIRECTORY_BYTES,
+    MAX_ZIP_MEMBERS,
+    TIMESTAMP_SLACK,
+)
 from autograder.chapters import Chapter
 from autograder.course import GradingError, grade_id
 from autograder.results import Skipped
@@ -146,8 +159,8 @@ class Submission:
 def _cleaned(name: str) -> str:
     """A name as its id keeps it: NFKC-folded (fullwidth letters as ASCII ones), each run of characters
     other than letters, digits, '.', '_' and '-' (spaces, slashes) as '_', without '.', '_' and '-' at
-    its ends, at most 64 characters."""
-    return re.sub(r"[^\w.-]+", "_", unicodedata.normalize("NFKC", name)).strip("._-")[:64] or "student"
+    its ends, at most MAX_ID_CHARS characters."""
+    return re.sub(r"[^\w.-]+", "_", unicodedata.normalize("NFKC", name)).strip("._-")[:MAX_ID_CHARS] or "student"
 
 
 def student_id(name: str) -> str:
@@ -388,12 +401,12 @@ def _read_timestamp_file(folder: Path) -> tuple[datetime | None, tuple[str, ...]
     if path.is_symlink() or not path.is_file():
         return None, ()
     try:
-        text = _read_file(path, 100).decode().strip()
+        text = _read_file(path, MAX_TIMESTAMP_BYTES).decode().strip()
         if not NBGRADER_TIMESTAMP.fullmatch(text):
             raise ValueError(f"not a date: {text}")
         stamp = parse_utc(text)
     except Exception as error:  # nbgrader's parser raises more than ValueError
-        return None, (f"its timestamp.txt was ignored ({error_line(error, 40)}); the file's time counts instead",)
+        return None, (f"its timestamp.txt was ignored ({error_line(error, MAX_TIMESTAMP_REASON_CHARS)}); the file's time counts instead",)
     stamp = stamp.replace(tzinfo=timezone.utc) if stamp.tzinfo is None else stamp
     if stamp > datetime.now(timezone.utc) + TIMESTAMP_SLACK:
         return None, (f"its timestamp.txt was ignored (it is in the future: {stamp:%Y-%m-%d %H:%M} UTC); "

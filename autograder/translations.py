@@ -46,6 +46,7 @@ HEADER = {
     "Content-Transfer-Encoding": "8bit",
 }
 PLURAL_FORMS = {"zh_CN": "nplurals=1; plural=0;"}
+BLOCK_EXCERPT_CHARS = 50  # of a block's first line, naming it in a message about its translation
 
 
 class TranslationError(RuntimeError):
@@ -215,7 +216,7 @@ def counts(path: Path, domain: str) -> Counts:
 
 def _place(path: Path, entry: polib.POEntry) -> str:
     first_line = entry.msgid.split("\n", 1)[0]
-    return f"{path}:{entry.linenum}: cell {entry.msgctxt}, block {first_line[:50]!r}"
+    return f"{path}:{entry.linenum}: cell {entry.msgctxt}, block {first_line[:BLOCK_EXCERPT_CHARS]!r}"
 
 
 def catalogue_problems(path: Path) -> list[str]:

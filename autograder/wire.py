@@ -27,8 +27,9 @@ from typing import NamedTuple
 
 import torch
 
-from autograder.bounds import MAX_DECODED_ITEMS, MAX_LABEL_CHARS, MAX_REPLY_DEPTH
+from autograder.bounds import MAX_DECODED_ITEMS, MAX_LABEL_CHARS, MAX_REPLY_DEPTH, MAX_UNREADABLE_REPLY_CHARS
 
+WRITE_CHUNK_BYTES = 1 << 16  # written to a pipe at a time (not a bound: a message of any size goes in chunks)
 TENSOR, DTYPE, DEVICE, SIZE, HANDLE = "<tensor>", "<dtype>", "<device>", "<size>", "<handle>"
 GRADER_OBJECT = "<grader-object>"  # an object the grader sent, by its number: the grader's own comes back
 
@@ -73,7 +74,7 @@ def write_frame(fd: int, payload: bytes, deadline: float | None = None) -> None:
             if wait <= 0 or not select.select([], [fd], [], wait)[1]:
                 raise TimeoutError
         try:
-            data = data[os.write(fd, data[: 1 << 16]):]
+            data = data[os.write(fd, data[:WRITE_CHUNK_BYTES]):]
         except BlockingIOError:  # a non-blocking end: wait again
             continue
 
@@ -172,7 +173,7 @@ _DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in vars(torch).val
 
 def _dtype(name) -> torch.dtype:
     if not isinstance(name, str) or name not in _DTYPES:
-        raise UnreadableReply(f"not a dtype: {name!r}"[:200])
+        raise UnreadableReply(f"not a dtype: {name!r}"[:MAX_UNREADABLE_REPLY_CHARS])
     return _DTYPES[name]
 
 
@@ -211,7 +212,7 @@ def decode(frame: bytes, adopt: Callable = lambda value: value):
     try:
         raw = DataUnpickler(io.BytesIO(frame)).load()
     except Exception as error:  # whatever the bytes, the grader only reads plain data
-        raise UnreadableReply(f"{type(error).__name__}: {error}"[:500]) from None
+        raise UnreadableReply(f"{type(error).__name__}: {error}"[:MAX_UNREADABLE_REPLY_CHARS]) from None
     budget = [MAX_DECODED_ITEMS]
 
     def rebuild(value, depth: int):
@@ -227,7 +228,7 @@ def decode(frame: bytes, adopt: Callable = lambda value: value):
             try:
                 marked = REBUILD[value[0]](*parts)
             except (TypeError, RuntimeError) as error:
-                raise UnreadableReply(f"a malformed {value[0]}: {error}"[:500]) from None
+                raise UnreadableReply(f"a malformed {value[0]}: {error}"[:MAX_UNREADABLE_REPLY_CHARS]) from None
             return adopt(marked)
         if type(value) is list:
             return [rebuild(item, depth + 1) for item in value]
@@ -248,7 +249,7 @@ def decode(frame: bytes, adopt: Callable = lambda value: value):
     except RecursionError:
         raise UnreadableReply("a reply nested too deeply") from None
     except TypeError as error:  # an unhashable key
-        raise UnreadableReply(f"{error}"[:500]) from None
+        raise UnreadableReply(f"{error}"[:MAX_UNREADABLE_REPLY_CHARS]) from None
 
 
 def version(tensor: torch.Tensor) -> int:
