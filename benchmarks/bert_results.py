@@ -61,8 +61,15 @@ import torch
 
 from bertlab.bert import BertForSequenceClassification
 from bertlab.data import imdb_documents, load_sentiment
-from bertlab.distillation import compare_models, distill, init_student_from_teacher
-from bertlab.finetuning import choose_learning_rate, finetune, freeze_layers, predict, train_bag_of_words
+from bertlab.distillation import DistillationRecipe, compare_models, distill, init_student_from_teacher
+from bertlab.finetuning import (
+    FineTuningRecipe,
+    choose_learning_rate,
+    finetune,
+    freeze_layers,
+    predict,
+    train_bag_of_words,
+)
 from bertlab.pretraining import course_bert_folder, course_bert_sha256
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
@@ -167,8 +174,9 @@ def run(args: argparse.Namespace) -> dict:
         model = make_model()
         if head_only:
             freeze_layers(model, 0)
-        finetune(model, tokenizer, examples, epochs=epochs, batch_size=settings["batch_size"], encoder_lr=lr,
-                 max_length=settings["max_length"], device=device, seed=seed, progress=not args.no_progress,
+        recipe = FineTuningRecipe(epochs=epochs, batch_size=settings["batch_size"], encoder_lr=lr,
+                                  max_length=settings["max_length"], seed=seed)
+        finetune(model, tokenizer, examples, recipe=recipe, device=device, progress=not args.no_progress,
                  precision=args.precision)
         return model
 
@@ -246,13 +254,14 @@ def run(args: argparse.Namespace) -> dict:
         examples = train if examples is None else examples
         seed_everything(seed)
         model = init_student_from_teacher(pretrained_classifier())
-        options = dict(epochs=settings["epochs"], batch_size=settings["batch_size"], max_length=settings["max_length"],
-                       device=device, seed=seed, progress=not args.no_progress, precision=args.precision)
-        if teacher_model is None:
-            finetune(model, tokenizer, examples, encoder_lr=lr, **options)
+        recipe = DistillationRecipe(epochs=settings["epochs"], batch_size=settings["batch_size"], encoder_lr=lr,
+                                    max_length=settings["max_length"], seed=seed, alpha=settings["alpha"],
+                                    temperature=settings["temperature"])
+        options = dict(device=device, progress=not args.no_progress, precision=args.precision)
+        if teacher_model is None:  # the same recipe without the teacher's terms
+            finetune(model, tokenizer, examples, recipe=recipe, **options)
         else:
-            distill(teacher_model, model, tokenizer, examples, lr=lr, alpha=settings["alpha"],
-                    temperature=settings["temperature"], **options)
+            distill(teacher_model, model, tokenizer, examples, recipe=recipe, **options)
         return model
 
     def students(teacher_model=None, examples=None, earlier: dict | None = None

@@ -41,7 +41,7 @@ import torch
 
 from bertlab.bert import POOLINGS, BertForSequenceClassification
 from bertlab.data import load_sentiment
-from bertlab.finetuning import evaluate, finetune
+from bertlab.finetuning import FineTuningRecipe, evaluate, finetune
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import seed_everything
 
@@ -73,8 +73,9 @@ def run_job(job: dict) -> dict:
     seed_everything(job["seed"])
     model = classifier(job)
     start = time.perf_counter()
-    finetune(model, tokenizer, train, epochs=epochs, batch_size=PROTOCOL["batch_size"], encoder_lr=job["lr"],
-             max_length=PROTOCOL["max_length"], device=job["device"], seed=job["seed"], progress=False)
+    recipe = FineTuningRecipe(epochs=epochs, batch_size=PROTOCOL["batch_size"], encoder_lr=job["lr"],
+                              max_length=PROTOCOL["max_length"], seed=job["seed"])
+    finetune(model, tokenizer, train, recipe=recipe, device=job["device"], progress=False)
     dev = evaluate(model, tokenizer, splits.dev, max_length=PROTOCOL["max_length"])
     return {**{name: job[name] for name in ("model", "pooling", "size", "lr", "seed")},
             "train_examples": len(train), "epochs": epochs, "dev_accuracy": dev["accuracy"],

@@ -50,6 +50,7 @@ import torch
 
 from bertlab.bert import BertConfig
 from bertlab.course_model import course_bert_folder, course_bert_sha256
+from bertlab.finetuning import FineTuningRecipe
 from bertlab.task_baselines import (
     majority_predictions,
     score_pair_predictions,
@@ -183,9 +184,10 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
     def fine_tuning_run(model: str, lr: float, seed: int, variant: Variant) -> dict:
         examples, dev, test = variant.train, variant.dev, variant.test
         network = make_model(model, seed)
-        finetune_task(task, network, tokenizer, examples, labels=labels, epochs=variant.epochs,
-                      batch_size=settings["batch_size"], encoder_lr=lr, max_length=settings["max_length"],
-                      device=device, seed=seed, progress=not args.no_progress, precision=args.precision)
+        recipe = FineTuningRecipe(epochs=variant.epochs, batch_size=settings["batch_size"], encoder_lr=lr,
+                                  max_length=settings["max_length"], seed=seed)
+        finetune_task(task, network, tokenizer, examples, recipe=recipe, labels=labels, device=device,
+                      progress=not args.no_progress, precision=args.precision)
         scores = {split: evaluate_task(task, network, tokenizer, evaluated, labels=labels,
                                        max_length=settings["max_length"], precision=args.precision, what=split)
                   for split, evaluated in (("dev", dev), ("test", test))}

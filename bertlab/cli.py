@@ -39,9 +39,17 @@ import torch
 from bertlab.bert import PRESETS, BertConfig, BertForPreTraining, BertForSequenceClassification, checkpoint_files
 from bertlab.course_model import COURSE_BERT_FOLDER, course_bert_sha256
 from bertlab.data import PRETRAINING_CORPORA, SENTIMENT_DATASETS, load_sentiment, pretraining_corpus
-from bertlab.distillation import compare_models, distill, init_student_from_teacher
-from bertlab.finetuning import (Progress, encoder_layers, evaluate, finetune, format_value, freeze_layers,
-                                prediction_metrics)
+from bertlab.distillation import DistillationRecipe, compare_models, distill, init_student_from_teacher
+from bertlab.finetuning import (
+    FineTuningRecipe,
+    Progress,
+    encoder_layers,
+    evaluate,
+    finetune,
+    format_value,
+    freeze_layers,
+    prediction_metrics,
+)
 from bertlab.gpt import PRESETS as GPT_PRESETS
 from bertlab.gpt import GPTConfig, GPTLMHeadModel, generate
 from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, PackedSegments, PretrainingRecipe, pretrain
@@ -483,12 +491,8 @@ def run_finetune(args: argparse.Namespace) -> int:
     freeze(model, args)
     course_bert = is_course_bert(args.model)
     lr, max_length = learning_rate(args, course_bert), window(args, model, 128, course_bert)
-    history = finetune(
-        model, tokenizer, splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size, encoder_lr=lr,
-        head_lr=args.head_lr, weight_decay=args.weight_decay, layer_decay=args.layer_decay,
-        warmup_ratio=args.warmup_ratio, max_length=max_length, device=device, seed=args.seed,
-        progress=shown_progress(args), output_dir=args.output, precision=args.precision,
-    )
+    history = finetune(model, tokenizer, splits.train, splits.dev, finetuning_recipe(args, lr, max_length),
+                       device=device, progress=shown_progress(args), output_dir=args.output, precision=args.precision)
     tokenizer.save_vocabulary(args.output)
     test = evaluate(model, tokenizer, splits.test, max_length=max_length, precision=args.precision)
     baseline = simple_baseline("sentence", splits.train, splits.test, model.num_labels)
@@ -532,12 +536,9 @@ def run_task_finetune(args: argparse.Namespace) -> int:
     if args.task == "spans":
         check_stride(args.stride, max_length)
     with warnings_as_notes():
-        history = finetune_task(
-            task, model, tokenizer, splits.train, splits.dev, labels=labels, epochs=args.epochs,
-            batch_size=args.batch_size, encoder_lr=lr, head_lr=args.head_lr, weight_decay=args.weight_decay,
-            layer_decay=args.layer_decay, warmup_ratio=args.warmup_ratio, max_length=max_length, device=device,
-            seed=args.seed, progress=shown_progress(args), output_dir=args.output, precision=args.precision,
-        )
+        history = finetune_task(task, model, tokenizer, splits.train, splits.dev,
+                                finetuning_recipe(args, lr, max_length), labels=labels, device=device,
+                                progress=shown_progress(args), output_dir=args.output, precision=args.precision)
         tokenizer.save_vocabulary(args.output)
         test = evaluate_task(task, model, tokenizer, splits.test, labels=labels, max_length=max_length,
                              precision=args.precision, what="test")
@@ -549,6 +550,13 @@ def run_task_finetune(args: argparse.Namespace) -> int:
                                 "test": test, "baseline": dataclasses.asdict(baseline)})
     say(f"wrote the model, vocab.txt, history.json and {RESULTS_FILE} to {args.output}")
     return 0
+
+
+def finetuning_recipe(args: argparse.Namespace, lr: float, max_length: int) -> FineTuningRecipe:
+    """The recipe of ``bertlab finetune``'s flags, at the learning rate and length chosen for the model."""
+    return FineTuningRecipe(epochs=args.epochs, batch_size=args.batch_size, encoder_lr=lr, head_lr=args.head_lr,
+                            weight_decay=args.weight_decay, layer_decay=args.layer_decay,
+                            warmup_ratio=args.warmup_ratio, max_length=max_length, seed=args.seed)
 
 
 def freeze(model: torch.nn.Module, args: argparse.Namespace) -> None:
@@ -705,12 +713,11 @@ def run_distill(args: argparse.Namespace) -> int:
     student = init_student_from_teacher(teacher, args.layers)
     say(f"student: {student.config.num_hidden_layers} of the teacher's {teacher.config.num_hidden_layers} layers "
         f"({'layers ' + ','.join(map(str, args.layers)) if args.layers else 'every other one, from layer 0'})")
-    history = distill(
-        teacher, student, tokenizer, splits.train, splits.dev, epochs=args.epochs, batch_size=args.batch_size,
-        lr=args.lr, alpha=args.alpha, temperature=args.temperature, weight_decay=args.weight_decay,
-        warmup_ratio=args.warmup_ratio, max_length=args.seq_len, device=device, seed=args.seed,
-        progress=shown_progress(args), output_dir=args.output, precision=args.precision,
-    )
+    recipe = DistillationRecipe(epochs=args.epochs, batch_size=args.batch_size, encoder_lr=args.lr, alpha=args.alpha,
+                                temperature=args.temperature, weight_decay=args.weight_decay,
+                                warmup_ratio=args.warmup_ratio, max_length=args.seq_len, seed=args.seed)
+    history = distill(teacher, student, tokenizer, splits.train, splits.dev, recipe, device=device,
+                      progress=shown_progress(args), output_dir=args.output, precision=args.precision)
     tokenizer.save_vocabulary(args.output)
     comparison = compare_models(teacher, student, tokenizer, splits.test, batch_size=args.batch_size,
                                 max_length=args.seq_len, repeats=args.repeats)

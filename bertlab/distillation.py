@@ -4,7 +4,7 @@ A student learns from the teacher's whole output distribution, softened by a tem
 only from the labels (Hinton et al., 2015). DistilBERT (Sanh et al., 2019) halves BERT's depth, starts
 the student from one teacher layer out of two, and keeps 97% of its GLUE score while running 60% faster.
 This module has the loss, the initialisation, the training (on the epoch loop of fine-tuning,
-:func:`bertlab.finetuning.fit`, with the distillation loss) and the comparison table.
+:func:`bertlab.finetuning.finetune_batches`, with the distillation loss) and the comparison table.
 """
 
 import copy
@@ -19,21 +19,22 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertlab.finetuning import (
+    SENTENCE_MAX_LENGTH,
     Batch,
     Example,
+    FineTuningRecipe,
     Progress,
     batch_to_device,
     bert_backbone,
     classification_metrics,
     compute_logits,
     encoder_layers,
-    fit,
+    finetune_batches,
     labelled_batches,
-    make_optimizer,
     model_device,
     model_inputs,
 )
-from bertlab.utils import check_precision, compute_dtype, resolve_device, seed_everything
+from bertlab.utils import check_precision, compute_dtype, recipe_from_keywords, resolve_device, seed_everything
 
 
 def distillation_loss(
@@ -141,34 +142,42 @@ def agreement(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> flo
     return float((student_logits.argmax(dim=-1) == teacher_logits.argmax(dim=-1)).double().mean())
 
 
+@dataclasses.dataclass(frozen=True)
+class DistillationRecipe(FineTuningRecipe):
+    """A fine-tuning recipe (:class:`~bertlab.finetuning.FineTuningRecipe`) with the weight ``alpha`` of
+    the labels' cross-entropy and the ``temperature`` T of :func:`distillation_loss` (Hinton et al., 2015;
+    DistilBERT, Sanh et al., 2019); a texts' length of 128 tokens where none is given."""
+
+    alpha: float = 0.5
+    temperature: float = 2.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_distillation_options(self.alpha, self.temperature)
+
+
 def distill(
     teacher: nn.Module,
     student: nn.Module,
     tokenizer,
     train: Sequence[Example],
     dev: Sequence[Example] | None = None,
+    recipe: DistillationRecipe | None = None,
     *,
-    epochs: int = 3,
-    batch_size: int = 32,
-    lr: float = 5e-5,
-    alpha: float = 0.5,
-    temperature: float = 2.0,
-    weight_decay: float = 0.01,
-    warmup_ratio: float = 0.1,
-    max_grad_norm: float = 1.0,
-    max_length: int = 128,
     device: str | torch.device | None = None,
-    seed: int = 0,
     progress: bool | Progress = True,
     output_dir: str | Path | None = None,
     precision: str = "auto",
+    **recipe_keywords,
 ) -> list[dict[str, float]]:
     """Train ``student`` on ``train`` with :func:`distillation_loss` against ``teacher``; return the history.
 
     The teacher is put in eval mode and run once over ``train`` without gradients (its logits do not
     change from one epoch to the next); the student then minimises
-    alpha * CE(s, y) + (1 - alpha) * T^2 * KL(softmax(t / T) || softmax(s / T)) with AdamW at ``lr``,
-    linear warm-up and decay, gradient clipping, both models' forward passes in ``precision``
+    alpha * CE(s, y) + (1 - alpha) * T^2 * KL(softmax(t / T) || softmax(s / T)) with the ``recipe``
+    (:class:`DistillationRecipe`; None: its defaults): AdamW at ``encoder_lr`` (``head_lr`` for the head,
+    by default the same), linear warm-up and decay, gradient clipping, texts cut to max_length tokens
+    (None: 128), both models' forward passes in ``precision``
     (``bertlab.utils.autocast``: "auto" is bf16 or fp16 on CUDA, bf16 on a CPU that computes it natively,
     else float32). Both models are moved to ``device`` (None: CUDA when available). With ``output_dir``
     the student and ``history.json`` are saved.
@@ -177,48 +186,37 @@ def distill(
         One dict per epoch: ``epoch``, ``train_loss`` and, with ``dev``, the student's ``dev_accuracy``,
         ``dev_macro_f1``, ``dev_loss`` and ``dev_agreement`` (fraction of teacher predictions matched).
     """
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}")
-    check_distillation_options(alpha, temperature)
+    if "lr" in recipe_keywords:  # earlier releases' name of the student's one learning rate
+        recipe_keywords["encoder_lr"] = recipe_keywords.pop("lr")
+    recipe = recipe_from_keywords(DistillationRecipe, recipe, recipe_keywords, "distill", DistillationRecipe())
     check_precision(precision)
     device = resolve_device(device)
-    seed_everything(seed)
+    seed_everything(recipe.seed)
     teacher.to(device).eval()
-    student.to(device)
-    batches = labelled_batches(
-        train, tokenizer, batch_size=batch_size, max_length=max_length, shuffle=True, seed=seed, what="train"
-    )
+    max_length = SENTENCE_MAX_LENGTH if recipe.max_length is None else recipe.max_length
+    batches = labelled_batches(train, tokenizer, batch_size=recipe.batch_size, max_length=max_length, shuffle=True,
+                               seed=recipe.seed, what="train")
     teacher_logits = compute_logits(teacher, batches, device, precision).to(device)  # (num_train, C), in order
     if dev is not None:
         dev_batches = labelled_batches(dev, tokenizer, max_length=max_length, what="dev")
         dev_teacher_logits = compute_logits(teacher, dev_batches, device, precision)
-    optimizer, scheduler = make_optimizer(
-        student,
-        num_steps=epochs * len(batches),
-        encoder_lr=lr,
-        head_lr=lr,
-        weight_decay=weight_decay,
-        layer_decay=1.0,
-        warmup_ratio=warmup_ratio,
-    )
 
     def loss_fn(student: nn.Module, batch: Batch) -> torch.Tensor:
         student_logits = student(**model_inputs(batch, device)).logits
-        return distillation_loss(
-            student_logits, teacher_logits[batch["index"].to(device)], batch["labels"].to(device), alpha, temperature
-        )
+        return distillation_loss(student_logits, teacher_logits[batch["index"].to(device)], batch["labels"].to(device),
+                                 recipe.alpha, recipe.temperature)
 
-    def dev_metrics(student: nn.Module) -> dict[str, float]:
+    def student_metrics(student: nn.Module, dev_batches, device, precision) -> dict[str, float]:
         student_logits = compute_logits(student, dev_batches, device, precision)
         metrics = classification_metrics(student_logits, dev_batches.labels)
         metrics["agreement"] = agreement(student_logits, dev_teacher_logits)
         return metrics
 
-    return fit(
-        student, batches, loss_fn, optimizer, scheduler, device,
-        epochs=epochs, dev_metrics=None if dev is None else dev_metrics, max_grad_norm=max_grad_norm,
-        progress=progress, description="distill", output_dir=output_dir, precision=precision,
-    )
+    if dev is None:
+        dev_batches = student_metrics = None
+    return finetune_batches(student, batches, loss_fn, dev_batches, student_metrics, recipe,
+                            device=device, progress=progress, output_dir=output_dir, precision=precision,
+                            description="distill")
 
 
 # --------------------------------------------------------------------------------------------------

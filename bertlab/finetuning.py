@@ -29,12 +29,20 @@ from tqdm.auto import tqdm
 from bertlab.bert import BertModel
 from bertlab.optimization import get_linear_schedule
 from bertlab.tokenization import BasicTokenizer
-from bertlab.utils import autocast, check_precision, grad_scaler, resolve_device, seed_everything
+from bertlab.utils import (
+    autocast,
+    check_precision,
+    grad_scaler,
+    recipe_from_keywords,
+    resolve_device,
+    seed_everything,
+)
 
 Example = tuple[str, int]  # (text, label)
 Batch = dict[str, torch.Tensor]
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 PROGRESS_EVERY = 20  # batches between two updates of the loss shown by the progress bar
+SENTENCE_MAX_LENGTH = 128  # tokens of a single sentence, where no length is given
 
 
 class Progress(enum.Enum):
@@ -253,7 +261,7 @@ class SentimentBatches(PaddedBatches):
         *,
         text_pairs: Sequence[str] | None = None,
         batch_size: int = 32,
-        max_length: int = 128,
+        max_length: int = SENTENCE_MAX_LENGTH,
         shuffle: bool = False,
         seed: int = 0,
     ):
@@ -330,7 +338,7 @@ def predict(
     tokenizer,
     texts: Sequence[str],
     batch_size: int = 64,
-    max_length: int = 128,
+    max_length: int = SENTENCE_MAX_LENGTH,
     device: str | torch.device | None = None,
     precision: str = "auto",
 ) -> torch.Tensor:
@@ -402,7 +410,7 @@ def evaluate(
     tokenizer,
     examples: Sequence[Example],
     batch_size: int = 64,
-    max_length: int = 128,
+    max_length: int = SENTENCE_MAX_LENGTH,
     device: str | torch.device | None = None,
     precision: str = "auto",
 ) -> dict[str, float]:
@@ -543,95 +551,131 @@ def make_optimizer(
     return optimizer, get_linear_schedule(optimizer, round(warmup_ratio * num_steps), num_steps)
 
 
+@dataclasses.dataclass(frozen=True)
+class FineTuningRecipe:
+    """The settings of a fine-tuning run, with BERT's defaults (Devlin et al., 2019, appendix A.3: 2 to 4
+    epochs, batches of 16 or 32, learning rates of 2e-5 to 5e-5 for a pretrained model).
+
+    ``epochs`` passes over the training examples in shuffled batches of ``batch_size`` (``seed`` fixes
+    the order, the new weights and dropout), each example cut to ``max_length`` tokens (None: the
+    task's length, 128 for single sentences). AdamW (:func:`param_groups`: weight_decay on the weight
+    matrices; the encoder's layer l of L at encoder_lr * layer_decay^(L - l), the rest at head_lr, which
+    None makes encoder_lr), a learning rate that rises linearly over warmup_ratio of the steps and falls
+    linearly to 0, the gradient's norm clipped to max_grad_norm. :func:`finetune`,
+    ``bertlab.task_finetuning.finetune_task`` and ``bertlab.distillation.distill`` run one.
+    """
+
+    epochs: int = 3
+    batch_size: int = 32
+    encoder_lr: float = 5e-5
+    head_lr: float | None = None
+    weight_decay: float = 0.01
+    layer_decay: float = 1.0
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    max_length: int | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("epochs", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.max_length is not None and (not isinstance(self.max_length, int) or self.max_length < 1):
+            raise ValueError(f"max_length must be a positive integer (or None for the task's), got {self.max_length!r}")
+        if not 0 <= self.warmup_ratio <= 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1], got {self.warmup_ratio}")
+        for name in ("encoder_lr", "head_lr"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive, got {value!r}")
+
+    def optimizer(self, model: nn.Module,
+                  num_steps: int) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+        """AdamW and its schedule for ``num_steps`` steps of ``model`` (:func:`make_optimizer`)."""
+        return make_optimizer(model, num_steps=num_steps, encoder_lr=self.encoder_lr,
+                              head_lr=self.encoder_lr if self.head_lr is None else self.head_lr,
+                              weight_decay=self.weight_decay, layer_decay=self.layer_decay,
+                              warmup_ratio=self.warmup_ratio)
+
+
+#: The recipe of a call that passes none: BERT's defaults.
+DEFAULT_RECIPE = FineTuningRecipe()
+
+
 def finetune_batches(
     model: nn.Module,
     batches: PaddedBatches,
     loss_fn: Callable[[nn.Module, Batch], torch.Tensor],
     dev_batches: PaddedBatches | None = None,
     metrics_fn: Callable[[nn.Module, PaddedBatches, torch.device, str], dict[str, float]] | None = None,
+    recipe: FineTuningRecipe | None = None,
     *,
-    epochs: int = 3,
-    encoder_lr: float = 5e-5,
-    head_lr: float | None = None,
-    weight_decay: float = 0.01,
-    layer_decay: float = 1.0,
-    warmup_ratio: float = 0.1,
-    max_grad_norm: float = 1.0,
     device: str | torch.device | None = None,
-    seed: int = 0,
     progress: bool | Progress = True,
     output_dir: str | Path | None = None,
     precision: str = "auto",
+    description: str = "epoch",
+    **recipe_keywords,
 ) -> list[dict[str, float]]:
     """BERT's fine-tuning recipe on any batches and loss; return the history of :func:`fit`.
 
-    Minimises ``loss_fn(model, batch)`` over ``batches`` for ``epochs`` epochs with AdamW
+    Minimises ``loss_fn(model, batch)`` over ``batches`` for ``recipe.epochs`` epochs with AdamW
     (:func:`param_groups`: ``encoder_lr`` for the encoder, ``head_lr`` for the rest, default
     ``encoder_lr``), a linear warm-up over ``warmup_ratio`` of the steps then linear decay to zero, and
-    gradient clipping; after each epoch, ``metrics_fn(model, dev_batches, device, precision)`` gives
-    the ``dev_`` entries of the history. :func:`finetune` calls it for sentence classification,
-    ``bertlab.task_finetuning.finetune_task`` for the other task types.
+    gradient clipping (:class:`FineTuningRecipe`, BERT's defaults when None; the batches are built
+    already, so its batch_size and max_length are the caller's to apply); after each epoch,
+    ``metrics_fn(model, dev_batches, device, precision)`` gives the ``dev_`` entries of the history.
+    :func:`finetune` calls it for sentence classification, ``bertlab.task_finetuning.finetune_task``
+    for the other task types, ``bertlab.distillation.distill`` with the distillation loss.
 
-    The model is seeded with ``seed``, moved to ``device`` (None: CUDA when available) and trained and
-    evaluated in ``precision`` (``bertlab.utils.autocast``). With ``output_dir`` the final model
-    (``save_pretrained``) and ``history.json`` are written there.
+    The model is seeded with the recipe's seed, moved to ``device`` (None: CUDA when available) and
+    trained and evaluated in ``precision`` (``bertlab.utils.autocast``), the progress bar named
+    ``description``. With ``output_dir`` the final model (``save_pretrained``) and ``history.json`` are
+    written there. The recipe's fields passed as keywords (earlier releases' API) still work, with a
+    deprecation warning.
     """
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    recipe = recipe_from_keywords(FineTuningRecipe, recipe, recipe_keywords, "finetune_batches", DEFAULT_RECIPE)
     if (dev_batches is None) != (metrics_fn is None):
         raise ValueError("give both dev_batches and metrics_fn, or neither")
     check_precision(precision)
     device = resolve_device(device)
-    seed_everything(seed)
+    seed_everything(recipe.seed)
     model.to(device)
-    optimizer, scheduler = make_optimizer(
-        model,
-        num_steps=epochs * len(batches),
-        encoder_lr=encoder_lr,
-        head_lr=encoder_lr if head_lr is None else head_lr,
-        weight_decay=weight_decay,
-        layer_decay=layer_decay,
-        warmup_ratio=warmup_ratio,
-    )
+    optimizer, scheduler = recipe.optimizer(model, recipe.epochs * len(batches))
 
     def dev_metrics(model: nn.Module) -> dict[str, float]:
         return metrics_fn(model, dev_batches, device, precision)
 
     return fit(
         model, batches, loss_fn, optimizer, scheduler, device,
-        epochs=epochs, dev_metrics=None if dev_batches is None else dev_metrics, max_grad_norm=max_grad_norm,
-        progress=progress, description="epoch", output_dir=output_dir, precision=precision,
+        epochs=recipe.epochs, dev_metrics=None if dev_batches is None else dev_metrics,
+        max_grad_norm=recipe.max_grad_norm, progress=progress, description=description, output_dir=output_dir,
+        precision=precision,
     )
-
 
 def finetune(
     model: nn.Module,
     tokenizer,
     train: Sequence[Example],
     dev: Sequence[Example] | None = None,
+    recipe: FineTuningRecipe | None = None,
     *,
-    epochs: int = 3,
-    batch_size: int = 32,
-    encoder_lr: float = 5e-5,
-    head_lr: float | None = None,
-    weight_decay: float = 0.01,
-    layer_decay: float = 1.0,
-    warmup_ratio: float = 0.1,
-    max_grad_norm: float = 1.0,
-    max_length: int = 128,
     device: str | torch.device | None = None,
-    seed: int = 0,
     progress: bool | Progress = True,
     output_dir: str | Path | None = None,
     precision: str = "auto",
+    **recipe_keywords,
 ) -> list[dict[str, float]]:
     """Fine-tune a sequence classifier on (text, label) pairs, as BERT does; return the history.
 
-    Minimises the mean cross-entropy -log p(y | x) over ``train`` with AdamW (:func:`param_groups`:
-    ``encoder_lr`` for the encoder, ``head_lr`` for pooler and classifier, default ``encoder_lr``), a
-    linear warm-up over ``warmup_ratio`` of the steps then linear decay to zero, and gradient clipping.
-    Devlin et al. (2019) recommend 2 to 4 epochs, batch 16 or 32 and a learning rate of 2e-5 to 5e-5 for
-    a pretrained model; a model trained from scratch needs a larger rate (about 1e-3 for a tiny one).
+    Minimises the mean cross-entropy -log p(y | x) over ``train`` with the ``recipe``
+    (:class:`FineTuningRecipe`; None: BERT's defaults): AdamW (:func:`param_groups`: ``encoder_lr`` for
+    the encoder, ``head_lr`` for pooler and classifier, default ``encoder_lr``), a linear warm-up over
+    ``warmup_ratio`` of the steps then linear decay to zero, and gradient clipping; texts cut to
+    max_length tokens (None: 128). Devlin et al. (2019) recommend 2 to 4 epochs, batch 16 or 32 and a
+    learning rate of 2e-5 to 5e-5 for a pretrained model; a model trained from scratch needs a larger
+    rate (about 1e-3 for a tiny one).
     All trainable weights are updated (call :func:`freeze_layers` first to freeze some).
 
     The model is moved to ``device`` (None: CUDA when available) and trained in ``precision``
@@ -643,16 +687,14 @@ def finetune(
         One dict per epoch: ``epoch``, ``train_loss`` and, with ``dev``, ``dev_accuracy``,
         ``dev_macro_f1`` and ``dev_loss``.
     """
-    batches = labelled_batches(
-        train, tokenizer, batch_size=batch_size, max_length=max_length, shuffle=True, seed=seed, what="train"
-    )
+    recipe = recipe_from_keywords(FineTuningRecipe, recipe, recipe_keywords, "finetune", DEFAULT_RECIPE)
+    max_length = SENTENCE_MAX_LENGTH if recipe.max_length is None else recipe.max_length
+    batches = labelled_batches(train, tokenizer, batch_size=recipe.batch_size, max_length=max_length, shuffle=True,
+                               seed=recipe.seed, what="train")
     dev_batches = None if dev is None else labelled_batches(dev, tokenizer, max_length=max_length, what="dev")
-    return finetune_batches(
-        model, batches, classification_loss, dev_batches, None if dev is None else classifier_metrics,
-        epochs=epochs, encoder_lr=encoder_lr, head_lr=head_lr, weight_decay=weight_decay, layer_decay=layer_decay,
-        warmup_ratio=warmup_ratio, max_grad_norm=max_grad_norm, device=device, seed=seed, progress=progress,
-        output_dir=output_dir, precision=precision,
-    )
+    return finetune_batches(model, batches, classification_loss, dev_batches,
+                            None if dev is None else classifier_metrics, recipe, device=device, progress=progress,
+                            output_dir=output_dir, precision=precision)
 
 
 @dataclasses.dataclass
@@ -684,7 +726,7 @@ def choose_learning_rate(
     tokenizer,
     dev: Sequence,
     *,
-    max_length: int = 128,
+    max_length: int = SENTENCE_MAX_LENGTH,
     precision: str = "auto",
     evaluate_fn: Callable[..., dict[str, float]] = evaluate,
     metric: str = "accuracy",

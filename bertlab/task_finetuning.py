@@ -44,7 +44,9 @@ from bertlab.bert import (
     BertPreTrainedModel,
 )
 from bertlab.finetuning import (
+    DEFAULT_RECIPE,
     Batch,
+    FineTuningRecipe,
     PaddedBatches,
     Progress,
     SentimentBatches,
@@ -62,7 +64,7 @@ from bertlab.finetuning import (
 from bertlab.task_data import SNLI_LABELS, SentencePair, SquadQuestion, TaggedSentence
 from bertlab.tasks import align_labels_to_word_pieces, best_span, squad_f1, squad_scores, squad_windows
 from bertlab.tokenization import BertTokenizer
-from bertlab.utils import autocast
+from bertlab.utils import autocast, recipe_from_keywords
 
 EVALUATION_BATCH_SIZE = 64
 
@@ -549,49 +551,39 @@ def finetune_task(
     tokenizer: BertTokenizer,
     train: Sequence,
     dev: Sequence | None = None,
+    recipe: FineTuningRecipe | None = None,
     *,
     labels: LabelVocabulary | None = None,
-    epochs: int = 3,
-    batch_size: int = 32,
-    encoder_lr: float = 5e-5,
-    head_lr: float | None = None,
-    weight_decay: float = 0.01,
-    layer_decay: float = 1.0,
-    warmup_ratio: float = 0.1,
-    max_grad_norm: float = 1.0,
-    max_length: int | None = None,
     device: str | torch.device | None = None,
-    seed: int = 0,
     progress: bool | Progress = True,
     output_dir: str | Path | None = None,
     precision: str = "auto",
+    **recipe_keywords,
 ) -> list[dict[str, float]]:
     """Fine-tune ``model`` on the ``train`` examples of ``task`` as BERT does; return the history.
 
-    Minimises ``task.loss`` over ``task.batches(train, ...)`` (shuffled with ``seed``) with the
-    recipe of :func:`bertlab.finetuning.finetune`, whose options these are: AdamW with ``encoder_lr``
-    for the encoder and ``head_lr`` (default ``encoder_lr``) for the head, optional layer-wise decay,
-    a linear warm-up over ``warmup_ratio`` of the steps then linear decay, gradient clipping, in
-    ``precision`` on ``device`` (None: CUDA when available). ``max_length`` None takes the task's
-    (128 tokens, 384 for spans). With ``output_dir`` the final model and ``history.json`` are saved.
+    Minimises ``task.loss`` over ``task.batches(train, ...)`` (shuffled with the recipe's seed) with the
+    ``recipe`` of :func:`bertlab.finetuning.finetune` (:class:`~bertlab.finetuning.FineTuningRecipe`;
+    None: BERT's defaults): AdamW with ``encoder_lr`` for the encoder and ``head_lr`` (default
+    ``encoder_lr``) for the head, optional layer-wise decay, a linear warm-up over ``warmup_ratio`` of
+    the steps then linear decay, gradient clipping, in ``precision`` on ``device`` (None: CUDA when
+    available). The recipe's ``max_length`` None takes the task's (128 tokens, 384 for spans). With
+    ``output_dir`` the final model and ``history.json`` are saved.
 
     Returns:
         One dict per epoch: ``epoch``, ``train_loss`` and, with ``dev``, ``dev_<name>`` for each score
         of ``task.metrics``: ``dev_accuracy``, ``dev_macro_f1``, ``dev_loss`` (pairs),
         ``dev_accuracy`` (tagging, per word), ``dev_exact_match``, ``dev_f1`` (spans, in percent).
     """
+    recipe = recipe_from_keywords(FineTuningRecipe, recipe, recipe_keywords, "finetune_task", DEFAULT_RECIPE)
     check_labels(task, model, labels)
-    max_length = task.max_length if max_length is None else max_length
-    batches = task.batches(train, tokenizer, labels, max_length=max_length, batch_size=batch_size, shuffle=True,
-                           seed=seed, what="train")
+    max_length = task.max_length if recipe.max_length is None else recipe.max_length
+    batches = task.batches(train, tokenizer, labels, max_length=max_length, batch_size=recipe.batch_size,
+                           shuffle=True, seed=recipe.seed, what="train")
     dev_batches = None if dev is None else task.batches(dev, tokenizer, labels, max_length=max_length,
                                                          batch_size=EVALUATION_BATCH_SIZE, what="dev")
-    return finetune_batches(
-        model, batches, task.loss, dev_batches, None if dev is None else task.metrics,
-        epochs=epochs, encoder_lr=encoder_lr, head_lr=head_lr, weight_decay=weight_decay, layer_decay=layer_decay,
-        warmup_ratio=warmup_ratio, max_grad_norm=max_grad_norm, device=device, seed=seed, progress=progress,
-        output_dir=output_dir, precision=precision,
-    )
+    return finetune_batches(model, batches, task.loss, dev_batches, None if dev is None else task.metrics, recipe,
+                            device=device, progress=progress, output_dir=output_dir, precision=precision)
 
 
 def _evaluation_batches(task: TaskType, model: nn.Module, tokenizer: BertTokenizer, examples: Sequence,

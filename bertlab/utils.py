@@ -117,14 +117,15 @@ def check_preset(config_class: type, presets: Mapping, name: str, overrides: Map
         raise ValueError(f"unknown {config_class.__name__} field(s) {unknown}; the fields are {names}")
 
 
-def recipe_from_keywords(recipe_class: type, recipe, keywords: Mapping, function: str):
-    """The recipe a training function runs: ``recipe``, or one built from the settings passed to
-    ``function`` as keywords (the API of earlier releases, deprecated: it warns). Passing both, or a
-    keyword that names no field of ``recipe_class``, is an error."""
+def recipe_from_keywords(recipe_class: type, recipe, keywords: Mapping, function: str, default=None):
+    """The recipe a training function runs: ``recipe``; or one built from the settings passed to
+    ``function`` as keywords (the API of earlier releases, deprecated: it warns); or, with neither,
+    ``default`` (None: a recipe is required). Passing both, or a keyword that names no field of
+    ``recipe_class``, is an error."""
     if not keywords:
-        if recipe is None:
+        if recipe is None and default is None:
             raise TypeError(f"{function}() needs a recipe: {function}(..., {recipe_class.__name__}(...), ...)")
-        return recipe
+        return default if recipe is None else recipe
     if recipe is not None:
         raise TypeError(f"{function}() got a recipe and settings as keywords ({', '.join(keywords)}): pass "
                         f"them in the recipe, dataclasses.replace(recipe, ...)")

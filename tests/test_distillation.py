@@ -12,13 +12,14 @@ import torch.nn.functional as F
 from bertlab.bert import BertConfig, BertForSequenceClassification, BertModel, count_parameters
 from bertlab.data import synthetic_sentiment
 from bertlab.distillation import (
+    DistillationRecipe,
     ModelComparison,
     compare_models,
     distill,
     distillation_loss,
     init_student_from_teacher,
 )
-from bertlab.finetuning import evaluate, finetune, predict
+from bertlab.finetuning import FineTuningRecipe, evaluate, finetune, predict
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from device_helpers import DeviceAudit
 
@@ -52,7 +53,8 @@ def trained_teacher(tokenizer, examples):
     """A 4-layer classifier fine-tuned on the synthetic set: a teacher with something to teach."""
     torch.manual_seed(0)
     teacher = BertForSequenceClassification(tiny_config(tokenizer), num_labels=2)
-    finetune(teacher, tokenizer, examples[:400], epochs=5, batch_size=16, encoder_lr=3e-3, device="cpu", progress=False)
+    finetune(teacher, tokenizer, examples[:400], recipe=FineTuningRecipe(epochs=5, batch_size=16, encoder_lr=3e-3),
+             device="cpu", progress=False)
     return teacher.eval()
 
 
@@ -242,11 +244,9 @@ def test_distill_teaches_the_student_what_the_teacher_predicts(trained_teacher, 
     before = agreement(student, trained_teacher, tokenizer, dev_texts, device)
     teacher_state = {name: tensor.cpu().clone() for name, tensor in trained_teacher.state_dict().items()}
 
-    history = distill(
-        trained_teacher, student, tokenizer, shuffled, dev,
-        epochs=3, batch_size=16, lr=3e-3, alpha=0.0, temperature=2.0, device=device, seed=0, progress=False,
-        output_dir=tmp_path,
-    )
+    history = distill(trained_teacher, student, tokenizer, shuffled, dev, DistillationRecipe(epochs=3, batch_size=16,
+                      encoder_lr=3e-3, alpha=0.0, temperature=2.0, seed=0), device=device, progress=False,
+                      output_dir=tmp_path)
     after = agreement(student, trained_teacher, tokenizer, dev_texts, device)
     trained_teacher.cpu()
     student.cpu()
@@ -263,7 +263,8 @@ def test_distill_teaches_the_student_what_the_teacher_predicts(trained_teacher, 
 def test_distill_rejects_bad_options(trained_teacher, tokenizer, examples):
     student = init_student_from_teacher(trained_teacher)
     with pytest.raises(ValueError, match="temperature"):
-        distill(trained_teacher, student, tokenizer, examples[:8], temperature=-1.0, device="cpu", progress=False)
+        distill(trained_teacher, student, tokenizer, examples[:8], recipe=DistillationRecipe(temperature=-1.0),
+                device="cpu", progress=False)
 
 
 def test_compare_models_reports_sizes_and_accuracies(trained_teacher, tokenizer, examples):
@@ -310,3 +311,19 @@ def test_compare_models_keeps_each_tensor_where_it_is_used(tokenizer, examples):
         comparison = compare_models(*models, tokenizer, examples[:40], batch_size=16, device="meta", repeats=1)
     share_positive = sum(label for _, label in examples[:40]) / 40
     assert [row.accuracy for row in comparison.rows] == pytest.approx([share_positive, share_positive])
+
+
+def test_distillation_settings_as_keywords_and_lr_still_run_the_same_recipe(trained_teacher, tokenizer, examples):
+    recipe = DistillationRecipe(epochs=1, batch_size=16, encoder_lr=3e-3, alpha=0.3, temperature=3.0)
+
+    def losses(**arguments):
+        student = init_student_from_teacher(trained_teacher, [0])
+        history = distill(trained_teacher, student, tokenizer, examples[:32], device="cpu", progress=False,
+                          **arguments)
+        return [record["train_loss"] for record in history]
+
+    expected = losses(recipe=recipe)
+    with pytest.warns(DeprecationWarning, match=r"pass DistillationRecipe\(epochs=\.\.\."):
+        assert losses(epochs=1, batch_size=16, lr=3e-3, alpha=0.3, temperature=3.0) == expected
+    with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 2"):
+        DistillationRecipe(alpha=2)

@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from bertlab.bert import BertConfig, BertForSequenceClassification, BertModel
 from bertlab.data import synthetic_sentiment
 from bertlab.finetuning import (
+    FineTuningRecipe,
     BagOfWordsClassifier,
     SentimentBatches,
     classification_loss,
@@ -261,10 +263,8 @@ def test_finetune_learns_the_synthetic_task(tokenizer, examples, device, tmp_pat
     torch.manual_seed(0)
     model = BertForSequenceClassification(tiny_config(tokenizer, num_layers=2), num_labels=2)
     before = evaluate(model, tokenizer, dev)["accuracy"]
-    history = finetune(
-        model, tokenizer, train, dev,
-        epochs=4, batch_size=16, encoder_lr=3e-3, device=device, seed=0, progress=False, output_dir=tmp_path,
-    )
+    history = finetune(model, tokenizer, train, dev, FineTuningRecipe(epochs=4, batch_size=16, encoder_lr=3e-3,
+                       seed=0), device=device, progress=False, output_dir=tmp_path)
     assert [record["epoch"] for record in history] == [1, 2, 3, 4]
     assert set(history[0]) == {"epoch", "train_loss", "dev_accuracy", "dev_macro_f1", "dev_loss"}
     assert history[-1]["train_loss"] < history[0]["train_loss"] - 0.15
@@ -292,8 +292,9 @@ def test_finetune_computes_in_the_precision_it_is_given(tokenizer, examples, mon
         seen.clear()
         torch.manual_seed(0)
         model = BertForSequenceClassification(tiny_config(tokenizer, num_layers=1), num_labels=2)
-        histories[precision] = finetune(model, tokenizer, examples[:96], examples[400:464], epochs=2, batch_size=16,
-                                        encoder_lr=3e-3, device="cpu", seed=0, progress=False, precision=precision)
+        histories[precision] = finetune(model, tokenizer, examples[:96], examples[400:464],
+                                        FineTuningRecipe(epochs=2, batch_size=16, encoder_lr=3e-3, seed=0),
+                                        device="cpu", progress=False, precision=precision)
         expected = {"float32": None, "bfloat16": torch.bfloat16,
                     "auto": torch.bfloat16 if cpu_computes_bfloat16() else None}[precision]
         assert seen and set(seen) == {expected}, precision
@@ -328,7 +329,8 @@ def test_finetune_is_seeded(tokenizer, examples):
     for _ in range(2):
         torch.manual_seed(123)  # same initial weights
         model = BertForSequenceClassification(tiny_config(tokenizer, num_layers=1), num_labels=2)
-        history = finetune(model, tokenizer, examples[:64], epochs=1, batch_size=16, device="cpu", progress=False)
+        history = finetune(model, tokenizer, examples[:64], recipe=FineTuningRecipe(epochs=1, batch_size=16),
+                           device="cpu", progress=False)
         histories.append(history)
     assert histories[0] == histories[1]
 
@@ -336,7 +338,8 @@ def test_finetune_is_seeded(tokenizer, examples):
 def test_finetune_trains_only_unfrozen_weights(model, tokenizer, examples):
     freeze_layers(model, 1)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    finetune(model, tokenizer, examples[:64], epochs=1, batch_size=16, encoder_lr=1e-3, device="cpu", progress=False)
+    finetune(model, tokenizer, examples[:64], recipe=FineTuningRecipe(epochs=1, batch_size=16, encoder_lr=1e-3),
+             device="cpu", progress=False)
     for name, parameter in model.named_parameters():
         assert torch.equal(parameter, before[name]) == (not parameter.requires_grad), name
 
@@ -368,3 +371,37 @@ def test_bag_of_words_ignores_word_order():
     train = word_polarity_examples(["the film", "the plot"])
     classifier = train_bag_of_words(train, epochs=20, seed=0)
     assert torch.equal(classifier.predict(["the film was not bad ."]), classifier.predict(["the film was bad . not"]))
+
+
+# ---------------------------------------------------------------------------------------------- the recipe
+
+
+def test_settings_as_keywords_run_the_same_recipe_with_a_warning(tokenizer, examples):
+    recipe = FineTuningRecipe(epochs=1, batch_size=16, encoder_lr=1e-3, max_length=32, seed=2)
+
+    def history(**arguments):
+        torch.manual_seed(0)
+        model = BertForSequenceClassification(tiny_config(tokenizer, num_layers=1), num_labels=2)
+        records = finetune(model, tokenizer, examples[:64], examples[400:432], device="cpu", progress=False,
+                           **arguments)
+        return [(record["train_loss"], record["dev_loss"]) for record in records]
+
+    expected = history(recipe=recipe)
+    with pytest.warns(DeprecationWarning, match=r"pass FineTuningRecipe\(epochs=\.\.\."):
+        assert history(epochs=1, batch_size=16, encoder_lr=1e-3, max_length=32, seed=2) == expected
+    with pytest.raises(TypeError, match=r"got a recipe and settings as keywords \(seed\)"):
+        history(recipe=recipe, seed=3)
+    with pytest.raises(TypeError, match="unexpected keyword arguments: learning_rate"):
+        history(learning_rate=1e-3)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(epochs=0), "epochs must be a positive integer, got 0"),
+    (dict(batch_size=2.5), "batch_size must be a positive integer, got 2.5"),
+    (dict(max_length=0), "max_length must be a positive integer (or None for the task's), got 0"),
+    (dict(warmup_ratio=1.5), "warmup_ratio must be in [0, 1], got 1.5"),
+    (dict(head_lr=-1e-3), "head_lr must be positive, got -0.001"),
+])
+def test_a_recipe_names_the_setting_it_refuses(settings, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        FineTuningRecipe(**settings)

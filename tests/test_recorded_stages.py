@@ -73,9 +73,9 @@ def task_results(monkeypatch):
     def fake_model(task, source, labels):
         return SimpleNamespace(pretrained=isinstance(source, Path), lr=None, seed=None)
 
-    def fake_finetune(task, model, tokenizer, examples, *, encoder_lr, seed, **options):
-        model.lr, model.seed = encoder_lr, seed
-        trained.append((model.pretrained, encoder_lr, seed, examples[0].premise == ""))
+    def fake_finetune(task, model, tokenizer, examples, *, recipe, **options):
+        model.lr, model.seed = recipe.encoder_lr, recipe.seed
+        trained.append((model.pretrained, recipe.encoder_lr, recipe.seed, examples[0].premise == ""))
 
     def fake_example_scores(task, model, tokenizer, examples, **options):
         alone = examples[0].premise == ""
@@ -232,14 +232,14 @@ def bert_results(monkeypatch):
 
         return torch.tensor([label(text) for text in texts])
 
-    def fake_finetune(model, tokenizer, examples, *, encoder_lr, seed, **options):
+    def fake_finetune(model, tokenizer, examples, *, recipe, **options):
         model.kind = "alone" if model.kind == "student" else model.kind
-        model.seed = seed
-        trained.append((model.kind, encoder_lr, seed))
+        model.seed = recipe.seed
+        trained.append((model.kind, recipe.encoder_lr, recipe.seed))
 
-    def fake_distill(teacher, model, tokenizer, examples, *, lr, seed, **options):
-        model.kind, model.seed = "distilled", seed
-        trained.append((model.kind, lr, seed))
+    def fake_distill(teacher, model, tokenizer, examples, *, recipe, **options):
+        model.kind, model.seed = "distilled", recipe.seed
+        trained.append((model.kind, recipe.encoder_lr, recipe.seed))
 
     def fake_choose_learning_rate(train_with, learning_rates, tokenizer, dev, **options):  # the last rate wins
         models = {lr: train_with(lr) for lr in learning_rates}
