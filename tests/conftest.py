@@ -1,6 +1,7 @@
 """Shared pytest configuration: GPU skipping, devices and the optional real datasets."""
 
 import os
+import socket
 from pathlib import Path
 
 # fp32 on the GPU means fp32: NGC containers set this override to force TF32 (10-bit mantissas) in
@@ -53,6 +54,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that no process listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:

@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from bertlab.data import pretraining_corpus
 from bertlab.pretraining import PackedSegments, load_metrics
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import seed_everything
-from tests.conftest import REPO_ROOT, run_cli
+from tests.conftest import REPO_ROOT, free_port, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -303,12 +302,6 @@ def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(CommandLineError, match="rt-polarity") as error:
         main(["finetune", "--dataset", "mr", "--data-root", str(tmp_path), "--debug", "--device", "cpu"])
     assert isinstance(error.value.__cause__, FileNotFoundError)  # the library's error, in the traceback
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.slow

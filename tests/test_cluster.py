@@ -24,6 +24,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from tests.conftest import free_port
 from grading_helpers import (ADD, CHAPTERS, DOUBLE, SOFTMAX, alive, build_course, descendants, nbgrader_export_csv,
                              notebooks, put, records, with_cells)
 
@@ -38,6 +39,7 @@ from autograder import cluster  # noqa: E402
 from autograder.cluster import ClusterOptions, Identity, TlsFiles, check_address, local_cluster, refusal  # noqa: E402
 
 LIMITS = Limits(cell_timeout=20, notebook_timeout=300, memory_mb=3072)
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -384,3 +386,56 @@ def test_the_class_reaches_the_gradebook_as_nbgrader_s_api_writes_it_and_an_unch
     assert exports["bulk"][0] == exports["api"][0] and sorted(exports["bulk"]) == sorted(exports["api"])
     assert len(exports["bulk"]) == 1 + 3 * 4  # every chapter for every student
     assert [row[7] for row in exports["bulk"] if row[0] == "01_tiny" and row[3] == "bob"] == ["2.5"]  # 0.5 by hand
+
+
+def _guide_block(after: str) -> str:
+    """The first ```bash block of instructors.md after the line that starts with ``after``, its lines continued
+    with a backslash joined."""
+    guide = (REPO / "instructors.md").read_text()
+    start = guide.index("```bash\n", guide.index(after)) + len("```bash\n")
+    return guide[start:guide.index("```", start)].replace("\\\n", " ")
+
+
+def test_the_guide_s_plain_machines_example_grades_the_class_over_tls(tiny, graded_here, tmp_path):
+    """The certificate authority, `dask scheduler` and `dask worker` of instructors.md, run as printed on
+    this machine (127.0.0.1 for 10.0.0.1, a free port, 2 workers for 8): the class gets the local engine's
+    grades, and a client without the course's certificates is turned away."""
+    from distributed import Client
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    root, submissions, _ = tiny
+    subprocess.run(["bash", "-e", "-c", _guide_block("Keep the key files readable")], cwd=tmp_path, check=True,
+                   capture_output=True, timeout=300)
+    port = free_port()
+    commands = (_guide_block("### Plain machines").replace("10.0.0.1", "127.0.0.1").replace("8786", str(port))
+                .replace("--nworkers 8", "--nworkers 2").strip().splitlines())
+    assert [command.split()[:2] for command in commands] == [["dask", "scheduler"],
+                                                            ["DASK_DISTRIBUTED__WORKER__DAEMON=False", "dask"]]
+    environment = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    processes = []
+    try:
+        for command in commands:
+            processes.append(subprocess.Popen(["bash", "-c", command], cwd=tmp_path, env=environment,
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                              start_new_session=True))
+            time.sleep(3)  # the scheduler listens before the workers look for it
+        address = f"tls://127.0.0.1:{port}"
+        grader = TlsFiles(tmp_path / "ca.pem", tmp_path / "grader.pem", tmp_path / "grader-key.pem")
+        out = tmp_path / "out"
+        report = grade(submissions, out, limits=LIMITS, course_root=root, seed=1, engine=Engine.DASK,
+                       cluster=ClusterOptions(address, tls=grader))
+        intruder = cluster.DaskEngine(ClusterOptions(tls=_certificates(tmp_path / "other", "intruder")), 1)
+        with pytest.raises((OSError, TimeoutError)):
+            Client(address, security=intruder.security, timeout=10)
+    finally:
+        for process in processes:
+            os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+    assert report.failures == [] and report.graded == 4
+    assert address in report.engine
+    assert _grades(out) == _grades(graded_here)

@@ -14,7 +14,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import pytest
 from grading_helpers import ADD, DOUBLE, build_course, put, with_cells
 
 from autograder import cli
+from tests.conftest import free_port
 
 pytest.importorskip("psycopg", reason='the PostgreSQL driver is not installed (pip install "bertlab[postgres]")')
 
@@ -40,12 +40,6 @@ def server_binaries() -> Path | None:
     folders = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda path: int(path.parent.name)
                      if path.parent.name.isdigit() else 0)
     return next((folder for folder in reversed(folders) if (folder / "initdb").exists()), None)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _as_server_user() -> tuple[list[str], pwd.struct_passwd | None]:

@@ -10,7 +10,6 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +52,7 @@ from bertlab.pretraining import (
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.recorded import RecordedResultsUnavailable
 from bertlab.utils import cpu_computes_bfloat16, grad_scaler
+from tests.conftest import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB_SIZE = 1000
@@ -744,12 +744,6 @@ for nsp, accumulation in [(True, 2), (False, 1)]:
                {out!r} + f"/rank{{rank}}-nsp{{nsp}}.pt")
 dist.destroy_process_group()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.slow
