@@ -518,7 +518,7 @@ class StudentProcess:
         message = printable(str(info.get("message")), MAX_STUDENT_EXCEPTION_CHARS)
         if kind == "builtins.KeyboardInterrupt":
             return StudentTimeout(f"the time limit of {self.limits.cell_timeout:g} s per call was reached")
-        if kind == "autograder.checks.framework.CheckFailed":
+        if kind == f"{CheckFailed.__module__}.{CheckFailed.__qualname__}":
             error = CheckFailed(message)
         elif kind == "autograder.stand_ins.ReferenceUnavailable":  # forged, it only costs the student
             error = ReferenceUnavailable(message)
