@@ -16,7 +16,7 @@ from autograder.bounds import (
     MAX_ERROR_NAME_CHARS, MAX_IMAGE_CHARS, MAX_NOTEBOOK_OUTPUT_CHARS, MAX_NOTEBOOK_OUTPUTS, MAX_OUTPUT_CHARS,
     MAX_RICH_OUTPUT_CHARS)
 from autograder.sanitize import TagBudget
-from autograder.wire import printable
+from autograder.text import printable
 
 KEPT_MIMETYPES = ("text/plain", "text/html", "text/markdown", "text/latex", "image/png", "image/jpeg")
 RICH_MIMETYPES = ("text/html", "text/markdown")  # sanitized and rendered as HTML

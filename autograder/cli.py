@@ -98,7 +98,7 @@ def _run_grade(args: argparse.Namespace) -> int:
     from autograder.course import GradingError
     from autograder.grade import Engine, Progress, grade
     from autograder.nbgrader_adapter import hidden_password
-    from autograder.wire import printable
+    from autograder.text import printable
 
     limits = Limits(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout, memory_mb=args.memory)
     try:

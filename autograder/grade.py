@@ -76,7 +76,7 @@ from autograder.results import (
 from autograder.sandbox import SandboxOptions, descendants, isolation_available, resource_bounds
 from autograder.stand_ins import Withholding, withhold
 from autograder.submissions import Layout, Submission, collect_submissions, error_line, look_alike_names
-from autograder.wire import printable
+from autograder.text import printable
 
 if TYPE_CHECKING:
     from autograder.cluster import ClusterOptions

@@ -48,9 +48,17 @@ from autograder.bounds import (
 )
 from autograder.sandbox import Sandbox, interrupt, kill
 from autograder.stand_ins import ReferenceUnavailable, Withholding
+from autograder.text import printable, safe_str
 from autograder.wire import (
-    EXCEPTION_TYPES, GraderObject, Handle, UnreadableReply, decode, printable, read_frame, safe_str, version,
-    write_frame)
+    EXCEPTION_TYPES,
+    GraderObject,
+    Handle,
+    UnreadableReply,
+    decode,
+    read_frame,
+    version,
+    write_frame,
+)
 
 
 class StudentTimeout(BaseException):

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from autograder.bounds import MAX_NAME_CHARS, MAX_SKIPPED_SHOWN_PER_STUDENT, SUMMARY_HINT_CHARS, SUMMARY_MESSAGE_CHARS
 from autograder.output_layout import OutputLayout
-from autograder.wire import printable
+from autograder.text import printable
 
 GRADER_VERSION = "3"  # with the grader's and the reference's sources, part of every fingerprint
 

@@ -47,7 +47,7 @@ from autograder.results import Cause, Status
 from autograder.sandbox import Sandbox
 from autograder.stand_ins import ReferenceUnavailable, Withholding
 from autograder.steps import CodeStep, ContextStep, SubmissionStep, TestStep
-from autograder.wire import printable
+from autograder.text import printable
 
 CELL_TIMEOUT = "CellTimeout"  # the name of the error output of a cell stopped at its time limit
 

@@ -32,7 +32,8 @@ import torch
 from autograder.bounds import (
     MAX_CELL_OUTPUT_CHARS, MAX_ENCODED_DEPTH, MAX_ERROR_LINE_CHARS, MAX_ERROR_LINES, MAX_ERROR_NAME_CHARS,
     MAX_LABEL_CHARS, MAX_LIST_ITEMS)
-from autograder.wire import GraderObject, Handle, dumps_reply, printable, read_frame, safe_str, version, write_frame
+from autograder.text import printable, safe_str
+from autograder.wire import GraderObject, Handle, dumps_reply, read_frame, version, write_frame
 
 
 class _Outputs:

@@ -77,7 +77,7 @@ from autograder.bounds import (
 from autograder.chapters import Chapter
 from autograder.course import GradingError, grade_id
 from autograder.results import Skipped
-from autograder.wire import printable
+from autograder.text import printable
 
 UNKNOWN_CHAPTER = "(unknown)"
 EXPECTED_LAYOUT = ("a folder holding one folder per student, laid out as nbgrader collects them "

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import torch
 
 from autograder.bounds import MAX_DECODED_ITEMS, MAX_LABEL_CHARS, MAX_REPLY_DEPTH, MAX_UNREADABLE_REPLY_CHARS
+from autograder.text import printable
 
 WRITE_CHUNK_BYTES = 1 << 16  # written to a pipe at a time (not a bound: a message of any size goes in chunks)
 TENSOR, DTYPE, DEVICE, SIZE, HANDLE = "<tensor>", "<dtype>", "<device>", "<size>", "<handle>"
@@ -258,18 +259,3 @@ def version(tensor: torch.Tensor) -> int:
         return tensor._version
     except Exception:
         return -1
-
-
-def safe_str(value) -> str:
-    """``str(value)``, or a description when that fails."""
-    try:
-        return str(value)
-    except Exception:
-        return f"<{type(value).__name__} that cannot be printed>"
-
-
-def printable(text: str, limit: int) -> str:
-    """``text`` without control characters (other than newlines and tabs), cut to ``limit`` characters."""
-    cleaned = "".join(character if character.isprintable() or character in "\n\t" else "\N{REPLACEMENT CHARACTER}"
-                      for character in text[: limit + 1])
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
