@@ -13,7 +13,16 @@ import nbformat
 import pytest
 
 from autograder import release, translations
-from autograder.myst_blocks import blocks, is_translatable, join_blocks, markup_differences, split_blocks
+from autograder.myst_blocks import (
+    LINK,
+    NOT_RELATIVE,
+    blocks,
+    is_translatable,
+    join_blocks,
+    markup_differences,
+    relocate_links,
+    split_blocks,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 LANGUAGE = "zh_CN"
@@ -37,9 +46,10 @@ def _editions(chapter: str) -> tuple[nbformat.NotebookNode, nbformat.NotebookNod
 # --------------------------------------------------------------------------------------------------
 
 
-def test_the_course_has_a_chinese_catalogue_for_every_chapter_and_the_intro():
+def test_the_course_has_a_chinese_catalogue_for_every_chapter_the_intro_and_the_book():
     assert translations.languages(ROOT) == [LANGUAGE]
-    for domain in ["intro", *CHAPTERS]:
+    assert translations.domains(ROOT) == ["intro", translations.BOOK, *CHAPTERS]
+    for domain in translations.domains(ROOT):
         assert translations.catalogue_path(ROOT, LANGUAGE, domain).is_file(), domain
 
 
@@ -58,7 +68,8 @@ def test_code_cells_and_metadata_are_identical_in_both_editions(chapter):
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chinese_notebooks_are_what_the_catalogues_generate(chapter):
     english = ROOT / "chapters" / chapter / f"{chapter}.ipynb"
-    expected = translations.translated_notebook_text(english, translations.catalogue_path(ROOT, LANGUAGE, chapter))
+    move = translations.Move(f"chapters/{chapter}", f"chapters/{LANGUAGE}/{chapter}")
+    expected = translations.translated_notebook_text(english, translations.catalogue_path(ROOT, LANGUAGE, chapter), move)
     translated = ROOT / "chapters" / LANGUAGE / chapter / f"{chapter}.ipynb"
     assert translated.read_text(encoding="utf-8") == expected, f"{translated.relative_to(ROOT)} is stale; run `autograder release`"
 
@@ -68,7 +79,7 @@ def test_catalogues_are_up_to_date_with_the_english():
 
 
 def test_catalogues_pass_the_check():
-    problems = [problem for domain in ["intro", *CHAPTERS]
+    problems = [problem for domain in translations.domains(ROOT)
                 for problem in translations.catalogue_problems(translations.catalogue_path(ROOT, LANGUAGE, domain))]
     assert problems == []
 
@@ -80,6 +91,58 @@ def test_chapter_one_is_translated_completely():
     for ours, theirs in zip(english.cells, chinese.cells):
         if ours.cell_type == "markdown":
             assert theirs.source != ours.source, f"cell {ours.id} is not translated"
+
+
+def test_the_intro_and_the_book_s_words_are_translated_completely():
+    for domain in ("intro", translations.BOOK):
+        counts = translations.counts(translations.catalogue_path(ROOT, LANGUAGE, domain), domain)
+        assert counts.complete and counts.translated == counts.total > 5, counts
+    intro = (ROOT / "chapters" / LANGUAGE / "intro.md").read_text(encoding="utf-8")
+    assert intro.startswith("# Transformer：从注意力到 BERT\n") and "```{tableofcontents}\n```" in intro
+    words = translations.book_words(ROOT, LANGUAGE)
+    assert words.title == "Transformer：从注意力到 BERT"
+    assert words.captions["Attention"] == "注意力" and words.captions["Course"] == "课程"
+
+
+def _relative_links(text: str) -> list[str]:
+    """The relative link targets of a Markdown text, without their anchors."""
+    return [match["target"].partition("#")[0] for match in LINK.finditer(text) if not NOT_RELATIVE.match(match["target"])]
+
+
+def _markdown_of(path: Path) -> str:
+    if path.suffix == ".ipynb":
+        return "\n\n".join(cell.source for cell in _read(path).cells if cell.cell_type == "markdown")
+    return path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "chapters" / LANGUAGE).rglob("*.ipynb"))
+                         + sorted((ROOT / "chapters" / LANGUAGE).glob("*.md")), ids=lambda path: path.name)
+def test_every_relative_link_of_the_chinese_edition_reaches_a_file(path):
+    """A link that works in chapters/NN/NN.ipynb (``../../references.md``) would break one folder deeper,
+    in chapters/zh_CN/NN/: the release rewrites it."""
+    for target in _relative_links(_markdown_of(path)):
+        assert (path.parent / target).resolve().is_file(), f"{path.relative_to(ROOT)}: the link {target} reaches no file"
+
+
+def test_the_english_chapters_have_relative_links_to_rewrite():
+    """The test above checks what the course has: the chapters do link to references.md."""
+    links = [link for chapter in CHAPTERS for link in _relative_links(_markdown_of(ROOT / "chapters" / chapter / f"{chapter}.ipynb"))]
+    assert "../../references.md" in links
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The [list](../../references.md#top).", "The [list](../../../references.md#top)."),
+    ("![a figure](figure.png)", "![a figure](../../01_a/figure.png)"),
+    ("[web](https://example.org/a.md), [here](#section), [root](/a.md), [mail](mailto:a@b.c)",
+     "[web](https://example.org/a.md), [here](#section), [root](/a.md), [mail](mailto:a@b.c)"),
+    ("`[code](../x.md)` and\n```\n[fence](../x.md)\n```", "`[code](../x.md)` and\n```\n[fence](../x.md)\n```"),
+])
+def test_relocate_links_reaches_the_same_files_from_one_folder_deeper(text, expected):
+    assert relocate_links(text, "chapters/01_a", "chapters/zh_CN/01_a") == expected
+
+
+def test_relocate_links_from_the_repository_root():
+    assert relocate_links("[a](chapters/01_a/01_a.ipynb)", ".", "chapters/zh_CN") == "[a](../01_a/01_a.ipynb)"
 
 
 def test_check_catches_a_dropped_formula_or_role(tmp_path):
