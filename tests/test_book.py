@@ -7,7 +7,6 @@ import importlib.util
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -15,7 +14,7 @@ import pytest
 import yaml
 from bs4 import BeautifulSoup
 
-from autograder import release
+from autograder import release, translated_book, translations
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER_NOTEBOOKS = sorted((ROOT / "chapters").glob("*/*.ipynb"))
@@ -23,10 +22,13 @@ CHAPTER_NOTEBOOKS = sorted((ROOT / "chapters").glob("*/*.ipynb"))
 pytestmark = pytest.mark.slow
 
 
-def build(source: Path, output: Path) -> subprocess.CompletedProcess:
-    """`jupyter-book build` with warnings as errors (-W), nitpicky references (-n)."""
-    command = [sys.executable, "-c", "from jupyter_book.cli.main import main; main()",
-               "build", str(source), "--path-output", str(output), "-W", "-n", "--keep-going"]
+#: `jupyter-book build` with warnings as errors (-W), nitpicky references (-n).
+STRICT = ("-W", "-n", "--keep-going")
+
+
+def build(source: Path, output: Path, files: translated_book.BuildFiles | None = None) -> subprocess.CompletedProcess:
+    """Build the book in ``source`` into ``output/_build/html``, or with ``files`` its translation."""
+    command = translated_book.jupyter_book_command(source, output, STRICT, files)
     return subprocess.run(command, capture_output=True, text=True, timeout=1800)
 
 
@@ -172,3 +174,98 @@ def test_book_in_headless_chromium(built_book, tmp_path):
     assert len(chapter_pages) == len(CHAPTER_NOTEBOOKS)
     assert {page: problems for page, problems in results.items() if problems} == {}
     assert len(list((tmp_path / "screenshots").glob("*.png"))) >= len(results)
+
+
+# --------------------------------------------------------------------------------------------------
+# The Chinese edition: a second build over chapters/zh_CN, and the language switch between the two
+# --------------------------------------------------------------------------------------------------
+
+LANGUAGE = "zh_CN"
+TINY_TRANSLATIONS = {
+    "# Tiny": "# 小章",
+    "A translated paragraph with $x$.": "译好的一段，含 $x$。",
+    "See the [references](../../references.md) {cite:p}`vaswani2017attention`.":
+        "见[参考文献](../../references.md) {cite:p}`vaswani2017attention`。",
+    "# Intro": "# 导言",
+    "Transformers, from attention to BERT": "Transformer：从注意力到 BERT",
+    "Tiny part": "小部分",
+}  # the chapter's "An untranslated paragraph." and the caption "Course" stay English
+
+
+def chinese_small_book(folder: Path) -> Path:
+    """A course of the book's settings (``_config.yml``, ``_ext``, ``references``) with one chapter,
+    ``01_tiny``, in two parts of the table of contents, its catalogues translated but for one paragraph
+    and one caption (:data:`TINY_TRANSLATIONS`), released: ``chapters/01_tiny``, ``chapters/zh_CN``."""
+    course = folder / "course"
+    (course / "solutions" / "01_tiny").mkdir(parents=True)
+    (course / "locale" / LANGUAGE / "LC_MESSAGES").mkdir(parents=True)
+    for name in ("_config.yml", "references.bib", "references.md", "nbgrader_config.py"):
+        shutil.copy(ROOT / name, course / name)
+    shutil.copytree(ROOT / "_ext", course / "_ext")
+    (course / "_toc.yml").write_text("format: jb-book\nroot: intro\nparts:\n"
+                                     "  - caption: Tiny part\n    chapters:\n      - file: chapters/01_tiny/01_tiny\n"
+                                     "  - caption: Course\n    chapters:\n      - file: references\n")
+    (course / "intro.md").write_text("# Intro\n\nA formula: $x^2$.\n\n```{tableofcontents}\n```\n")
+    notebook = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    notebook.cells = [nbformat.v4.new_markdown_cell(
+        "# Tiny\n\nA translated paragraph with $x$.\n\nAn untranslated paragraph.\n\n"
+        "See the [references](../../references.md) {cite:p}`vaswani2017attention`.", id="text"),
+        nbformat.v4.new_code_cell("print(6 * 7)", id="answer")]
+    nbformat.write(notebook, course / "solutions" / "01_tiny" / "01_tiny.ipynb")
+    for domain in translations.domains(course):
+        assert translations.update_catalogue(course, LANGUAGE, domain)
+        path = translations.catalogue_path(course, LANGUAGE, domain)
+        catalogue = translations.load(path)
+        for entry in catalogue:
+            entry.msgstr = TINY_TRANSLATIONS.get(entry.msgid, "")
+        catalogue.save(str(path))
+    release.generate(root=course)
+    return course
+
+
+def _switch_target(site: Path, page: Path) -> Path:
+    """The page that the language switch of ``page`` (a page of the site) links to."""
+    [link] = BeautifulSoup(page.read_text(), "html.parser").select("a.language-switch")
+    return (page.parent / link["href"]).resolve()
+
+
+def _document_pages(html: Path) -> list[Path]:
+    return [page for page in sorted(html.rglob("*.html"))
+            if page.name not in ("index.html", "genindex.html", "search.html") and "_static" not in page.parts]
+
+
+def test_chinese_book_renders_falls_back_to_english_and_switches_both_ways(tmp_path):
+    course = chinese_small_book(tmp_path)
+    output = tmp_path / "out"
+    english = build(course, output)
+    assert english.returncode == 0, english.stdout[-3000:] + english.stderr[-3000:]
+    files = translated_book.write_build_files(course, LANGUAGE, output)
+    chinese = build(course, output, files)
+    assert chinese.returncode == 0, chinese.stdout[-3000:] + chinese.stderr[-3000:]
+    assert "Executing notebook" in english.stdout and "Executing notebook" not in chinese.stdout
+    assert "Using cached notebook" in chinese.stdout, "the Chinese build did not find the English build's outputs"
+    assert files.html == output / "_build" / LANGUAGE / "_build" / "html"
+
+    chapter = BeautifulSoup((files.html / "chapters" / LANGUAGE / "01_tiny" / "01_tiny.html").read_text(), "html.parser")
+    text = chapter.find("main").get_text()
+    assert "小章" in text and "译好的一段" in text and "An untranslated paragraph." in text and "42" in text
+    assert chapter.find("html")["lang"] == "zh-CN"
+    [references] = [a for a in chapter.find("main").find_all("a") if a.get_text() == "参考文献"]
+    assert (files.html / "chapters" / LANGUAGE / "01_tiny" / references["href"]).resolve() == files.html / "references.html"
+    navigation = chapter.select_one(".bd-sidebar-primary").get_text()
+    assert "小部分" in navigation and "Course" in navigation and "Tiny part" not in navigation
+    assert "Transformer：从注意力到 BERT" in chapter.find("title").get_text()
+    assert "导言" in (files.html / "chapters" / LANGUAGE / "intro.html").read_text()
+
+    site = tmp_path / "site"  # published side by side: English at /, Chinese at /zh_CN/
+    shutil.copytree(output / "_build" / "html", site)
+    shutil.copytree(files.html, site / LANGUAGE)
+    english_pages, chinese_pages = _document_pages(site / "chapters") + [site / "intro.html", site / "references.html"], \
+        _document_pages(site / LANGUAGE)
+    assert len(english_pages) == 3 and len(chinese_pages) == 3, (english_pages, chinese_pages)
+    for page in english_pages + chinese_pages:
+        other = _switch_target(site, page)
+        assert other.is_file(), f"{page.relative_to(site)} switches to a missing page"
+        assert _switch_target(site, other) == page, f"{other.relative_to(site)} does not switch back"
+        assert (LANGUAGE in other.relative_to(site).parts[:1]) != (LANGUAGE in page.relative_to(site).parts[:1])

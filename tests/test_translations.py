@@ -3,6 +3,7 @@ Markdown only, are what the catalogues generate, and the catalogues keep the Eng
 The machinery itself (blocks, msgmerge's fuzzy messages, the report, the release) on a tiny course."""
 
 import importlib.util
+import posixpath
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import release, translations
+from autograder import release, translated_book, translations
 from autograder.myst_blocks import (
     LINK,
     NOT_RELATIVE,
@@ -143,6 +144,56 @@ def test_relocate_links_reaches_the_same_files_from_one_folder_deeper(text, expe
 
 def test_relocate_links_from_the_repository_root():
     assert relocate_links("[a](chapters/01_a/01_a.ipynb)", ".", "chapters/zh_CN") == "[a](../01_a/01_a.ipynb)"
+
+
+SWITCH = translated_book.LanguageSwitch(language="zh_CN", label="中文", root="zh_CN/", back_label="English",
+                                        pages=(("intro", "chapters/zh_CN/intro"), ("chapters/", "chapters/zh_CN/")))
+
+
+def test_the_books_configuration_declares_the_switch_to_chinese():
+    config = translations.read_yaml(ROOT / "_config.yml")
+    assert translated_book.switch_of(config, "_config.yml") == SWITCH
+
+
+@pytest.mark.parametrize("page, counterpart, href", [
+    ("chapters/01_attention/01_attention", "chapters/zh_CN/01_attention/01_attention",
+     "../../zh_CN/chapters/zh_CN/01_attention/01_attention.html"),
+    ("intro", "chapters/zh_CN/intro", "zh_CN/chapters/zh_CN/intro.html"),
+    ("references", "references", "zh_CN/references.html"),
+])
+def test_the_switch_links_a_page_to_its_translation_and_back(page, counterpart, href):
+    assert SWITCH.counterpart(page) == counterpart
+    assert SWITCH.href(page, f"{counterpart}.html") == href
+    back = SWITCH.reverse()
+    assert (back.language, back.label, back.root, back.back_label) == ("en", "English", "../", "中文")
+    assert back.counterpart(counterpart) == page
+    assert back.href(counterpart, f"{page}.html") == posixpath.relpath(f"{page}.html", posixpath.dirname(f"zh_CN/{counterpart}"))
+
+
+def test_a_wrong_switch_is_named():
+    with pytest.raises(translations.TranslationError, match="_config.yml: language_switch lacks .'back_label'."):
+        translated_book.LanguageSwitch.from_config({"language": "zh_CN", "label": "中文", "root": "zh_CN/", "pages": {}},
+                                                   "_config.yml")
+    with pytest.raises(translations.TranslationError, match="_config.yml: no sphinx.config.language_switch"):
+        translated_book.switch_of({"sphinx": {}}, "_config.yml")
+
+
+def test_the_chinese_table_of_contents_and_configuration_are_generated_from_the_english(tmp_path):
+    files = translated_book.write_build_files(ROOT, LANGUAGE, tmp_path)
+    toc, english_toc = translations.read_yaml(files.toc), translations.read_yaml(ROOT / "_toc.yml")
+    assert toc["root"] == "chapters/zh_CN/intro"
+    assert [part["caption"] for part in toc["parts"]] == ["注意力", "位置与归一化", "高效注意力", "BERT", "课程"]
+    files_of = [[chapter["file"] for chapter in part["chapters"]] for part in toc["parts"]]
+    assert files_of == [[SWITCH.counterpart(chapter["file"]) for chapter in part["chapters"]] for part in english_toc["parts"]]
+    assert files_of[-1] == ["instructors", "references"]
+    config = translations.read_yaml(files.config)
+    assert config["title"] == "Transformer：从注意力到 BERT"
+    assert config["sphinx"]["config"]["language"] == LANGUAGE
+    assert config["sphinx"]["config"]["language_switch"] == SWITCH.reverse().as_config()
+    assert config["execute"]["cache"] == str(tmp_path / "_build" / ".jupyter_cache")
+    assert "chapters/zh_CN/**" not in config["exclude_patterns"] and "locale/**" in config["exclude_patterns"]
+    assert all(Path(path).is_dir() for path in config["sphinx"]["local_extensions"].values())
+    assert files.html == tmp_path / "_build" / LANGUAGE / "_build" / "html"
 
 
 def test_check_catches_a_dropped_formula_or_role(tmp_path):
