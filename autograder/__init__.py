@@ -6,6 +6,7 @@
 - ``autograder.release``    regenerates ``chapters/`` from ``solutions/`` and verifies both
 - ``autograder.translations`` the translation catalogues (``locale/``) and the translated chapters
                             (``chapters/LANG/``); ``autograder.myst_blocks`` their units, MyST blocks
+- ``autograder.translated_book`` the translated book's build over ``chapters/LANG/`` and its language switch
 - ``autograder.checks``     the checks that the chapters' hidden tests call, one module per topic
 - ``autograder.bounds``     every bound of the grader (sizes, outputs, messages, time, resources), by threat
 

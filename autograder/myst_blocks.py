@@ -10,8 +10,11 @@
   keys, directives with their options, inline and display math, inline code, link targets, numbers,
   the block's leading Markdown marker (heading level, list item, table); :func:`markup_differences`
   says, in words, what a translation lost or added.
+- :func:`relocate_links`: a text's relative link targets rewritten for the text's new folder, so that a
+  page copied one folder deeper (a translation in ``chapters/LANG/``) still reaches the same files.
 """
 
+import posixpath
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -29,6 +32,9 @@ CODE_FENCE = re.compile(r"^\s*(?P<marker>`{3,}|~{3,})(?!\{)[^\n]*\n.*?^\s*(?P=ma
 FENCE_LINE = re.compile(r"^\s*(?:`{3,}|~{3,}|:{3,})(?:\{[\w:-]+\})?", re.MULTILINE)
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)(?:\s+\"[^\"]*\")?\)")
 URL = re.compile(r"<?https?://[^\s<>)]+>?")
+#: A link target that is not relative to the page's folder: a URL scheme (``https:``, ``mailto:``), a
+#: path from the site's root, or an anchor of the page itself.
+NOT_RELATIVE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")
 NUMBER = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:[.,]\d+)*")
 #: The Markdown marker that starts a block: indentation, then a heading, list item, quote or table row.
 LEADING_MARKER = re.compile(r"^(?P<indent>[ \t]*)(?P<marker>#{1,6}(?=\s)|[-*+](?=\s)|\d+[.)](?=\s)|>|\|)?")
@@ -179,3 +185,34 @@ def markup_differences(english: str, translated: str) -> list[str]:
     if source.table_rows != target.table_rows:
         problems.append(f"{target.table_rows} table rows where the English has {source.table_rows}")
     return problems
+
+
+def _code_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` has code (fences and inline code), in which nothing is a link."""
+    return [match.span() for pattern in (CODE_FENCE, INLINE_CODE) for match in pattern.finditer(text)]
+
+
+def relocate_link(target: str, old_folder: str, new_folder: str) -> str:
+    """``target``, a link written in a page of ``old_folder``, as written in a page of ``new_folder`` to
+    reach the same file (both folders relative to one root, ``""`` for the root itself). A target that
+    is not relative (:data:`NOT_RELATIVE`) is returned as it is; the anchor (``#...``) is kept."""
+    if NOT_RELATIVE.match(target):
+        return target
+    path, hash_sign, anchor = target.partition("#")
+    reached = posixpath.normpath(posixpath.join(old_folder, path))
+    return posixpath.relpath(reached, new_folder or ".") + hash_sign + anchor
+
+
+def relocate_links(text: str, old_folder: str, new_folder: str) -> str:
+    """``text`` (Markdown written in ``old_folder``) with each relative link target of a Markdown link or
+    image, ``[text](target)``, rewritten by :func:`relocate_link` for a page in ``new_folder``. Code
+    fences and inline code are left as they are."""
+    code = _code_spans(text)
+
+    def rewrite(match: re.Match) -> str:
+        if any(start <= match.start() < end for start, end in code):
+            return match[0]
+        start, end = match.start("target") - match.start(), match.end("target") - match.start()
+        return match[0][:start] + relocate_link(match["target"], old_folder, new_folder) + match[0][end:]
+
+    return LINK.sub(rewrite, text)

@@ -6,7 +6,9 @@
   the metadata the notebook needs. Into ``chapters/`` it writes only the files whose bytes changed,
   each replaced in one step, and deletes nothing. For each language with translation catalogues
   (``locale/LANG/LC_MESSAGES``, :mod:`autograder.translations`) it also writes ``chapters/LANG/``: the
-  same notebooks with their Markdown translated, code cells, ids, metadata and outputs unchanged.
+  same notebooks with their Markdown translated, code cells, ids, metadata and outputs unchanged, and
+  the translated pages of the book (``chapters/LANG/intro.md``), the root of the translated book;
+  their relative links are rewritten to reach the same files from one folder deeper.
 - :class:`InstallCell`, one of generate_assignment's preprocessors (``nbgrader_config.py`` adds it,
   so plain ``nbgrader generate_assignment`` does the same): the repository URL of ``_config.yml``
   in the install cell, which the book's pages leave out (:data:`BOOK_HIDDEN_TAG`).
@@ -25,7 +27,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import nbformat
 import yaml
@@ -209,7 +211,15 @@ def generate(names=None, *, root: Path = ROOT, output: Path | None = None) -> li
                 if replace_if_changed(path, destination):
                     written.append(destination)
             written += _write_translations(root, name, generated, output, scratch / "translated")
+        written += _write_translated_pages(root, output, scratch / "translated")
     return written
+
+
+def _replace_with_text(text: str, scratch: Path, destination: Path) -> bool:
+    """Give ``destination`` the text ``text`` unless it holds it already, through the scratch file ``scratch``."""
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    scratch.write_text(text, encoding="utf-8")
+    return replace_if_changed(scratch, destination)
 
 
 def _write_translations(root: Path, name: str, generated: Path, output: Path, scratch: Path) -> list[Path]:
@@ -221,13 +231,30 @@ def _write_translations(root: Path, name: str, generated: Path, output: Path, sc
         catalogue = translations.catalogue_path(root, language, name)
         for path in sorted(path for path in generated.rglob("*") if path.is_file()):
             relative = path.relative_to(generated)
-            source = path
-            if path.suffix == ".ipynb":
-                source = scratch / language / name / relative
-                source.parent.mkdir(parents=True, exist_ok=True)
-                source.write_text(translations.translated_notebook_text(path, catalogue), encoding="utf-8")
             destination = output / language / name / relative
-            if replace_if_changed(source, destination):
+            if path.suffix == ".ipynb":
+                folder = PurePosixPath(name, relative.as_posix()).parent
+                move = translations.Move(str(CHAPTERS / folder), str(PurePosixPath(CHAPTERS, language) / folder))
+                changed = _replace_with_text(translations.translated_notebook_text(path, catalogue, move),
+                                             scratch / language / name / relative, destination)
+            else:
+                changed = replace_if_changed(path, destination)
+            if changed:
+                written.append(destination)
+    return written
+
+
+def _write_translated_pages(root: Path, output: Path, scratch: Path) -> list[Path]:
+    """Write each page of the book with a catalogue (:data:`autograder.translations.PAGES`), in each
+    language, into ``output/LANG/``. Only the files whose bytes change are written."""
+    written = []
+    for language in translations.languages(root):
+        for domain in translations.page_domains(root):
+            page = PurePosixPath(translations.PAGES[domain])
+            move = translations.Move(str(page.parent), str(PurePosixPath(CHAPTERS, language) / page.parent))
+            destination = output / language / page
+            if _replace_with_text(translations.translated_page_text(root, language, domain, move),
+                                  scratch / language / page, destination):
                 written.append(destination)
     return written
 

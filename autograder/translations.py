@@ -3,7 +3,9 @@
 English is the single source. For each language ``LANG`` (a folder ``locale/LANG/LC_MESSAGES``) a
 catalogue ``<domain>.po`` holds one message per Markdown block (:mod:`autograder.myst_blocks`) of a
 chapter's Markdown cells (domain: the chapter, e.g. ``01_attention``) or of ``intro.md`` (domain
-``intro``); a message's context (``msgctxt``) is its cell's id (``intro`` for ``intro.md``).
+``intro``); a message's context (``msgctxt``) is its cell's id (``intro`` for ``intro.md``). The domain
+``book`` holds the book's own words: its title (``_config.yml``, context ``title``) and the captions of
+the parts of its table of contents (``_toc.yml``, context ``caption``).
 
 - :func:`source_messages`, :func:`template`: the messages of the English source, as a POT template.
 - :func:`update_catalogue` merges a template into a catalogue with ``msgmerge --previous``: a message
@@ -12,9 +14,13 @@ chapter's Markdown cells (domain: the chapter, e.g. ``01_attention``) or of ``in
   ``msgfmt --check`` and :func:`autograder.myst_blocks.markup_differences` find wrong.
 - :func:`translate_notebook`: a notebook with each Markdown block replaced by its translation
   (untranslated and fuzzy messages stay English); every code cell, cell id and metadata as they were.
+  Its relative links are rewritten for its folder (:func:`autograder.myst_blocks.relocate_links`): a
+  translation lives one folder deeper than its English.
+- :func:`translated_page_text`: the same for a page of :data:`PAGES`; :func:`book_words`: the
+  translated title and captions, for the translated book (:mod:`autograder.translated_book`).
 
 ``tools/translations.py`` (update, report, check) and ``autograder release`` (the translated student
-notebooks in ``chapters/LANG/``) use them.
+notebooks and pages in ``chapters/LANG/``) use them.
 """
 
 import shutil
@@ -25,15 +31,19 @@ from pathlib import Path
 
 import nbformat
 import polib
+import yaml
 
 from autograder.course import ROOT, SOLUTIONS, chapter_names
 from autograder.files import replace_if_changed
-from autograder.myst_blocks import blocks, is_translatable, join_blocks, markup_differences, split_blocks
+from autograder.myst_blocks import blocks, is_translatable, join_blocks, markup_differences, relocate_links, split_blocks
 
 LOCALE = "locale"
 MESSAGES = "LC_MESSAGES"
 #: Markdown pages of the book that are translated, besides the chapters: domain -> file in the repository.
 PAGES = {"intro": "intro.md"}
+#: The domain of the book's title (``_config.yml``) and its parts' captions (``_toc.yml``).
+BOOK = "book"
+BOOK_SOURCES = ("_config.yml", "_toc.yml")
 #: The header of a new catalogue; msgmerge keeps it, and the template adds nothing that changes by itself.
 HEADER = {
     "Project-Id-Version": "bertlab course",
@@ -91,16 +101,26 @@ def catalogue_path(root: Path, language: str, domain: str) -> Path:
     return Path(root) / LOCALE / language / MESSAGES / f"{domain}.po"
 
 
-def source_path(root: Path, domain: str) -> Path:
-    """The English source of a domain: a page of :data:`PAGES` or a chapter's solution notebook."""
+def source_paths(root: Path, domain: str) -> tuple[Path, ...]:
+    """The English source of a domain: a page of :data:`PAGES`, the book's configuration and table of
+    contents (:data:`BOOK`) or a chapter's solution notebook."""
     if domain in PAGES:
-        return Path(root) / PAGES[domain]
-    return Path(root) / SOLUTIONS / domain / f"{domain}.ipynb"
+        return (Path(root) / PAGES[domain],)
+    if domain == BOOK:
+        return tuple(Path(root) / name for name in BOOK_SOURCES)
+    return (Path(root) / SOLUTIONS / domain / f"{domain}.ipynb",)
 
 
 def domains(root: Path = ROOT) -> list[str]:
-    """The catalogues' domains: the pages of :data:`PAGES` that exist, then the chapters."""
-    return [name for name, page in PAGES.items() if (Path(root) / page).is_file()] + chapter_names(root)
+    """The catalogues' domains: the pages of :data:`PAGES` that exist, the book's words when it has a
+    configuration and a table of contents, then the chapters."""
+    book = [BOOK] if all(path.is_file() for path in source_paths(root, BOOK)) else []
+    return page_domains(root) + book + chapter_names(root)
+
+
+def page_domains(root: Path = ROOT) -> list[str]:
+    """The domains of the pages of :data:`PAGES` that exist."""
+    return [name for name, page in PAGES.items() if (Path(root) / page).is_file()]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -126,9 +146,34 @@ def notebook_messages(notebook: nbformat.NotebookNode, path: Path) -> list[Messa
     return messages
 
 
+def read_yaml(path: Path) -> dict:
+    """A YAML mapping (the book's ``_config.yml``, ``_toc.yml``); a clear error naming the file otherwise."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise TranslationError(f"{path}: cannot read it: {error}") from error
+    if not isinstance(data, dict):
+        raise TranslationError(f"{path}: not a YAML mapping")
+    return data
+
+
+def toc_captions(toc: dict) -> list[str]:
+    """The captions of a Jupyter Book table of contents' parts, in order."""
+    return [part["caption"] for part in toc.get("parts", []) if part.get("caption")]
+
+
+def book_messages(root: Path) -> list[Message]:
+    """The book's title and its parts' captions."""
+    config, toc = (read_yaml(path) for path in source_paths(root, BOOK))
+    title = [Message("title", config["title"])] if config.get("title") else []
+    return title + [Message("caption", caption) for caption in dict.fromkeys(toc_captions(toc))]
+
+
 def source_messages(root: Path, domain: str) -> list[Message]:
     """The messages of a domain's English source."""
-    path = source_path(root, domain)
+    if domain == BOOK:
+        return book_messages(root)
+    [path] = source_paths(root, domain)
     if domain in PAGES:
         return text_messages(domain, path.read_text(encoding="utf-8"))
     return notebook_messages(nbformat.read(path, as_version=4), path)
@@ -194,7 +239,8 @@ def stale_catalogues(root: Path = ROOT) -> list[str]:
             path = catalogue_path(root, language, domain)
             current = path.read_text(encoding="utf-8") if path.is_file() else None
             if merged_catalogue(root, language, domain) != current:
-                stale.append(f"{path.relative_to(root)} is not up to date with {source_path(root, domain).relative_to(root)}")
+                sources = ", ".join(str(source.relative_to(root)) for source in source_paths(root, domain))
+                stale.append(f"{path.relative_to(root)} is not up to date with {sources}")
     return stale
 
 
@@ -259,18 +305,57 @@ def translate_text(context: str, text: str, catalogue: dict[tuple[str, str], str
     return join_blocks(pieces)
 
 
-def translate_notebook(notebook: nbformat.NotebookNode, catalogue: dict[tuple[str, str], str]) -> nbformat.NotebookNode:
-    """A copy of ``notebook`` whose Markdown cells are translated; every other cell and all metadata as
-    they were."""
+@dataclass(frozen=True)
+class Move:
+    """Where a translation is written, for its relative links: the folders of the English and of the
+    translation, relative to the repository (``""`` for the repository itself)."""
+
+    english_folder: str
+    translated_folder: str
+
+    def links(self, text: str) -> str:
+        """``text`` with its relative links rewritten to reach, from the translation's folder, what they
+        reach from the English's."""
+        return relocate_links(text, self.english_folder, self.translated_folder)
+
+
+def translate_notebook(notebook: nbformat.NotebookNode, catalogue: dict[tuple[str, str], str],
+                       move: Move) -> nbformat.NotebookNode:
+    """A copy of ``notebook`` whose Markdown cells are translated, their relative links rewritten for
+    the translation's folder; every other cell and all metadata as they were."""
     translated = nbformat.from_dict(notebook)
     for cell in translated.cells:
         if cell.cell_type == "markdown":
-            cell.source = translate_text(cell.get("id", ""), cell.source, catalogue)
+            cell.source = move.links(translate_text(cell.get("id", ""), cell.source, catalogue))
     return translated
 
 
-def translated_notebook_text(english: Path, catalogue: Path) -> str:
+def translated_notebook_text(english: Path, catalogue: Path, move: Move) -> str:
     """The text of the translation of the notebook file ``english`` (nbformat's layout, as
     :func:`autograder.release.write_notebook` writes it)."""
     notebook = nbformat.read(english, as_version=4)
-    return nbformat.writes(translate_notebook(notebook, translations(catalogue))) + "\n"
+    return nbformat.writes(translate_notebook(notebook, translations(catalogue), move)) + "\n"
+
+
+def translated_page_text(root: Path, language: str, domain: str, move: Move) -> str:
+    """The translation of the page of :data:`PAGES` ``domain``, its relative links rewritten for ``move``."""
+    [path] = source_paths(root, domain)
+    catalogue = translations(catalogue_path(root, language, domain))
+    return move.links(translate_text(domain, path.read_text(encoding="utf-8"), catalogue))
+
+
+@dataclass(frozen=True)
+class BookWords:
+    """The translated book's title and its parts' captions (English where untranslated)."""
+
+    title: str
+    captions: dict[str, str]
+
+
+def book_words(root: Path, language: str) -> BookWords:
+    """The title and captions of :data:`BOOK` in ``language``; each untranslated one stays English."""
+    catalogue = translations(catalogue_path(root, language, BOOK))
+    words = {(message.context, message.text): catalogue.get((message.context, message.text), message.text)
+             for message in book_messages(root)}
+    return BookWords(title=next((text for (context, _), text in words.items() if context == "title"), ""),
+                     captions={english: text for (context, english), text in words.items() if context == "caption"})

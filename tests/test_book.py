@@ -1,32 +1,41 @@
 """Build the book into a temporary folder and check what a reader gets: every chapter page with its
 figures, its formulas (MathJax served from the book itself) and no traceback other than the test
 cells of the blank exercises, each one line that says so (no frames, no build machine's path). Also: a failing cell that is not tagged `raises-exception` fails the
-build, and the pages pass in a real headless browser when chromium is installed."""
+build, and the pages pass in a real headless browser when chromium is installed. The Chinese book, built
+over chapters/zh_CN from the English build's execution cache, gets the same checks, and every page of
+either book links to the same page of the other."""
 
 import importlib.util
+import posixpath
 import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 import nbformat
 import pytest
 import yaml
 from bs4 import BeautifulSoup
 
-from autograder import release
+from autograder import release, translated_book, translations
 
 ROOT = Path(__file__).resolve().parents[1]
+LANGUAGE = "zh_CN"
 CHAPTER_NOTEBOOKS = sorted((ROOT / "chapters").glob("*/*.ipynb"))
+CHINESE_NOTEBOOKS = sorted((ROOT / "chapters" / LANGUAGE).glob("*/*.ipynb"))
 
 pytestmark = pytest.mark.slow
 
 
-def build(source: Path, output: Path) -> subprocess.CompletedProcess:
-    """`jupyter-book build` with warnings as errors (-W), nitpicky references (-n)."""
-    command = [sys.executable, "-c", "from jupyter_book.cli.main import main; main()",
-               "build", str(source), "--path-output", str(output), "-W", "-n", "--keep-going"]
+#: `jupyter-book build` with warnings as errors (-W), nitpicky references (-n).
+STRICT = ("-W", "-n", "--keep-going")
+
+
+def build(source: Path, output: Path, files: translated_book.BuildFiles | None = None) -> subprocess.CompletedProcess:
+    """Build the book in ``source`` into ``output/_build/html``, or with ``files`` its translation."""
+    command = translated_book.jupyter_book_command(source, output, STRICT, files)
     return subprocess.run(command, capture_output=True, text=True, timeout=1800)
 
 
@@ -36,6 +45,20 @@ def built_book(tmp_path_factory):
     result = build(ROOT, output)
     assert result.returncode == 0, f"the book build failed:\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}"
     return output / "_build" / "html"
+
+
+@pytest.fixture(scope="module")
+def built_chinese_book(built_book):
+    """The Chinese book, built after the English one and from its execution cache: it executes nothing.
+    Measured by benchmarks/book_builds.py (RESULTS.md, "The Chinese book beside the English one") on
+    the 2-core machine under load: the English build 2060 s, the Chinese one 23 s, both 1.01 times the
+    English alone (the target: at most 1.3)."""
+    output = built_book.parents[1]
+    files = translated_book.write_build_files(ROOT, LANGUAGE, output)
+    result = build(ROOT, output, files)
+    assert result.returncode == 0, f"the Chinese build failed:\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}"
+    assert "Executing notebook" not in result.stdout, "the Chinese build executed a notebook the English one cached"
+    return files.html
 
 
 def _toc_files() -> list[str]:
@@ -51,7 +74,17 @@ def test_every_chapter_is_in_the_table_of_contents():
 
 @pytest.mark.parametrize("notebook", CHAPTER_NOTEBOOKS, ids=lambda path: path.stem)
 def test_chapter_page_has_its_figures_math_and_only_intended_tracebacks(built_book, notebook):
-    page = built_book / notebook.relative_to(ROOT).with_suffix(".html")
+    check_chapter_page(built_book / notebook.relative_to(ROOT).with_suffix(".html"), notebook)
+
+
+@pytest.mark.parametrize("notebook", CHINESE_NOTEBOOKS, ids=lambda path: path.stem)
+def test_chinese_chapter_page_has_its_figures_math_and_only_intended_tracebacks(built_chinese_book, notebook):
+    check_chapter_page(built_chinese_book / notebook.relative_to(ROOT).with_suffix(".html"), notebook)
+
+
+def check_chapter_page(page: Path, notebook: Path) -> None:
+    """The page of ``notebook`` has its figures, formulas (MathJax served by the book), the Colab button,
+    and the one-line traceback of each test cell of a blank exercise, no other."""
     assert page.exists(), f"no page for {notebook.relative_to(ROOT)}"
     soup = BeautifulSoup(page.read_text(), "html.parser")
     main = soup.find("main")
@@ -83,19 +116,27 @@ def test_chapter_page_has_its_figures_math_and_only_intended_tracebacks(built_bo
     assert "colab.research.google.com" in page.read_text(), "no Colab launch button"
 
 
-def test_book_has_no_solutions_or_code_folders(built_book):
-    for folder in ("solutions", "autograder", "bertlab", "tests", "benchmarks", "tools"):
-        assert not (built_book / folder).exists(), folder
-    for page in built_book.rglob("*.html"):
-        text = page.read_text()
-        assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text, page
+def test_books_have_no_solutions_or_code_folders(built_book, built_chinese_book):
+    for html in (built_book, built_chinese_book):
+        for folder in ("solutions", "autograder", "bertlab", "tests", "benchmarks", "tools", "locale"):
+            assert not (html / folder).exists(), folder
+        for page in html.rglob("*.html"):
+            text = page.read_text()
+            assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text, page
 
 
-def test_top_level_pages_exist(built_book):
-    for name in ("intro", "instructors", "references"):
-        assert (built_book / f"{name}.html").exists()
-    references = (built_book / "references.html").read_text().lower()
-    assert "attention is all you need" in references and "bahdanau" in references
+def test_top_level_pages_exist_in_both_books(built_book, built_chinese_book):
+    for html in (built_book, built_chinese_book):
+        for name in ("instructors", "references"):
+            assert (html / f"{name}.html").exists()
+        references = (html / "references.html").read_text().lower()
+        assert "attention is all you need" in references and "bahdanau" in references
+    assert (built_book / "intro.html").exists()
+    assert "注意力" in (built_chinese_book / "chapters" / LANGUAGE / "intro.html").read_text()
+
+
+def test_every_page_of_both_books_switches_to_the_other_and_back(built_book, built_chinese_book):
+    Site(built_book, built_chinese_book).check_switches()
 
 
 def small_book(folder: Path, pages: dict[str, list]) -> Path:
@@ -164,11 +205,134 @@ def _browser_checker():
 
 
 def test_book_in_headless_chromium(built_book, tmp_path):
+    check_in_chromium(built_book, len(CHAPTER_NOTEBOOKS), tmp_path / "screenshots")
+
+
+def test_chinese_book_in_headless_chromium(built_chinese_book, tmp_path):
+    check_in_chromium(built_chinese_book, len(CHINESE_NOTEBOOKS), tmp_path / "screenshots")
+
+
+def check_in_chromium(html: Path, chapters: int, screenshots: Path) -> None:
+    """Every chapter page and top-level page of the book in ``html`` passes the browser check."""
     checker = _browser_checker()
     if checker.find_chromium() is None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
-    results = checker.check_book(built_book, screenshots=tmp_path / "screenshots", log=lambda line: None)
-    chapter_pages = [page for page in results if page.startswith("chapters/")]
-    assert len(chapter_pages) == len(CHAPTER_NOTEBOOKS)
+    results = checker.check_book(html, screenshots=screenshots, log=lambda line: None)
+    assert len([page for page in results if checker.is_chapter_page(page)]) == chapters
     assert {page: problems for page, problems in results.items() if problems} == {}
-    assert len(list((tmp_path / "screenshots").glob("*.png"))) >= len(results)
+    assert len(list(screenshots.glob("*.png"))) >= len(results)
+
+
+
+# --------------------------------------------------------------------------------------------------
+# The Chinese edition: a second build over chapters/zh_CN, and the language switch between the two
+# --------------------------------------------------------------------------------------------------
+
+TINY_TRANSLATIONS = {
+    "# Tiny": "# 小章",
+    "A translated paragraph with $x$.": "译好的一段，含 $x$。",
+    "See the [references](../../references.md) {cite:p}`vaswani2017attention`.":
+        "见[参考文献](../../references.md) {cite:p}`vaswani2017attention`。",
+    "# Intro": "# 导言",
+    "Transformers, from attention to BERT": "Transformer：从注意力到 BERT",
+    "Tiny part": "小部分",
+}  # the chapter's "An untranslated paragraph." and the caption "Course" stay English
+
+
+def chinese_small_book(folder: Path) -> Path:
+    """A course of the book's settings (``_config.yml``, ``_ext``, ``references``) with one chapter,
+    ``01_tiny``, in two parts of the table of contents, its catalogues translated but for one paragraph
+    and one caption (:data:`TINY_TRANSLATIONS`), released: ``chapters/01_tiny``, ``chapters/zh_CN``."""
+    course = folder / "course"
+    (course / "solutions" / "01_tiny").mkdir(parents=True)
+    (course / "locale" / LANGUAGE / "LC_MESSAGES").mkdir(parents=True)
+    for name in ("_config.yml", "references.bib", "references.md", "nbgrader_config.py"):
+        shutil.copy(ROOT / name, course / name)
+    shutil.copytree(ROOT / "_ext", course / "_ext")
+    (course / "_toc.yml").write_text("format: jb-book\nroot: intro\nparts:\n"
+                                     "  - caption: Tiny part\n    chapters:\n      - file: chapters/01_tiny/01_tiny\n"
+                                     "  - caption: Course\n    chapters:\n      - file: references\n")
+    (course / "intro.md").write_text("# Intro\n\nA formula: $x^2$.\n\n```{tableofcontents}\n```\n")
+    notebook = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    notebook.cells = [nbformat.v4.new_markdown_cell(
+        "# Tiny\n\nA translated paragraph with $x$.\n\nAn untranslated paragraph.\n\n"
+        "See the [references](../../references.md) {cite:p}`vaswani2017attention`.", id="text"),
+        nbformat.v4.new_code_cell("print(6 * 7)", id="answer")]
+    nbformat.write(notebook, course / "solutions" / "01_tiny" / "01_tiny.ipynb")
+    for domain in translations.domains(course):
+        assert translations.update_catalogue(course, LANGUAGE, domain)
+        path = translations.catalogue_path(course, LANGUAGE, domain)
+        catalogue = translations.load(path)
+        for entry in catalogue:
+            entry.msgstr = TINY_TRANSLATIONS.get(entry.msgid, "")
+        catalogue.save(str(path))
+    release.generate(root=course)
+    return course
+
+
+@dataclass(frozen=True)
+class Site:
+    """The two books published side by side: the English one at the site's root, the Chinese one in its
+    folder zh_CN/ (read where they were built: nothing is copied)."""
+
+    english: Path
+    chinese: Path
+
+    def file(self, page: PurePosixPath) -> Path:
+        """The built file of the site's ``page``."""
+        if page.parts[:1] == (LANGUAGE,):
+            return self.chinese.joinpath(*page.parts[1:])
+        return self.english.joinpath(*page.parts)
+
+    def pages(self) -> list[PurePosixPath]:
+        """Every page of both books but their roots' redirects (index.html)."""
+        def pages_of(html: Path, prefix: PurePosixPath) -> list[PurePosixPath]:
+            paths = (path.relative_to(html) for path in sorted(html.rglob("*.html")))
+            return [prefix / path.as_posix() for path in paths
+                    if path != Path("index.html") and path.parts[0] not in ("_static", "_sources", "_images")]
+        return pages_of(self.english, PurePosixPath()) + pages_of(self.chinese, PurePosixPath(LANGUAGE))
+
+    def switch(self, page: PurePosixPath) -> PurePosixPath:
+        """The page that the language switch of ``page`` links to."""
+        [link] = BeautifulSoup(self.file(page).read_text(), "html.parser").select("a.language-switch")
+        return PurePosixPath(posixpath.normpath(posixpath.join(str(page.parent), link["href"])))
+
+    def check_switches(self) -> None:
+        """Every page links to an existing page of the other book, whose switch links back to it."""
+        pages = self.pages()
+        assert sum(page.parts[0] == LANGUAGE for page in pages) == len(pages) / 2, pages
+        for page in pages:
+            other = self.switch(page)
+            assert self.file(other).is_file(), f"{page} switches to a missing page, {other}"
+            assert (other.parts[0] == LANGUAGE) != (page.parts[0] == LANGUAGE), f"{page} switches to {other}"
+            assert self.switch(other) == page, f"{other} does not switch back to {page}"
+
+
+def test_chinese_book_renders_falls_back_to_english_and_switches_both_ways(tmp_path):
+    """`tools/translations.py build` builds the English book, then the Chinese one from its cache."""
+    course = chinese_small_book(tmp_path)
+    output = tmp_path / "out"
+    command = [sys.executable, str(ROOT / "tools" / "translations.py"), "--root", str(course), "build",
+               "--output", str(output), "--", *STRICT]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # the chapter is executed once, by the English build; the Chinese build finds its outputs
+    assert result.stdout.count("Executing notebook") == 1 and result.stdout.count("Using cached notebook") == 1
+    files = translated_book.write_build_files(course, LANGUAGE, output)
+    assert files.html == output / "_build" / LANGUAGE / "_build" / "html"
+
+    chapter = BeautifulSoup((files.html / "chapters" / LANGUAGE / "01_tiny" / "01_tiny.html").read_text(), "html.parser")
+    text = chapter.find("main").get_text()
+    assert "小章" in text and "译好的一段" in text and "An untranslated paragraph." in text and "42" in text
+    assert chapter.find("html")["lang"] == "zh-CN"
+    [references] = [a for a in chapter.find("main").find_all("a") if a.get_text() == "参考文献"]
+    assert (files.html / "chapters" / LANGUAGE / "01_tiny" / references["href"]).resolve() == files.html / "references.html"
+    navigation = chapter.select_one(".bd-sidebar-primary").get_text()
+    assert "小部分" in navigation and "Course" in navigation and "Tiny part" not in navigation
+    assert "Transformer：从注意力到 BERT" in chapter.find("title").get_text()
+    assert "导言" in (files.html / "chapters" / LANGUAGE / "intro.html").read_text()
+
+    site = Site(output / "_build" / "html", files.html)
+    assert len(site.pages()) == 10  # intro, the chapter, references, genindex and search in each book
+    site.check_switches()

@@ -3,6 +3,7 @@ Markdown only, are what the catalogues generate, and the catalogues keep the Eng
 The machinery itself (blocks, msgmerge's fuzzy messages, the report, the release) on a tiny course."""
 
 import importlib.util
+import posixpath
 import shutil
 import subprocess
 import sys
@@ -12,8 +13,17 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import release, translations
-from autograder.myst_blocks import blocks, is_translatable, join_blocks, markup_differences, split_blocks
+from autograder import release, translated_book, translations
+from autograder.myst_blocks import (
+    LINK,
+    NOT_RELATIVE,
+    blocks,
+    is_translatable,
+    join_blocks,
+    markup_differences,
+    relocate_links,
+    split_blocks,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 LANGUAGE = "zh_CN"
@@ -37,9 +47,10 @@ def _editions(chapter: str) -> tuple[nbformat.NotebookNode, nbformat.NotebookNod
 # --------------------------------------------------------------------------------------------------
 
 
-def test_the_course_has_a_chinese_catalogue_for_every_chapter_and_the_intro():
+def test_the_course_has_a_chinese_catalogue_for_every_chapter_the_intro_and_the_book():
     assert translations.languages(ROOT) == [LANGUAGE]
-    for domain in ["intro", *CHAPTERS]:
+    assert translations.domains(ROOT) == ["intro", translations.BOOK, *CHAPTERS]
+    for domain in translations.domains(ROOT):
         assert translations.catalogue_path(ROOT, LANGUAGE, domain).is_file(), domain
 
 
@@ -58,7 +69,8 @@ def test_code_cells_and_metadata_are_identical_in_both_editions(chapter):
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chinese_notebooks_are_what_the_catalogues_generate(chapter):
     english = ROOT / "chapters" / chapter / f"{chapter}.ipynb"
-    expected = translations.translated_notebook_text(english, translations.catalogue_path(ROOT, LANGUAGE, chapter))
+    move = translations.Move(f"chapters/{chapter}", f"chapters/{LANGUAGE}/{chapter}")
+    expected = translations.translated_notebook_text(english, translations.catalogue_path(ROOT, LANGUAGE, chapter), move)
     translated = ROOT / "chapters" / LANGUAGE / chapter / f"{chapter}.ipynb"
     assert translated.read_text(encoding="utf-8") == expected, f"{translated.relative_to(ROOT)} is stale; run `autograder release`"
 
@@ -68,7 +80,7 @@ def test_catalogues_are_up_to_date_with_the_english():
 
 
 def test_catalogues_pass_the_check():
-    problems = [problem for domain in ["intro", *CHAPTERS]
+    problems = [problem for domain in translations.domains(ROOT)
                 for problem in translations.catalogue_problems(translations.catalogue_path(ROOT, LANGUAGE, domain))]
     assert problems == []
 
@@ -80,6 +92,108 @@ def test_chapter_one_is_translated_completely():
     for ours, theirs in zip(english.cells, chinese.cells):
         if ours.cell_type == "markdown":
             assert theirs.source != ours.source, f"cell {ours.id} is not translated"
+
+
+def test_the_intro_and_the_book_s_words_are_translated_completely():
+    for domain in ("intro", translations.BOOK):
+        counts = translations.counts(translations.catalogue_path(ROOT, LANGUAGE, domain), domain)
+        assert counts.complete and counts.translated == counts.total > 5, counts
+    intro = (ROOT / "chapters" / LANGUAGE / "intro.md").read_text(encoding="utf-8")
+    assert intro.startswith("# Transformer：从注意力到 BERT\n") and "```{tableofcontents}\n```" in intro
+    words = translations.book_words(ROOT, LANGUAGE)
+    assert words.title == "Transformer：从注意力到 BERT"
+    assert words.captions["Attention"] == "注意力" and words.captions["Course"] == "课程"
+
+
+def _relative_links(text: str) -> list[str]:
+    """The relative link targets of a Markdown text, without their anchors."""
+    return [match["target"].partition("#")[0] for match in LINK.finditer(text) if not NOT_RELATIVE.match(match["target"])]
+
+
+def _markdown_of(path: Path) -> str:
+    if path.suffix == ".ipynb":
+        return "\n\n".join(cell.source for cell in _read(path).cells if cell.cell_type == "markdown")
+    return path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "chapters" / LANGUAGE).rglob("*.ipynb"))
+                         + sorted((ROOT / "chapters" / LANGUAGE).glob("*.md")), ids=lambda path: path.name)
+def test_every_relative_link_of_the_chinese_edition_reaches_a_file(path):
+    """A link that works in chapters/NN/NN.ipynb (``../../references.md``) would break one folder deeper,
+    in chapters/zh_CN/NN/: the release rewrites it."""
+    for target in _relative_links(_markdown_of(path)):
+        assert (path.parent / target).resolve().is_file(), f"{path.relative_to(ROOT)}: the link {target} reaches no file"
+
+
+def test_the_english_chapters_have_relative_links_to_rewrite():
+    """The test above checks what the course has: the chapters do link to references.md."""
+    links = [link for chapter in CHAPTERS for link in _relative_links(_markdown_of(ROOT / "chapters" / chapter / f"{chapter}.ipynb"))]
+    assert "../../references.md" in links
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The [list](../../references.md#top).", "The [list](../../../references.md#top)."),
+    ("![a figure](figure.png)", "![a figure](../../01_a/figure.png)"),
+    ("[web](https://example.org/a.md), [here](#section), [root](/a.md), [mail](mailto:a@b.c)",
+     "[web](https://example.org/a.md), [here](#section), [root](/a.md), [mail](mailto:a@b.c)"),
+    ("`[code](../x.md)` and\n```\n[fence](../x.md)\n```", "`[code](../x.md)` and\n```\n[fence](../x.md)\n```"),
+])
+def test_relocate_links_reaches_the_same_files_from_one_folder_deeper(text, expected):
+    assert relocate_links(text, "chapters/01_a", "chapters/zh_CN/01_a") == expected
+
+
+def test_relocate_links_from_the_repository_root():
+    assert relocate_links("[a](chapters/01_a/01_a.ipynb)", ".", "chapters/zh_CN") == "[a](../01_a/01_a.ipynb)"
+
+
+SWITCH = translated_book.LanguageSwitch(language="zh_CN", label="中文", root="zh_CN/", back_label="English",
+                                        pages=(("intro", "chapters/zh_CN/intro"), ("chapters/", "chapters/zh_CN/")))
+
+
+def test_the_books_configuration_declares_the_switch_to_chinese():
+    config = translations.read_yaml(ROOT / "_config.yml")
+    assert translated_book.switch_of(config, "_config.yml") == SWITCH
+
+
+@pytest.mark.parametrize("page, counterpart, href", [
+    ("chapters/01_attention/01_attention", "chapters/zh_CN/01_attention/01_attention",
+     "../../zh_CN/chapters/zh_CN/01_attention/01_attention.html"),
+    ("intro", "chapters/zh_CN/intro", "zh_CN/chapters/zh_CN/intro.html"),
+    ("references", "references", "zh_CN/references.html"),
+])
+def test_the_switch_links_a_page_to_its_translation_and_back(page, counterpart, href):
+    assert SWITCH.counterpart(page) == counterpart
+    assert SWITCH.href(page, f"{counterpart}.html") == href
+    back = SWITCH.reverse()
+    assert (back.language, back.label, back.root, back.back_label) == ("en", "English", "../", "中文")
+    assert back.counterpart(counterpart) == page
+    assert back.href(counterpart, f"{page}.html") == posixpath.relpath(f"{page}.html", posixpath.dirname(f"zh_CN/{counterpart}"))
+
+
+def test_a_wrong_switch_is_named():
+    with pytest.raises(translations.TranslationError, match="_config.yml: language_switch lacks .'back_label'."):
+        translated_book.LanguageSwitch.from_config({"language": "zh_CN", "label": "中文", "root": "zh_CN/", "pages": {}},
+                                                   "_config.yml")
+    with pytest.raises(translations.TranslationError, match="_config.yml: no sphinx.config.language_switch"):
+        translated_book.switch_of({"sphinx": {}}, "_config.yml")
+
+
+def test_the_chinese_table_of_contents_and_configuration_are_generated_from_the_english(tmp_path):
+    files = translated_book.write_build_files(ROOT, LANGUAGE, tmp_path)
+    toc, english_toc = translations.read_yaml(files.toc), translations.read_yaml(ROOT / "_toc.yml")
+    assert toc["root"] == "chapters/zh_CN/intro"
+    assert [part["caption"] for part in toc["parts"]] == ["注意力", "位置与归一化", "高效注意力", "BERT", "课程"]
+    files_of = [[chapter["file"] for chapter in part["chapters"]] for part in toc["parts"]]
+    assert files_of == [[SWITCH.counterpart(chapter["file"]) for chapter in part["chapters"]] for part in english_toc["parts"]]
+    assert files_of[-1] == ["instructors", "references"]
+    config = translations.read_yaml(files.config)
+    assert config["title"] == "Transformer：从注意力到 BERT"
+    assert config["sphinx"]["config"]["language"] == LANGUAGE
+    assert config["sphinx"]["config"]["language_switch"] == SWITCH.reverse().as_config()
+    assert config["execute"]["cache"] == str(tmp_path / "_build" / ".jupyter_cache")
+    assert "chapters/zh_CN/**" not in config["exclude_patterns"] and "locale/**" in config["exclude_patterns"]
+    assert all(Path(path).is_dir() for path in config["sphinx"]["local_extensions"].values())
+    assert files.html == tmp_path / "_build" / LANGUAGE / "_build" / "html"
 
 
 def test_check_catches_a_dropped_formula_or_role(tmp_path):

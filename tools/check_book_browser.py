@@ -207,6 +207,13 @@ def _network_failures(events: list[dict], origin: str) -> list[str]:
     return failures
 
 
+def is_chapter_page(page: str) -> bool:
+    """Whether ``page`` (relative to the book) is a chapter's: ``chapters/NN_topic/NN_topic.html``, or in
+    a translated book ``chapters/LANG/NN_topic/NN_topic.html`` (not its ``chapters/LANG/intro.html``)."""
+    path = Path(page)
+    return path.parts[0] == "chapters" and path.stem == path.parent.name
+
+
 def check_book(html_dir: Path, screenshots: Path | None = None, pages: list[str] | None = None,
                chromium: str | None = None, log=print) -> dict[str, list[str]]:
     """Open each page (default: every chapter page and the top-level pages); return their problems."""
@@ -228,7 +235,7 @@ def check_book(html_dir: Path, screenshots: Path | None = None, pages: list[str]
             report = browser.evaluate(INSPECT_PAGE)
             time.sleep(0.5)  # let late network events (fonts) arrive
             browser.evaluate("1")
-            problems = page_problems(report, _network_failures(browser.events, origin), page.startswith("chapters/"))
+            problems = page_problems(report, _network_failures(browser.events, origin), is_chapter_page(page))
             results[page] = problems
             if screenshots is not None:
                 stem = Path(screenshots) / page.removesuffix(".html").replace("/", "__")

@@ -3,6 +3,7 @@
     python tools/translations.py update [--language LANG] [--dry-run]
     python tools/translations.py report [--language LANG] [--release]
     python tools/translations.py check  [--language LANG]
+    python tools/translations.py build  [--language LANG] [--output DIR] [-- JUPYTER_BOOK_OPTIONS]
 
 - ``update`` extracts the Markdown blocks of the solution notebooks (and ``intro.md``) and merges them
   into ``locale/LANG/LC_MESSAGES/<domain>.po`` with ``msgmerge --previous``: changed English becomes
@@ -12,17 +13,24 @@
   the exit status is 1 unless every one is fully translated (the release gate).
 - ``check`` runs ``msgfmt --check`` and checks that every translation keeps its English's MyST roles,
   directives, math, links, cited keys, inline code and numbers; exit status 1 on any problem.
+- ``build`` builds the English book (``DIR/_build/html``, ``DIR`` the repository by default), then the
+  book in each language over ``chapters/LANG/`` (``DIR/_build/LANG/_build/html``), with the English
+  build's execution cache: the code cells are the same, so nothing runs twice. Publish the second in
+  the folder ``LANG/`` of the first: the language switch on every page links there and back
+  (``autograder/translated_book.py``, ``_ext/language_switch.py``). Options after ``--`` go to
+  ``jupyter-book build`` (``-- -W -n --keep-going``).
 
 Then ``autograder release`` writes the translated student notebooks to ``chapters/LANG/``.
 """
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autograder import translations  # noqa: E402  (after the repository is on the path)
+from autograder import translated_book, translations  # noqa: E402  (after the repository is on the path)
 from autograder.course import ROOT  # noqa: E402
 
 
@@ -76,6 +84,20 @@ def check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def build(args: argparse.Namespace) -> int:
+    options = tuple(option for option in args.options if option != "--")
+    output = (args.output or args.root).resolve()
+    commands = [translated_book.jupyter_book_command(args.root, output, options)]
+    for language in _languages(args):
+        files = translated_book.write_build_files(args.root, language, output)
+        commands.append(translated_book.jupyter_book_command(args.root, output, options, files))
+    for command in commands:
+        result = subprocess.run(command)
+        if result.returncode != 0:
+            return result.returncode
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="translations", description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=ROOT, help="the course repository (default: this one)")
@@ -84,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         ("update", update, "merge the English source into the catalogues (msgmerge --previous)"),
         ("report", report, "count translated, fuzzy and untranslated messages per catalogue"),
         ("check", check, "msgfmt --check, and the MyST markup of every translation"),
+        ("build", build, "build the English book, then the book in each language (shared execution cache)"),
     ):
         command = subcommands.add_parser(name, help=help_text)
         command.add_argument("--language", metavar="LANG", help="one language, e.g. zh_CN (default: all in locale/)")
@@ -92,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                                                help="write nothing; list the catalogues that are not up to date")
     subcommands.choices["report"].add_argument("--release", action="store_true",
                                                help="exit status 1 unless every catalogue is fully translated")
+    subcommands.choices["build"].add_argument("--output", type=Path, metavar="DIR",
+                                              help="where the books are built, in DIR/_build (default: the repository)")
+    subcommands.choices["build"].add_argument("options", nargs=argparse.REMAINDER,
+                                              help="after --: options of jupyter-book build (-W -n --keep-going)")
     args = parser.parse_args(argv)
     args.root = args.root.resolve()
     try:
