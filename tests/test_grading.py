@@ -27,7 +27,7 @@ from grading_helpers import (
     ADD, DOUBLE, HIDDEN_LINES, build_course, feedback_pages, graded_notebook, insert_after, notebooks, put, records,
     tiny_solutions, with_cells, without)
 
-from autograder import cli, course
+from autograder import cli, course, translations
 from autograder.bounds import Limits
 from autograder.grade import grade
 from autograder.submissions import read_notebook, student_id
@@ -504,21 +504,41 @@ def toc_chapters() -> list[str]:
     return [Path(file).parts[1] for file in files if Path(file).parts[0] == course.CHAPTERS]
 
 
+def translated_chapters(language: str = "zh_CN") -> list[str]:
+    """The chapters of the book whose catalogue in ``language`` translates something."""
+    return [chapter for chapter in toc_chapters()
+            if translations.translations(translations.catalogue_path(REPO, language, chapter))]
+
+
+def chinese_solution(chapter: str) -> str:
+    """The solution of ``chapter`` with its Markdown in Chinese, as a student of the Chinese edition who
+    solved it hands it in (the release translates the chapter the same way)."""
+    catalogue = translations.translations(translations.catalogue_path(REPO, "zh_CN", chapter))
+    move = translations.Move(f"{course.SOLUTIONS}/{chapter}", f"{course.CHAPTERS}/zh_CN/{chapter}")
+    solution = nbformat.read(REPO / course.SOLUTIONS / chapter / f"{chapter}.ipynb", as_version=4)
+    return nbformat.writes(translations.translate_notebook(solution, catalogue, move))
+
+
 @pytest.fixture(scope="module")
 def book_graded(tmp_path_factory):
-    """Every chapter of the book graded twice, in one run: its solution and its released version."""
+    """Every chapter of the book graded in one run: its solution and its released version, and for the
+    chapters translated into Chinese, the same two in the Chinese edition."""
     chapters = toc_chapters()
     submissions = tmp_path_factory.mktemp("book")
-    for student, folder in (("instructor", course.SOLUTIONS), ("student", course.CHAPTERS)):
-        for chapter in chapters:
+    for student, folder in (("instructor", course.SOLUTIONS), ("student", course.CHAPTERS),
+                            ("student-zh_CN", f"{course.CHAPTERS}/zh_CN")):
+        for chapter in chapters if student != "student-zh_CN" else translated_chapters():
             notebook = REPO / folder / chapter / f"{chapter}.ipynb"
             if notebook.exists():
                 (submissions / student / chapter).mkdir(parents=True)
                 (submissions / student / chapter / notebook.name).write_bytes(notebook.read_bytes())
+    for chapter in translated_chapters():
+        (submissions / "instructor-zh_CN" / chapter).mkdir(parents=True)
+        (submissions / "instructor-zh_CN" / chapter / f"{chapter}.ipynb").write_text(chinese_solution(chapter))
     out = tmp_path_factory.mktemp("book-out")
     report = grade(submissions, out, jobs=2, limits=Limits(cell_timeout=300))
     results = defaultdict(list)
-    for (student, chapter, _), test in records(out).items():
+    for (student, chapter, _), test in sorted(records(out).items()):
         results[student, chapter].append(test)
     return report, results
 
@@ -534,6 +554,19 @@ def test_solutions_get_full_marks_and_released_chapters_zero(book_graded, chapte
     assert len(blank) == len(solved)
     assert all(test.status == "error" and test.points == 0 and "NotImplementedError" in test.message for test in blank), blank
 
+
+@pytest.mark.parametrize("chapter", translated_chapters())
+def test_a_chapter_grades_the_same_in_the_chinese_edition(book_graded, chapter):
+    """The solution and the blank chapter, handed in as the Chinese edition has them, get the English
+    editions' results test by test: the translation changes the Markdown only."""
+    _, results = book_graded
+
+    def outcomes(student):
+        return [(test.status, test.points, test.max_points, test.cause, test.message)
+                for test in results[student, chapter]]
+
+    assert outcomes("instructor-zh_CN") and outcomes("instructor-zh_CN") == outcomes("instructor")
+    assert outcomes("student-zh_CN") == outcomes("student")
 
 # --------------------------------------------------------------------------------------------------
 # The grader's own code, wherever it runs

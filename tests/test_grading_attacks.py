@@ -76,7 +76,7 @@ math = types.ModuleType("builtins")  # a module posing as the grader's builtins
 {WRITE_EVERYWHERE}"""
 
 GUARD_OFF = """import torch
-import autograder.checks.framework as framework
+import autograder.checks.framework.forbidden as framework
 import bertlab.attention
 def softmax(x, dim=-1):
     for guard in framework._active_guards:  # the forbidden-call rule, switched off from inside
