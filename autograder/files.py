@@ -27,12 +27,16 @@ def write_atomically(path: Path, data: bytes | str, mode: int = PRIVATE) -> None
         raise
 
 
-def replace_if_changed(source: Path, destination: Path) -> bool:
-    """Give ``destination`` the bytes of ``source`` unless it holds them already (:func:`write_atomically`);
-    return whether it wrote. A file replaced keeps its permissions; a new one gets the source's, so that
-    a reader running meanwhile (a book build executing the chapters) never misses the file."""
-    content = source.read_bytes()
-    if destination.is_file() and destination.read_bytes() == content:
+def write_if_changed(path: Path, data: bytes, mode: int) -> bool:
+    """Give ``path`` the bytes ``data`` unless it holds them already (:func:`write_atomically`, so that a
+    reader running meanwhile, a book build executing the chapters, never misses the file); return whether
+    it wrote. A file replaced keeps its permissions; a new one gets ``mode``."""
+    if path.is_file() and path.read_bytes() == data:
         return False
-    write_atomically(destination, content, stat.S_IMODE((destination if destination.exists() else source).stat().st_mode))
+    write_atomically(path, data, stat.S_IMODE(path.stat().st_mode) if path.exists() else mode)
     return True
+
+
+def replace_if_changed(source: Path, destination: Path) -> bool:
+    """:func:`write_if_changed` with the bytes of ``source``; a new ``destination`` gets its permissions."""
+    return write_if_changed(destination, source.read_bytes(), stat.S_IMODE(source.stat().st_mode))

@@ -232,6 +232,7 @@ def work(job: Job, connection) -> None:
     except BaseException as error:  # noqa: B036 -- whatever happens, the class run hears of it
         import traceback
 
-        connection.send(("error", f"{type(error).__name__}: {error}\n{traceback.format_exc()[-MAX_WORKER_TRACEBACK_CHARS:]}"))
+        end = traceback.format_exc()[-MAX_WORKER_TRACEBACK_CHARS:]
+        connection.send(("error", f"{type(error).__name__}: {error}\n{end}"))
     finally:
         connection.close()

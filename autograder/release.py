@@ -46,7 +46,7 @@ from autograder.course import (
     is_graded_test,
     strip_hidden_tests,
 )
-from autograder.files import replace_if_changed
+from autograder.files import SHARED, replace_if_changed, write_if_changed
 from autograder.nbgrader_adapter import create_gradebook
 
 URL_PLACEHOLDER = "{repository_url}"
@@ -210,19 +210,12 @@ def generate(names=None, *, root: Path = ROOT, output: Path | None = None) -> li
                 destination = output / name / path.relative_to(generated)
                 if replace_if_changed(path, destination):
                     written.append(destination)
-            written += _write_translations(root, name, generated, output, scratch / "translated")
-        written += _write_translated_pages(root, output, scratch / "translated")
+            written += _write_translations(root, name, generated, output)
+        written += _write_translated_pages(root, output)
     return written
 
 
-def _replace_with_text(text: str, scratch: Path, destination: Path) -> bool:
-    """Give ``destination`` the text ``text`` unless it holds it already, through the scratch file ``scratch``."""
-    scratch.parent.mkdir(parents=True, exist_ok=True)
-    scratch.write_text(text, encoding="utf-8")
-    return replace_if_changed(scratch, destination)
-
-
-def _write_translations(root: Path, name: str, generated: Path, output: Path, scratch: Path) -> list[Path]:
+def _write_translations(root: Path, name: str, generated: Path, output: Path) -> list[Path]:
     """Write the chapter ``name``, generated into ``generated``, in each language with catalogues, into
     ``output/LANG/name``: its notebooks with their Markdown translated (:mod:`autograder.translations`),
     its other files as they are. Only the files whose bytes change are written."""
@@ -235,8 +228,8 @@ def _write_translations(root: Path, name: str, generated: Path, output: Path, sc
             if path.suffix == ".ipynb":
                 folder = PurePosixPath(name, relative.as_posix()).parent
                 move = translations.Move(str(CHAPTERS / folder), str(PurePosixPath(CHAPTERS, language) / folder))
-                changed = _replace_with_text(translations.translated_notebook_text(path, catalogue, move),
-                                             scratch / language / name / relative, destination)
+                text = translations.translated_notebook_text(path, catalogue, move)
+                changed = write_if_changed(destination, text.encode("utf-8"), SHARED)
             else:
                 changed = replace_if_changed(path, destination)
             if changed:
@@ -244,7 +237,7 @@ def _write_translations(root: Path, name: str, generated: Path, output: Path, sc
     return written
 
 
-def _write_translated_pages(root: Path, output: Path, scratch: Path) -> list[Path]:
+def _write_translated_pages(root: Path, output: Path) -> list[Path]:
     """Write each page of the book with a catalogue (:data:`autograder.translations.PAGES`), in each
     language, into ``output/LANG/``. Only the files whose bytes change are written."""
     written = []
@@ -253,8 +246,8 @@ def _write_translated_pages(root: Path, output: Path, scratch: Path) -> list[Pat
             page = PurePosixPath(translations.PAGES[domain])
             move = translations.Move(str(page.parent), str(PurePosixPath(CHAPTERS, language) / page.parent))
             destination = output / language / page
-            if _replace_with_text(translations.translated_page_text(root, language, domain, move),
-                                  scratch / language / page, destination):
+            text = translations.translated_page_text(root, language, domain, move)
+            if write_if_changed(destination, text.encode("utf-8"), SHARED):
                 written.append(destination)
     return written
 

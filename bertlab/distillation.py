@@ -34,7 +34,7 @@ from bertlab.finetuning import (
     model_device,
     model_inputs,
 )
-from bertlab.utils import check_precision, compute_dtype, recipe_from_keywords, resolve_device, seed_everything
+from bertlab.utils import check_precision, compute_dtype, recipe_from_keywords, resolve_device
 
 
 def distillation_loss(
@@ -146,7 +146,7 @@ def agreement(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> flo
 class DistillationRecipe(FineTuningRecipe):
     """A fine-tuning recipe (:class:`~bertlab.finetuning.FineTuningRecipe`) with the weight ``alpha`` of
     the labels' cross-entropy and the ``temperature`` T of :func:`distillation_loss` (Hinton et al., 2015;
-    DistilBERT, Sanh et al., 2019); a texts' length of 128 tokens where none is given."""
+    DistilBERT, Sanh et al., 2019); texts are cut to 128 tokens where max_length is None."""
 
     alpha: float = 0.5
     temperature: float = 2.0
@@ -154,6 +154,10 @@ class DistillationRecipe(FineTuningRecipe):
     def __post_init__(self):
         super().__post_init__()
         check_distillation_options(self.alpha, self.temperature)
+
+
+#: The recipe of a call that passes none.
+DEFAULT_DISTILLATION_RECIPE = DistillationRecipe()
 
 
 def distill(
@@ -188,18 +192,16 @@ def distill(
     """
     if "lr" in recipe_keywords:  # earlier releases' name of the student's one learning rate
         recipe_keywords["encoder_lr"] = recipe_keywords.pop("lr")
-    recipe = recipe_from_keywords(DistillationRecipe, recipe, recipe_keywords, "distill", DistillationRecipe())
+    recipe = recipe_from_keywords(DistillationRecipe, recipe, recipe_keywords, "distill", DEFAULT_DISTILLATION_RECIPE)
     check_precision(precision)
     device = resolve_device(device)
-    seed_everything(recipe.seed)
     teacher.to(device).eval()
-    max_length = SENTENCE_MAX_LENGTH if recipe.max_length is None else recipe.max_length
+    max_length = recipe.length(SENTENCE_MAX_LENGTH)
     batches = labelled_batches(train, tokenizer, batch_size=recipe.batch_size, max_length=max_length, shuffle=True,
                                seed=recipe.seed, what="train")
     teacher_logits = compute_logits(teacher, batches, device, precision).to(device)  # (num_train, C), in order
-    if dev is not None:
-        dev_batches = labelled_batches(dev, tokenizer, max_length=max_length, what="dev")
-        dev_teacher_logits = compute_logits(teacher, dev_batches, device, precision)
+    dev_batches = None if dev is None else labelled_batches(dev, tokenizer, max_length=max_length, what="dev")
+    dev_teacher_logits = None if dev is None else compute_logits(teacher, dev_batches, device, precision)
 
     def loss_fn(student: nn.Module, batch: Batch) -> torch.Tensor:
         student_logits = student(**model_inputs(batch, device)).logits
@@ -212,9 +214,7 @@ def distill(
         metrics["agreement"] = agreement(student_logits, dev_teacher_logits)
         return metrics
 
-    if dev is None:
-        dev_batches = student_metrics = None
-    return finetune_batches(student, batches, loss_fn, dev_batches, student_metrics, recipe,
+    return finetune_batches(student, batches, loss_fn, dev_batches, None if dev is None else student_metrics, recipe,
                             device=device, progress=progress, output_dir=output_dir, precision=precision,
                             description="distill")
 

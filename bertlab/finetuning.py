@@ -598,6 +598,10 @@ class FineTuningRecipe:
                               weight_decay=self.weight_decay, layer_decay=self.layer_decay,
                               warmup_ratio=self.warmup_ratio)
 
+    def length(self, default: int) -> int:
+        """The tokens an example is cut to: max_length, or the task's ``default`` when it is None."""
+        return default if self.max_length is None else self.max_length
+
 
 #: The recipe of a call that passes none: BERT's defaults.
 DEFAULT_RECIPE = FineTuningRecipe()
@@ -654,6 +658,7 @@ def finetune_batches(
         precision=precision,
     )
 
+
 def finetune(
     model: nn.Module,
     tokenizer,
@@ -688,7 +693,7 @@ def finetune(
         ``dev_macro_f1`` and ``dev_loss``.
     """
     recipe = recipe_from_keywords(FineTuningRecipe, recipe, recipe_keywords, "finetune", DEFAULT_RECIPE)
-    max_length = SENTENCE_MAX_LENGTH if recipe.max_length is None else recipe.max_length
+    max_length = recipe.length(SENTENCE_MAX_LENGTH)
     batches = labelled_batches(train, tokenizer, batch_size=recipe.batch_size, max_length=max_length, shuffle=True,
                                seed=recipe.seed, what="train")
     dev_batches = None if dev is None else labelled_batches(dev, tokenizer, max_length=max_length, what="dev")

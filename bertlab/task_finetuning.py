@@ -577,7 +577,7 @@ def finetune_task(
     """
     recipe = recipe_from_keywords(FineTuningRecipe, recipe, recipe_keywords, "finetune_task", DEFAULT_RECIPE)
     check_labels(task, model, labels)
-    max_length = task.max_length if recipe.max_length is None else recipe.max_length
+    max_length = recipe.length(task.max_length)
     batches = task.batches(train, tokenizer, labels, max_length=max_length, batch_size=recipe.batch_size,
                            shuffle=True, seed=recipe.seed, what="train")
     dev_batches = None if dev is None else task.batches(dev, tokenizer, labels, max_length=max_length,

@@ -263,8 +263,8 @@ def test_finetune_learns_the_synthetic_task(tokenizer, examples, device, tmp_pat
     torch.manual_seed(0)
     model = BertForSequenceClassification(tiny_config(tokenizer, num_layers=2), num_labels=2)
     before = evaluate(model, tokenizer, dev)["accuracy"]
-    history = finetune(model, tokenizer, train, dev, FineTuningRecipe(epochs=4, batch_size=16, encoder_lr=3e-3,
-                       seed=0), device=device, progress=False, output_dir=tmp_path)
+    recipe = FineTuningRecipe(epochs=4, batch_size=16, encoder_lr=3e-3, seed=0)
+    history = finetune(model, tokenizer, train, dev, recipe, device=device, progress=False, output_dir=tmp_path)
     assert [record["epoch"] for record in history] == [1, 2, 3, 4]
     assert set(history[0]) == {"epoch", "train_loss", "dev_accuracy", "dev_macro_f1", "dev_loss"}
     assert history[-1]["train_loss"] < history[0]["train_loss"] - 0.15
@@ -292,9 +292,9 @@ def test_finetune_computes_in_the_precision_it_is_given(tokenizer, examples, mon
         seen.clear()
         torch.manual_seed(0)
         model = BertForSequenceClassification(tiny_config(tokenizer, num_layers=1), num_labels=2)
-        histories[precision] = finetune(model, tokenizer, examples[:96], examples[400:464],
-                                        FineTuningRecipe(epochs=2, batch_size=16, encoder_lr=3e-3, seed=0),
-                                        device="cpu", progress=False, precision=precision)
+        recipe = FineTuningRecipe(epochs=2, batch_size=16, encoder_lr=3e-3, seed=0)
+        histories[precision] = finetune(model, tokenizer, examples[:96], examples[400:464], recipe, device="cpu",
+                                        progress=False, precision=precision)
         expected = {"float32": None, "bfloat16": torch.bfloat16,
                     "auto": torch.bfloat16 if cpu_computes_bfloat16() else None}[precision]
         assert seen and set(seen) == {expected}, precision
@@ -329,8 +329,8 @@ def test_finetune_is_seeded(tokenizer, examples):
     for _ in range(2):
         torch.manual_seed(123)  # same initial weights
         model = BertForSequenceClassification(tiny_config(tokenizer, num_layers=1), num_labels=2)
-        history = finetune(model, tokenizer, examples[:64], recipe=FineTuningRecipe(epochs=1, batch_size=16),
-                           device="cpu", progress=False)
+        recipe = FineTuningRecipe(epochs=1, batch_size=16)
+        history = finetune(model, tokenizer, examples[:64], recipe=recipe, device="cpu", progress=False)
         histories.append(history)
     assert histories[0] == histories[1]
 
@@ -338,8 +338,8 @@ def test_finetune_is_seeded(tokenizer, examples):
 def test_finetune_trains_only_unfrozen_weights(model, tokenizer, examples):
     freeze_layers(model, 1)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    finetune(model, tokenizer, examples[:64], recipe=FineTuningRecipe(epochs=1, batch_size=16, encoder_lr=1e-3),
-             device="cpu", progress=False)
+    recipe = FineTuningRecipe(epochs=1, batch_size=16, encoder_lr=1e-3)
+    finetune(model, tokenizer, examples[:64], recipe=recipe, device="cpu", progress=False)
     for name, parameter in model.named_parameters():
         assert torch.equal(parameter, before[name]) == (not parameter.requires_grad), name
 

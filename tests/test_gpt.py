@@ -510,9 +510,9 @@ def test_causal_pretraining_lowers_the_loss_and_writes_a_folder_that_hugging_fac
                                                                                         tmp_path):
     model = small_gpt(tokenizer)
     steps = 40
-    history = pretrain(model, tokenizer, corpus, PretrainingRecipe(max_steps=steps, batch_size=8, seq_len=32,
-                       lr=3e-3, warmup_steps=4, log_every=1, objective="causal"), output_dir=tmp_path,
-                       progress=False, device="cpu")
+    recipe = PretrainingRecipe(max_steps=steps, batch_size=8, seq_len=32, lr=3e-3, warmup_steps=4, log_every=1,
+                               objective="causal")
+    history = pretrain(model, tokenizer, corpus, recipe, output_dir=tmp_path, progress=False, device="cpu")
     initial, final = history[0]["loss"], sum(record["loss"] for record in history[-5:]) / 5
     assert abs(initial - math.log(tokenizer.vocab_size)) < 0.3  # starts at chance, ln V
     assert final < initial - 0.5, (initial, final)  # perplexity down by 40% and more
@@ -593,8 +593,8 @@ def test_causal_pretraining_in_bfloat16_follows_the_float32_run(tokenizer, corpu
 
 def test_causal_pretraining_runs_on_device(tokenizer, corpus, tmp_path, device):
     model = small_gpt(tokenizer)
-    history = pretrain(model, tokenizer, corpus[:3], PretrainingRecipe(max_steps=3, batch_size=8, seq_len=32,
-                       log_every=1, objective="causal"), output_dir=tmp_path, device=device, progress=False)
+    recipe = PretrainingRecipe(max_steps=3, batch_size=8, seq_len=32, log_every=1, objective="causal")
+    history = pretrain(model, tokenizer, corpus[:3], recipe, output_dir=tmp_path, device=device, progress=False)
     assert all(math.isfinite(record["loss"]) for record in history)
     assert next(model.parameters()).device.type == device.type
     prompt = torch.tensor([[tokenizer.cls_token_id]], device=device)

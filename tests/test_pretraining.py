@@ -388,8 +388,8 @@ def test_packed_segments_are_the_full_sentence_segments_and_survive_a_file(token
 
 
 def test_pretraining_on_packed_segments_is_pretraining_on_their_text(tokenizer, corpus, tmp_path):
-    recipe, options = PretrainingRecipe(max_steps=3, batch_size=4, seq_len=32, nsp=False, log_every=1), dict(
-        progress=False, device="cpu")
+    recipe = PretrainingRecipe(max_steps=3, batch_size=4, seq_len=32, nsp=False, log_every=1)
+    options = dict(progress=False, device="cpu")
     from_text = pretrain(tiny_model(tokenizer), tokenizer, corpus[:4], recipe, output_dir=tmp_path / "text", **options)
     packed = PackedSegments.pack(tokenizer, corpus[:4], seq_len=32)
     from_file = pretrain(tiny_model(tokenizer), packed.tokenizer(), packed, recipe, output_dir=tmp_path / "file",
@@ -466,9 +466,9 @@ def test_weight_decay_groups_exclude_biases_and_layer_norms(tokenizer):
 def test_pretraining_lowers_the_mlm_loss_and_writes_its_outputs(tokenizer, corpus, tmp_path):
     model = tiny_model(tokenizer)
     steps = 80
-    history = pretrain(model, tokenizer, corpus, PretrainingRecipe(max_steps=steps, batch_size=16, seq_len=64,
-                       lr=2e-3, warmup_steps=10, log_every=1, checkpoint_every=1000), output_dir=tmp_path,
-                       progress=False, device="cpu")
+    recipe = PretrainingRecipe(max_steps=steps, batch_size=16, seq_len=64, lr=2e-3, warmup_steps=10, log_every=1,
+                               checkpoint_every=1000)
+    history = pretrain(model, tokenizer, corpus, recipe, output_dir=tmp_path, progress=False, device="cpu")
     initial, final = history[0]["mlm_loss"], sum(r["mlm_loss"] for r in history[-10:]) / 10
     assert abs(initial - math.log(tokenizer.vocab_size)) < 0.3  # starts at chance, ln V
     assert final < initial - 1.0, (initial, final)  # perplexity divided by e and more
@@ -513,8 +513,8 @@ def test_resuming_gives_exactly_the_uninterrupted_run(tokenizer, corpus, tmp_pat
 
 
 def test_resuming_with_other_settings_is_refused(tokenizer, corpus, tmp_path):
-    recipe, arguments = PretrainingRecipe(max_steps=2, batch_size=4, seq_len=32, log_every=1), dict(
-        progress=False, device="cpu")
+    recipe = PretrainingRecipe(max_steps=2, batch_size=4, seq_len=32, log_every=1)
+    arguments = dict(progress=False, device="cpu")
     pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], recipe, output_dir=tmp_path, **arguments)
     larger = dataclasses.replace(recipe, batch_size=8)
     with pytest.raises(ValueError, match=r"other settings \(batch_size 4 -> 8\)"):
@@ -574,18 +574,16 @@ def test_a_recipe_names_the_setting_it_refuses(settings, message):
 
 def test_pretrain_rejects_bad_arguments(tokenizer, corpus, tmp_path):
     model = tiny_model(tokenizer)
+    too_long, two_steps = PretrainingRecipe(max_steps=2, seq_len=128), PretrainingRecipe(max_steps=2)
     with pytest.raises(ValueError, match="max_position_embeddings"):
-        pretrain(model, tokenizer, corpus[:3], PretrainingRecipe(max_steps=2, seq_len=128), output_dir=tmp_path,
-                 device="cpu")
+        pretrain(model, tokenizer, corpus[:3], too_long, output_dir=tmp_path, device="cpu")
     with pytest.raises(ValueError, match="stop_at_step"):
-        pretrain(model, tokenizer, corpus[:3], PretrainingRecipe(max_steps=2), output_dir=tmp_path, stop_at_step=5,
-                 device="cpu")
+        pretrain(model, tokenizer, corpus[:3], two_steps, output_dir=tmp_path, stop_at_step=5, device="cpu")
     with pytest.raises(ValueError, match="batch_size"):
-        pretrain(model, tokenizer, corpus[:3], PretrainingRecipe(max_steps=2, batch_size=0), output_dir=tmp_path,
-                 device="cpu")
+        PretrainingRecipe(max_steps=2, batch_size=0)
+    too_large = PretrainingRecipe(max_steps=2, batch_size=4096, seq_len=32)
     with pytest.raises(ValueError, match="fewer than one batch"):
-        pretrain(model, tokenizer, corpus[:2], PretrainingRecipe(max_steps=2, batch_size=4096, seq_len=32),
-                 output_dir=tmp_path, device="cpu")
+        pretrain(model, tokenizer, corpus[:2], too_large, output_dir=tmp_path, device="cpu")
     with pytest.raises(FileNotFoundError, match="metrics log"):
         plot_metrics(tmp_path / "missing.jsonl", tmp_path / "plot.png")
 
@@ -616,15 +614,16 @@ def test_pretrain_in_another_precision_or_compiled_follows_the_float32_run(token
 
 
 def test_pretrain_names_an_unknown_precision(tokenizer, corpus, tmp_path):
+    recipe = PretrainingRecipe(max_steps=2, seq_len=32)
     with pytest.raises(ValueError, match="precision must be one of auto, float32, bfloat16, float16, got 'bf16'"):
-        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], PretrainingRecipe(max_steps=2, seq_len=32),
-                 output_dir=tmp_path, device="cpu", precision="bf16")
+        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], recipe, output_dir=tmp_path, device="cpu",
+                 precision="bf16")
 
 
 def test_pretrain_runs_on_device(tokenizer, corpus, tmp_path, device):
     model = tiny_model(tokenizer)
-    history = pretrain(model, tokenizer, corpus[:3], PretrainingRecipe(max_steps=3, batch_size=8, seq_len=32,
-                       log_every=1), output_dir=tmp_path, device=device, progress=False)
+    recipe = PretrainingRecipe(max_steps=3, batch_size=8, seq_len=32, log_every=1)
+    history = pretrain(model, tokenizer, corpus[:3], recipe, output_dir=tmp_path, device=device, progress=False)
     assert all(math.isfinite(record["loss"]) for record in history)
     assert next(model.parameters()).device.type == device.type
 
@@ -633,8 +632,9 @@ def test_micro_batches_without_chosen_tokens_add_no_mlm_loss(tokenizer, corpus, 
     # Segments of at most 6 maskable tokens, one per micro-batch: about 0.85^6 = 38% choose no token, where
     # the mean cross-entropy is 0/0 = NaN; such a micro-batch must add no MLM loss and no gradient.
     model = tiny_model(tokenizer)
-    history = pretrain(model, tokenizer, corpus[:2], PretrainingRecipe(max_steps=12, batch_size=1, seq_len=8,
-                       nsp=False, log_every=1, seed=1), output_dir=tmp_path / "short", progress=False, device="cpu")
+    recipe = PretrainingRecipe(max_steps=12, batch_size=1, seq_len=8, nsp=False, log_every=1, seed=1)
+    history = pretrain(model, tokenizer, corpus[:2], recipe, output_dir=tmp_path / "short", progress=False,
+                       device="cpu")
     empty = [record for record in history if record["mlm_loss"] is None]
     assert empty and len(empty) < len(history)  # both kinds of micro-batch occurred
     assert all(record["loss"] == 0.0 and record["mlm_accuracy"] == 0.0 for record in empty)
@@ -646,9 +646,9 @@ def test_micro_batches_without_chosen_tokens_add_no_mlm_loss(tokenizer, corpus, 
     mlm_only = {name: tensor.clone() for name, tensor in model.state_dict().items()  # decoder.weight: the embeddings
                 if name.startswith("mlm_head.") and name != "mlm_head.decoder.weight"}
     assert mlm_only
-    history = pretrain(model, tokenizer, corpus[:3], PretrainingRecipe(max_steps=3, batch_size=4, seq_len=32,
-                       mlm_probability=0.0, weight_decay=0.0, log_every=1), output_dir=tmp_path / "nsp",
-                       progress=False, device="cpu")
+    recipe = PretrainingRecipe(max_steps=3, batch_size=4, seq_len=32, mlm_probability=0.0, weight_decay=0.0,
+                               log_every=1)
+    history = pretrain(model, tokenizer, corpus[:3], recipe, output_dir=tmp_path / "nsp", progress=False, device="cpu")
     assert all(record["mlm_loss"] is None and math.isfinite(record["nsp_loss"]) for record in history)
     assert all(record["loss"] == record["nsp_loss"] for record in history)
     state = model.state_dict()
@@ -660,8 +660,8 @@ def test_a_checkpoint_loads_for_a_process_on_another_device(tokenizer, corpus, t
     """Regression: the checkpoint was read onto the process's device, which put the saved random states
     on the GPU, where ``torch.set_rng_state`` refuses them (TypeError: RNG state must be a
     torch.ByteTensor), and AdamW's step counts with them. On ``meta`` the same TypeError was raised."""
-    pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], PretrainingRecipe(max_steps=2, batch_size=4, seq_len=32,
-             log_every=1), output_dir=tmp_path, progress=False, device="cpu")
+    recipe = PretrainingRecipe(max_steps=2, batch_size=4, seq_len=32, log_every=1)
+    pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], recipe, output_dir=tmp_path, progress=False, device="cpu")
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     with torch.device("meta"):
         model = BertForPreTraining(tiny_config(tokenizer.vocab_size))
@@ -680,9 +680,10 @@ def test_a_checkpoint_loads_for_a_process_on_another_device(tokenizer, corpus, t
 
 def test_a_corrupt_checkpoint_is_named_in_a_clear_error(tokenizer, corpus, tmp_path):
     (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    recipe = PretrainingRecipe(max_steps=2, batch_size=4, seq_len=32)
     with pytest.raises(ValueError, match=r"checkpoint\.pt: it is not a readable checkpoint"):
-        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], PretrainingRecipe(max_steps=2, batch_size=4,
-                 seq_len=32), output_dir=tmp_path, progress=False, device="cpu")
+        pretrain(tiny_model(tokenizer), tokenizer, corpus[:3], recipe, output_dir=tmp_path, progress=False,
+                 device="cpu")
 
 
 # ---------------------------------------------------------------------------------------------- evaluation

@@ -344,9 +344,10 @@ def test_a_tiny_model_learns_a_handful_of_examples(tokenizer, task, examples, tm
     labels = task.labels(examples) if task.labels else None
     torch.manual_seed(0)
     model = task_model(task, tiny_config(tokenizer), labels)
-    history = finetune_task(task, model, tokenizer, examples, examples, FineTuningRecipe(epochs=60,
-                            batch_size=len(examples), encoder_lr=3e-3, warmup_ratio=0.0, max_length=64, seed=0),
-                            labels=labels, device="cpu", progress=False, output_dir=tmp_path, precision="float32")
+    recipe = FineTuningRecipe(epochs=60, batch_size=len(examples), encoder_lr=3e-3, warmup_ratio=0.0, max_length=64,
+                              seed=0)
+    history = finetune_task(task, model, tokenizer, examples, examples, recipe, labels=labels, device="cpu",
+                            progress=False, output_dir=tmp_path, precision="float32")
     assert [record["epoch"] for record in history] == list(range(1, 61))
     assert history[-1]["train_loss"] < 0.25 * history[0]["train_loss"]
     best = {"pairs": "accuracy", "tagging": "accuracy", "spans": "exact_match"}[task.name]
@@ -391,8 +392,9 @@ def test_the_scores_of_each_example_make_the_task_s_score(tokenizer, task, examp
 def test_fine_tuning_and_evaluation_run_on_the_device(tokenizer, task, examples, device):
     labels = task.labels(examples) if task.labels else None
     model = task_model(task, tiny_config(tokenizer, num_layers=1), labels)
-    history = finetune_task(task, model, tokenizer, examples, examples, FineTuningRecipe(epochs=2, batch_size=2,
-                            max_length=64), labels=labels, device=device, progress=False)
+    recipe = FineTuningRecipe(epochs=2, batch_size=2, max_length=64)
+    history = finetune_task(task, model, tokenizer, examples, examples, recipe, labels=labels, device=device,
+                            progress=False)
     assert next(model.parameters()).device.type == device.type
     assert evaluate_task(task, model, tokenizer, examples, labels=labels, max_length=64) == \
         pytest.approx({name[len("dev_"):]: value for name, value in history[-1].items() if name.startswith("dev_")})
@@ -403,8 +405,9 @@ def test_fine_tuning_is_seeded(tokenizer):
     for _ in range(2):
         torch.manual_seed(5)
         model = task_model(SHORT_SPANS, tiny_config(tokenizer, num_layers=1), None)
-        histories.append(finetune_task(SHORT_SPANS, model, tokenizer, QUESTIONS, recipe=FineTuningRecipe(epochs=2,
-                         batch_size=2, max_length=64, seed=3), device="cpu", progress=False))
+        recipe = FineTuningRecipe(epochs=2, batch_size=2, max_length=64, seed=3)
+        histories.append(finetune_task(SHORT_SPANS, model, tokenizer, QUESTIONS, recipe=recipe, device="cpu",
+                         progress=False))
     assert histories[0] == histories[1]
 
 
@@ -438,8 +441,8 @@ def test_the_learning_rate_is_chosen_on_the_task_s_metric(tokenizer):
     def train_with(lr):
         torch.manual_seed(0)
         model = task_model(SHORT_SPANS, tiny_config(tokenizer), None)
-        finetune_task(SHORT_SPANS, model, tokenizer, QUESTIONS, recipe=FineTuningRecipe(epochs=40, batch_size=4,
-                      encoder_lr=lr, warmup_ratio=0.0, max_length=64), device="cpu", progress=False,
+        recipe = FineTuningRecipe(epochs=40, batch_size=4, encoder_lr=lr, warmup_ratio=0.0, max_length=64)
+        finetune_task(SHORT_SPANS, model, tokenizer, QUESTIONS, recipe=recipe, device="cpu", progress=False,
                       precision="float32")
         return model
 
