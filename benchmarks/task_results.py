@@ -3,7 +3,7 @@
     python benchmarks/task_results.py --data-root DIR [--tasks pairs tagging spans] [--quick]
                                       [--device auto|cpu|cuda] [--threads T] [--work-dir DIR] [--no-progress]
 
-DIR holds ``snli_1.0/``, ``UD_English-EWT/`` and ``squad-v1.1/`` (``bertlab.task_data.load_task_splits``):
+DIR holds ``snli_1.0/``, ``UD_English-EWT/`` and ``squad-v1.1/`` (each task type's ``load_splits``):
 
 - **pairs**, natural language inference on SNLI 1.0 (Bowman et al., 2015): train and dev carved from
   the official dev split by premise (the course's copy lacks the training split), test = the official
@@ -51,18 +51,11 @@ import torch
 from bertlab.bert import BertConfig
 from bertlab.course_model import course_bert_folder, course_bert_sha256
 from bertlab.finetuning import FineTuningRecipe
-from bertlab.task_baselines import (
-    majority_predictions,
-    score_pair_predictions,
-    sliding_window_answers,
-    train_most_frequent_tagger,
-    train_pair_bag_of_words,
-)
+from bertlab.task_baselines import WINDOW_ANSWER_WORDS, answer_words
 from bertlab.recorded import Significance
-from bertlab.task_data import SentencePair, load_task_splits
-from bertlab.task_finetuning import (TASKS, ExampleScores, evaluate_task, finetune_task, predict_answers, span_task,
-                                     squad_references, task_example_scores, task_model, word_accuracy)
-from bertlab.tasks import squad_f1, squad_normalize, squad_scores
+from bertlab.task_data import SentencePair
+from bertlab.task_finetuning import (SENTENCES, SPANS, TASKS, evaluate_task, finetune_task, predict_answers, span_task,
+                                     task_example_scores, task_model)
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
 from benchmark_runs import (Stages, checks_table, computed_in, expectation, holding, machine, paired_comparison,
@@ -77,10 +70,10 @@ SETTINGS = {
                   learning_rates=[1e-3], max_train_examples=200, max_evaluation_examples=200,
                   learning_curve={"pairs": [0.5]}),
 }
-WINDOW_ANSWER_WORDS = (1, 2, 3, 4, 5, 10)  # the sliding window's longest answer, in words: chosen on dev
 MODELS = ("course_bert", "random_init")
 MODEL_NAMES = {"course_bert": "course BERT, fine-tuned whole", "random_init": "same BERT from random weights"}
-DATASET_NAMES = {"pairs": "SNLI 1.0", "tagging": "UD English EWT (UPOS)", "spans": "SQuAD 1.1"}
+#: The task types compared here; sentences (MR) are benchmarks/bert_results.py's.
+TASK_NAMES = [name for name, task in TASKS.items() if task is not SENTENCES]
 
 
 def baselines_complete(record: dict) -> bool:
@@ -91,53 +84,17 @@ def baselines_complete(record: dict) -> bool:
 
 def task_type(name: str, settings: dict):
     """The task type of ``bertlab.task_finetuning``, spans with the settings' stride and answer bound."""
-    return span_task(settings["stride"], settings["max_answer_length"]) if name == "spans" else TASKS[name]
+    task = TASKS[name]
+    return span_task(settings["stride"], settings["max_answer_length"]) if task is SPANS else task
 
 
-def words(text: str) -> int:
-    """The words of an answer, as SQuAD's normalisation splits them (articles and punctuation aside)."""
-    return len(squad_normalize(text).split())
-
-
-def baselines(name: str, train: list, dev: list, test: list) -> dict:
-    """The simple baselines of a task, trained on ``train`` and scored on ``test`` as the BERTs are
-    (none has a setting to tune on dev), each with its score on each test example (``test_examples``,
-    as :func:`bertlab.task_finetuning.task_example_scores` gives the BERTs'). The sliding window's longest
-    answer (:data:`WINDOW_ANSWER_WORDS`) is chosen on ``dev``; its test F1 at every length is kept, with the
-    mean length in words of its answers and of the gold ones (each question's shortest)."""
-    if name == "pairs":
-        def scored(predictions) -> dict:
-            right = [int(predicted == pair.label) for predicted, pair in zip(predictions.tolist(), test)]
-            return {**score_pair_predictions(predictions, test), "test_examples": dataclasses.asdict(ExampleScores(right))}
-
-        return {
-            "majority class": scored(majority_predictions(train, test)),
-            "bag of words, premise and hypothesis": scored(train_pair_bag_of_words(train, seed=0).predict(test)),
-            "bag of words, hypothesis only": scored(
-                train_pair_bag_of_words(train, hypothesis_only=True, seed=0).predict(test)),
-        }
-    if name == "tagging":
-        predictions = train_most_frequent_tagger(train).predict(test)
-        right = ExampleScores([sum(guess == tag for guess, tag in zip(predicted, sentence.tags))
-                               for predicted, sentence in zip(predictions, test)], [len(sentence.tags) for sentence in test])
-        return {"most frequent tag of each word": {"accuracy": word_accuracy(predictions, test),
-                                                   "test_examples": dataclasses.asdict(right)}}
-    def window(questions: list, limit: int) -> tuple[dict, object]:
-        answers = sliding_window_answers(questions, max_answer_words=limit)
-        return answers, squad_scores(answers, squad_references(questions))
-
-    dev_f1 = {limit: window(dev, limit)[1].f1 for limit in WINDOW_ANSWER_WORDS}
-    chosen = max(WINDOW_ANSWER_WORDS, key=lambda limit: dev_f1[limit])  # ties: the shortest
-    test_f1 = {limit: window(test, limit)[1].f1 for limit in WINDOW_ANSWER_WORDS}
-    answers, scores = window(test, chosen)
-    f1 = ExampleScores([squad_f1(answers[question.id], [answer.text for answer in question.answers])
-                        if question.id in answers else 0.0 for question in test])
-    return {"sliding window": {
-        "exact_match": scores.exact_match, "f1": scores.f1, "max_answer_words": chosen,
-        "dev_f1_by_max_answer_words": dev_f1, "test_f1_by_max_answer_words": test_f1,
-        "answer_words": sum(words(answer) for answer in answers.values()) / len(test),
-        "gold_answer_words": sum(min(words(answer.text) for answer in question.answers) for question in test) / len(test),
-        "test_examples": dataclasses.asdict(f1)}}
+def baselines(task, train: list, dev: list, test: list) -> dict:
+    """The task's simple baselines (``task.baselines``: trained on ``train``, a setting chosen on ``dev``,
+    scored on ``test`` as the BERTs are), each as a record: its scores, what else it reports, and its score on
+    each test example (``test_examples``, as :func:`bertlab.task_finetuning.task_example_scores` gives the
+    BERTs')."""
+    return {name: {**result.scores, **result.details, "test_examples": dataclasses.asdict(result.example_scores)}
+            for name, result in task.baselines(train, dev, test).items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +121,7 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
     first part of the training split with the same epochs (``learning_curve``) and with the same number of
     optimiser steps as the whole split (``learning_curve_equal_steps``)."""
     task = task_type(name, settings)
-    splits = load_task_splits(name, args.data_root)
+    splits = task.load_splits(args.data_root)
     train = splits.train[: settings["max_train_examples"]]
     dev, test = (split[: settings["max_evaluation_examples"]] for split in (splits.dev, splits.test))
     print(f"{name}: {len(train)} train, {len(dev)} dev, {len(test)} test ({splits.source})", flush=True)
@@ -197,7 +154,7 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
         if name == "spans":  # how long its answers are, beside the gold answers' and the sliding window's
             batches = task.batches(test, tokenizer, labels, max_length=settings["max_length"], batch_size=64, what="test")
             answers = predict_answers(network, batches, device, args.precision, settings["max_answer_length"])
-            scores["answer_words"] = sum(words(answer) for answer in answers.values()) / len(test)
+            scores["answer_words"] = sum(answer_words(answer) for answer in answers.values()) / len(test)
         print(f"{name}, {model}, lr {lr:g}, seed {seed}, {len(examples)} train: dev {scores['dev']}, "
               f"test {scores['test']}", flush=True)
         return scores
@@ -218,7 +175,7 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
                               seed=seed)
 
         record = {"train": len(examples), "epochs": variant.epochs, "baselines": stages.run(
-            f"{name}: baselines{part}", lambda: baselines(name, examples, variant.dev, variant.test),
+            f"{name}: baselines{part}", lambda: baselines(task, examples, variant.dev, variant.test),
             baselines_complete, **data, **({"window_answer_words": WINDOW_ANSWER_WORDS} if name == "spans" else {}))}
         for model in MODELS:
             first_seed = settings["seeds"][0]
@@ -240,7 +197,7 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
         return record
 
     epochs = settings["epochs"]
-    record = {"dataset": DATASET_NAMES[name], "source": splits.source, "dev": len(dev), "test": len(test),
+    record = {"dataset": task.dataset, "source": splits.source, "dev": len(dev), "test": len(test),
               "metric": task.metric, **compare(Variant("", train, dev, test, epochs))}
     if name == "pairs":
         record["hypothesis_only"] = compare(Variant(", hypothesis only", *map(hypothesis_only, (train, dev, test)),
@@ -372,7 +329,7 @@ def format_score(metric: str, value: float, unit: str = "%") -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", type=Path, help="folder holding the datasets (default: $BERTLAB_DATA)")
-    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    parser.add_argument("--tasks", nargs="+", choices=TASK_NAMES, default=TASK_NAMES)
     parser.add_argument("--quick", action="store_true", help="a small check of the script: 200 examples, 1 seed")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")

@@ -23,7 +23,6 @@ traceback instead.
 
 import argparse
 import contextlib
-import dataclasses
 import hashlib
 import importlib.metadata
 import json
@@ -31,7 +30,6 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -41,30 +39,21 @@ from bertlab.course_model import COURSE_BERT_FOLDER, course_bert_sha256
 from bertlab.data import PRETRAINING_CORPORA, SENTIMENT_DATASETS, load_sentiment, pretraining_corpus
 from bertlab.distillation import DistillationRecipe, compare_models, distill, init_student_from_teacher
 from bertlab.finetuning import (
+    BaselineResult,
     FineTuningRecipe,
     Progress,
+    TaskType,
     encoder_layers,
-    evaluate,
-    finetune,
+    evaluate_task,
+    finetune_task,
     format_value,
     freeze_layers,
-    prediction_metrics,
 )
 from bertlab.gpt import PRESETS as GPT_PRESETS
 from bertlab.gpt import GPTConfig, GPTLMHeadModel, generate
 from bertlab.pretraining import CHECKPOINT_FILE, MASKING_KINDS, PackedSegments, PretrainingRecipe, pretrain
 from bertlab.pretraining_loop import OBJECTIVES
-from bertlab.task_baselines import majority_label, sliding_window_answers, train_most_frequent_tagger
-from bertlab.task_data import TASK_DATASETS, load_task_splits
-from bertlab.task_finetuning import (
-    TASKS,
-    evaluate_task,
-    finetune_task,
-    span_task,
-    squad_references,
-    word_accuracy,
-)
-from bertlab.tasks import squad_scores
+from bertlab.task_finetuning import SENTENCES, SPANS, TASKS, span_task
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import PRECISIONS, autocast, resolve_device, seed_everything
 
@@ -200,15 +189,20 @@ def missing_data(error: FileNotFoundError, args: argparse.Namespace, alternative
     return CommandLineError(f"{message}: --data-root {args.data_root} lacks it.")
 
 
-def load_dataset(name: str, args: argparse.Namespace, max_eval_examples: int | None = None):
-    """The train/dev/test splits (``SentimentSplits``) of the dataset ``name``, train cut to
-    ``--max-train-examples``, dev and test to ``max_eval_examples``."""
+def sentiment_splits(name: str, args: argparse.Namespace):
+    """The train/dev/test splits (``SentimentSplits``) of the sentiment dataset ``name`` in --data-root,
+    fetched with --download."""
     check_data_root(args)
     try:
-        splits = load_sentiment(name, root=args.data_root, download=args.download, seed=args.split_seed)
+        return load_sentiment(name, root=args.data_root, download=args.download, seed=args.split_seed)
     except FileNotFoundError as error:
         raise missing_data(error, args, ", --download, or --dataset synthetic") from error
-    return cut_splits(splits, args.max_train_examples, max_eval_examples)
+
+
+def load_dataset(name: str, args: argparse.Namespace, max_eval_examples: int | None = None):
+    """The splits of the sentiment dataset ``name`` (:func:`sentiment_splits`), train cut to
+    ``--max-train-examples``, dev and test to ``max_eval_examples``."""
+    return cut_splits(sentiment_splits(name, args), args.max_train_examples, max_eval_examples)
 
 
 def cut_splits(splits, max_train_examples: int | None, max_eval_examples: int | None):
@@ -476,52 +470,17 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
 
 
 def run_finetune(args: argparse.Namespace) -> int:
+    """``bertlab finetune --task NAME``: fine-tune a BERT on the dataset of one of BERT's task types
+    (``bertlab.task_finetuning.TASKS``), test it, and score the task's baselines beside it."""
     if args.model is not None and (args.preset is not None or args.vocab is not None):
         raise UsageError("--preset and --vocab describe a randomly initialised model; --model's folder sets both")
     check_file("--vocab", args.vocab)
-    if args.task != "sentence":
-        return run_task_finetune(args)
+    task = chosen_task(args)
     device = resolve_device(args.device)
-    if args.model is not None:  # before the dataset: a wrong folder is told at once
-        model, tokenizer = load_model(args.model, must_be_fine_tuned=False)
-        say(f"model: {args.model} ({model.config.num_hidden_layers} layers, hidden size {model.config.hidden_size})")
-    splits = load_dataset(args.dataset or "mr", args, args.max_eval_examples)
-    if args.model is None:
-        model, tokenizer = random_model(args, BertForSequenceClassification, [text for text, _ in splits.train])
-    freeze(model, args)
-    course_bert = is_course_bert(args.model)
-    lr, max_length = learning_rate(args, course_bert), window(args, model, 128, course_bert)
-    history = finetune(model, tokenizer, splits.train, splits.dev, finetuning_recipe(args, lr, max_length),
-                       device=device, progress=shown_progress(args), output_dir=args.output, precision=args.precision)
-    tokenizer.save_vocabulary(args.output)
-    test = evaluate(model, tokenizer, splits.test, max_length=max_length, precision=args.precision)
-    baseline = simple_baseline("sentence", splits.train, splits.test, model.num_labels)
-    say_scores(test, baseline)
-    write_results(args.output, {"command": "finetune", "task": "sentence", "settings": settings(args), "lr": lr,
-                                "max_length": max_length, "dataset": splits.name, "source": splits.source,
-                                "history": history, "test": test, "baseline": dataclasses.asdict(baseline)})
-    say(f"wrote the classifier, vocab.txt, history.json and {RESULTS_FILE} to {args.output}")
-    return 0
-
-
-def run_task_finetune(args: argparse.Namespace) -> int:
-    """``bertlab finetune --task pairs|tagging|spans``: the dataset of the task type from --data-root."""
-    if args.dataset is not None:
-        raise UsageError(f"--dataset names a sentiment dataset, for --task sentence; --task {args.task} reads its "
-                         "dataset from --data-root")
-    if args.download:
-        raise UsageError(f"--download fetches the sentiment datasets only: put the files of --task {args.task} in "
-                         "--data-root")
-    device = resolve_device(args.device)
-    task = span_task(stride=args.stride) if args.task == "spans" else TASKS[args.task]
     if args.model is not None:  # before the dataset: a wrong folder is told at once (the head waits for the labels)
         checkpoint_files(args.model)
         load_tokenizer(args.model)
-    check_data_root(args)
-    try:
-        splits = load_task_splits(args.task, args.data_root, seed=args.split_seed)
-    except FileNotFoundError as error:
-        raise missing_data(error, args) from error
+    splits = task_splits(task, args)
     labels = task.labels(splits.train) if task.labels is not None else None  # of the whole split, before a cut
     splits = cut_splits(splits, args.max_train_examples, args.max_eval_examples)
     options = {} if labels is None else {"num_labels": len(labels)}
@@ -533,8 +492,7 @@ def run_task_finetune(args: argparse.Namespace) -> int:
     freeze(model, args)
     course_bert = is_course_bert(args.model)
     lr, max_length = learning_rate(args, course_bert), window(args, model, task.max_length, course_bert)
-    if args.task == "spans":
-        check_stride(args.stride, max_length)
+    check_stride(args.stride, max_length)
     with warnings_as_notes():
         history = finetune_task(task, model, tokenizer, splits.train, splits.dev,
                                 finetuning_recipe(args, lr, max_length), labels=labels, device=device,
@@ -542,14 +500,44 @@ def run_task_finetune(args: argparse.Namespace) -> int:
         tokenizer.save_vocabulary(args.output)
         test = evaluate_task(task, model, tokenizer, splits.test, labels=labels, max_length=max_length,
                              precision=args.precision, what="test")
-    baseline = simple_baseline(args.task, splits.train, splits.test, None if labels is None else len(labels))
-    say_scores(test, baseline)
-    write_results(args.output, {"command": "finetune", "task": args.task, "settings": settings(args), "lr": lr,
+    baselines = task.baselines(splits.train, splits.dev, splits.test)
+    say_scores(test, baselines)
+    write_results(args.output, {"command": "finetune", "task": task.name, "settings": settings(args), "lr": lr,
                                 "max_length": max_length, "dataset": splits.name, "source": splits.source,
                                 "labels": None if labels is None else list(labels.names), "history": history,
-                                "test": test, "baseline": dataclasses.asdict(baseline)})
+                                "test": test, "baselines": {name: {"scores": result.scores, **result.details}
+                                                            for name, result in baselines.items()}})
     say(f"wrote the model, vocab.txt, history.json and {RESULTS_FILE} to {args.output}")
     return 0
+
+
+def chosen_task(args: argparse.Namespace) -> TaskType:
+    """The task type of --task, spans with the windows of --stride; --stride, --dataset and --download only
+    where they apply."""
+    task = TASKS[args.task]
+    if args.stride is not None and task is not SPANS:
+        raise UsageError(f"--stride sets the windows of --task spans; --task {args.task} has none")
+    if task is SENTENCES:
+        return task
+    if args.dataset is not None:
+        raise UsageError(f"--dataset names a sentiment dataset, for --task sentence; --task {args.task} reads its "
+                         "dataset from --data-root")
+    if args.download:
+        raise UsageError(f"--download fetches the sentiment datasets only: put the files of --task {args.task} in "
+                         "--data-root")
+    return span_task(stride=args.stride) if task is SPANS else task
+
+
+def task_splits(task: TaskType, args: argparse.Namespace):
+    """The splits of the task's dataset from --data-root (split with --split-seed): for sentences, the
+    sentiment dataset of --dataset (default MR)."""
+    if task is SENTENCES:
+        return sentiment_splits(args.dataset or "mr", args)
+    check_data_root(args)
+    try:
+        return task.load_splits(args.data_root, seed=args.split_seed)
+    except FileNotFoundError as error:
+        raise missing_data(error, args) from error
 
 
 def finetuning_recipe(args: argparse.Namespace, lr: float, max_length: int) -> FineTuningRecipe:
@@ -616,37 +604,12 @@ def check_stride(stride: int | None, max_length: int) -> None:
                          "must share fewer; give a smaller --stride, or none (the default fits every window)")
 
 
-@dataclasses.dataclass(frozen=True)
-class SimpleBaseline:
-    """A task's simple baseline, trained on the run's training examples and scored on its test examples as the
-    model is: ``scores`` has some of the model's score names, in the same units."""
-
-    name: str
-    scores: dict[str, float]
-
-
-def simple_baseline(task: str, train: Sequence, test: Sequence, num_labels: int | None) -> SimpleBaseline:
-    """The simple baseline of ``task`` (``bertlab.task_baselines``): the majority class of ``train`` (sentence,
-    pairs; accuracy and macro-F1 over ``num_labels`` labels), the most frequent tag of each word (tagging), the
-    sliding window of Rajpurkar et al. (2016) (spans; exact match and F1)."""
-    if task == "tagging":
-        accuracy = word_accuracy(train_most_frequent_tagger(train).predict(test), test)
-        return SimpleBaseline("most frequent tag of each word", {"accuracy": accuracy})
-    if task == "spans":
-        scores = squad_scores(sliding_window_answers(test), squad_references(test))
-        return SimpleBaseline("sliding window", {"exact_match": scores.exact_match, "f1": scores.f1})
-    labels_of = {"pairs": lambda examples: [pair.label for pair in examples],
-                 "sentence": lambda examples: [label for _, label in examples]}[task]
-    majority = majority_label(labels_of(train))
-    scores = prediction_metrics(torch.full((len(test),), majority), torch.tensor(labels_of(test)), num_labels)
-    return SimpleBaseline("majority class", scores)
-
-
-def say_scores(test: dict[str, float], baseline: SimpleBaseline) -> None:
-    """One line per test score, in percent, beside the baseline's where it has that score."""
+def say_scores(test: dict[str, float], baselines: dict[str, BaselineResult]) -> None:
+    """One line per test score, in percent, beside each baseline's that has that score."""
     for name, value in test.items():
-        beside = f" ({baseline.name}: {format_value(name, baseline.scores[name])})" if name in baseline.scores else ""
-        say(f"test_{name} {format_value(name, value)}{beside}")
+        beside = "; ".join(f"{baseline}: {format_value(name, result.scores[name])}"
+                           for baseline, result in baselines.items() if name in result.scores)
+        say(f"test_{name} {format_value(name, value)}" + (f" ({beside})" if beside else ""))
 
 
 def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
@@ -662,7 +625,7 @@ def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
         "official dev set split by article 80/10/10). The output folder receives config.json, model.safetensors, "
         f"vocab.txt, history.json (dev metrics per epoch) and {RESULTS_FILE} (with the test metrics).",
     )
-    parser.add_argument("--task", choices=["sentence", *TASK_DATASETS], default="sentence",
+    parser.add_argument("--task", choices=list(TASKS), default="sentence",
                         help="sentence (sentiment classification, the default), pairs (SNLI), tagging (UPOS of "
                         "the English Web Treebank) or spans (SQuAD v1.1)")
     parser.add_argument("--model", type=Path, metavar="DIR",

@@ -1,4 +1,5 @@
-"""Fine-tuning BERT for sentence classification, and a bag-of-words baseline (chapter 08).
+"""Fine-tuning BERT for sentence classification, the task type that the other task types share, and a
+bag-of-words baseline (chapter 08).
 
 BERT (Devlin et al., 2019) fine-tunes *all* its weights on the task: a linear classifier reads the
 pooled [CLS] vector, p(y | x) = softmax(W h_[CLS] + b), and the whole network minimises the
@@ -6,6 +7,12 @@ cross-entropy -log p(y | x) with AdamW, a linear warm-up and decay of the learni
 clipping, 2 to 4 epochs and a learning rate of 2e-5 to 5e-5. This module implements that recipe, and two
 common options on top of it: freezing the lower layers (:func:`freeze_layers`, to save time and memory)
 and layer-wise learning-rate decay (:func:`param_groups`, Howard and Ruder, 2018; Sun et al., 2019).
+
+A task type is data: a :class:`TaskType` record says how a task's examples become batches, what the
+model minimises and how it is scored. :func:`finetune_task`, :func:`evaluate_task` and
+:func:`choose_learning_rate` read it; :data:`SENTENCES`, single-sentence classification, is the
+record of this chapter (:func:`finetune` and :func:`evaluate` are its), and
+``bertlab.task_finetuning`` declares the three others (pairs, tagging, spans) and ``TASKS``.
 
 The helpers work for any model with BERT's layout: a :class:`~bertlab.bert.BertModel` (``embeddings``,
 ``encoder``, ``pooler``) either on its own or as the ``.bert`` backbone of a task model such as
@@ -15,6 +22,7 @@ The helpers work for any model with BERT's layout: a :class:`~bertlab.bert.BertM
 import contextlib
 import dataclasses
 import enum
+import functools
 import json
 import math
 from collections import Counter
@@ -26,9 +34,10 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from bertlab.bert import BertModel
+from bertlab.bert import BertConfig, BertForSequenceClassification, BertModel, BertPreTrainedModel
+from bertlab.data import SentimentSplits, load_sentiment
 from bertlab.optimization import get_linear_schedule
-from bertlab.tokenization import BasicTokenizer
+from bertlab.tokenization import BasicTokenizer, BertTokenizer
 from bertlab.utils import (
     autocast,
     check_precision,
@@ -43,6 +52,7 @@ Batch = dict[str, torch.Tensor]
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 PROGRESS_EVERY = 20  # batches between two updates of the loss shown by the progress bar
 SENTENCE_MAX_LENGTH = 128  # tokens of a single sentence, where no length is given
+EVALUATION_BATCH_SIZE = 64  # examples in a batch of evaluation
 
 
 class Progress(enum.Enum):
@@ -197,6 +207,44 @@ def texts_and_labels(examples: Sequence[Example], what: str = "examples") -> tup
     return texts, labels
 
 
+@dataclasses.dataclass(frozen=True)
+class LabelVocabulary:
+    """The names of a task's labels: label id i is ``names[i]``."""
+
+    names: tuple[str, ...]
+    id_of: dict[str, int] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        names = tuple(self.names)
+        if len(set(names)) != len(names):
+            raise ValueError(f"the label names must be distinct, got {list(names)}")
+        if len(names) < 2:
+            raise ValueError(f"a classifier needs at least 2 labels, got {list(names)}")
+        object.__setattr__(self, "names", names)
+        object.__setattr__(self, "id_of", {name: index for index, name in enumerate(names)})
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def ids(self, names: Sequence[str], where: str) -> list[int]:
+        """The ids of ``names``; a name outside the vocabulary is a ``ValueError`` that names ``where``
+        it was found (a tag of a dev sentence never seen in training)."""
+        try:
+            return [self.id_of[name] for name in names]
+        except KeyError as error:
+            raise ValueError(f"{where}: the label {error.args[0]!r} is not one of the {len(self)} labels of the "
+                             f"training split ({', '.join(self.names)})") from None
+
+
+def check_label_ids(ids: Sequence[int], labels: LabelVocabulary, what: str) -> None:
+    """Each of ``ids`` must be a label id of ``labels``, 0 .. len(labels) - 1; else a ``ValueError`` naming
+    ``what[i]``, the example that has another."""
+    for index, label in enumerate(ids):
+        if not 0 <= label < len(labels):
+            raise ValueError(f"{what}[{index}] has the label {label}, not one of the ids 0 .. {len(labels) - 1} "
+                             f"of {', '.join(labels.names)}")
+
+
 class PaddedBatches:
     """Encoded examples, served in batches cut to their longest sequence (dynamic padding).
 
@@ -278,11 +326,20 @@ class SentimentBatches(PaddedBatches):
 
 
 def labelled_batches(
-    examples: Sequence[Example], tokenizer, *, batch_size: int = 64, what: str = "examples", **options
+    examples: Sequence[Example], tokenizer, labels: LabelVocabulary | None = None, *, batch_size: int = 64,
+    what: str = "examples", **options
 ) -> SentimentBatches:
-    """:class:`SentimentBatches` over (text, label) pairs; ``options`` go to its constructor."""
-    texts, labels = texts_and_labels(examples, what)
-    return SentimentBatches(texts, tokenizer, labels, batch_size=batch_size, **options)
+    """:class:`SentimentBatches` over (text, label) pairs; ``options`` go to its constructor. With
+    ``labels`` (the label names), each label must be one of their ids.
+
+    Raises:
+        ValueError: naming ``what[i]``, an example that is not a (text, int) pair or whose label is
+            not an id of ``labels``.
+    """
+    texts, ids = texts_and_labels(examples, what)
+    if labels is not None:
+        check_label_ids(ids, labels, what)
+    return SentimentBatches(texts, tokenizer, ids, batch_size=batch_size, **options)
 
 
 def model_inputs(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
@@ -403,26 +460,6 @@ def classifier_metrics(model: nn.Module, batches: SentimentBatches, device: torc
     """:func:`classification_metrics` of a sequence classifier on labelled ``batches``, the forward
     pass on ``device`` in ``precision``: the dev metrics of :func:`finetune`."""
     return classification_metrics(compute_logits(model, batches, device, precision), batches.labels)
-
-
-def evaluate(
-    model: nn.Module,
-    tokenizer,
-    examples: Sequence[Example],
-    batch_size: int = 64,
-    max_length: int = SENTENCE_MAX_LENGTH,
-    device: str | torch.device | None = None,
-    precision: str = "auto",
-) -> dict[str, float]:
-    """Accuracy, macro-F1 and mean cross-entropy loss of ``model`` on (text, label) ``examples``.
-
-    ``device`` None keeps the model where it is; otherwise the model is moved there. ``precision``:
-    the forward pass's, as in ``bertlab.utils.autocast``.
-    """
-    device = evaluation_device(model, device)
-    model.to(device)
-    batches = labelled_batches(examples, tokenizer, batch_size=batch_size, max_length=max_length)
-    return classifier_metrics(model, batches, device, precision)
 
 
 def evaluation_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
@@ -659,20 +696,205 @@ def finetune_batches(
     )
 
 
-def finetune(
+# --------------------------------------------------------------------------------------------------
+# A task type, as data: single sentences here, pairs, tagging and spans in bertlab.task_finetuning
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleScores:
+    """A model's result on each evaluated example, in the examples' order: ``scores[i]`` out of
+    ``weights[i]``, so that its score on the examples is sum_i scores_i / sum_i weights_i (1 per example
+    when ``weights`` is None). Sentences and pairs: 1 or 0, the label right or wrong; tagging: the words of sentence i
+    tagged right, out of its words; spans: question i's F1 in [0, 1]."""
+
+    scores: list[float]
+    weights: list[float] | None = None
+
+
+def label_example_scores(model: nn.Module, batches: SentimentBatches, device: torch.device,
+                        precision: str = "auto") -> ExampleScores:
+    """1 for each example whose label argmax_c p(c | x) is right, else 0 (sentences and pairs)."""
+    predictions = compute_logits(model, batches, device, precision).argmax(dim=-1).cpu()  # (B,)
+    return ExampleScores((predictions == batches.labels.cpu()).int().tolist())
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineResult:
+    """A simple baseline's result on the test examples, scored as the model is: ``scores`` has some of the
+    model's score names, in the same units; ``example_scores`` its score on each test example (the paired
+    tests read them); ``details`` what else it reports (a setting it chose on dev, say)."""
+
+    scores: dict[str, float]
+    example_scores: ExampleScores
+    details: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskType:
+    """A task type of BERT (Devlin et al., 2019, figure 4), all that fine-tuning, evaluating and
+    comparing it needs: a record, read by :func:`finetune_task`, :func:`evaluate_task`, ``bertlab finetune``
+    and the benchmarks. ``bertlab.task_finetuning.TASKS`` holds the four.
+
+    - ``model_class``: the BERT with the task's head.
+    - ``labels``: the label names from the training examples (None: the examples carry label ids and
+      the model says how many, sentences; or the task has no labels, spans).
+    - ``batches(examples, tokenizer, labels, *, max_length, batch_size, shuffle, seed, what)``: the
+      examples encoded, a :class:`~bertlab.finetuning.PaddedBatches`.
+    - ``loss(model, batch)``: what training minimises.
+    - ``metrics(model, batches, device, precision)``: the evaluation, a dict of scores.
+    - ``metric``: the score (a key of ``metrics``, higher is better) that chooses a learning rate.
+    - ``example_scores(model, batches, device, precision)``: ``metric`` on each example, an
+      :class:`ExampleScores`.
+    - ``texts(examples)``: their text, to learn a vocabulary from.
+    - ``max_length``: the default number of tokens of an encoded example.
+    - ``dataset``: the name of its dataset, as results show it.
+    - ``load_splits(root, seed=seed)``: its dataset's train, dev and test splits from the data folder
+      ``root`` (None: ``$BERTLAB_DATA``), a ``SentimentSplits`` or ``bertlab.task_data.TaskSplits``.
+    - ``baselines(train, dev, test)``: its simple baselines, trained on ``train`` (a setting chosen on
+      ``dev``) and scored on ``test``: a dict from a baseline's name to its :class:`BaselineResult`.
+    """
+
+    name: str
+    model_class: type[BertPreTrainedModel]
+    labels: Callable[[Sequence], LabelVocabulary] | None
+    batches: Callable[..., PaddedBatches]
+    loss: Callable[[nn.Module, Batch], torch.Tensor]
+    metrics: Callable[[nn.Module, PaddedBatches, torch.device, str], dict[str, float]]
+    metric: str
+    example_scores: Callable[[nn.Module, PaddedBatches, torch.device, str], ExampleScores]
+    texts: Callable[[Sequence], list[str]]
+    max_length: int
+    dataset: str
+    load_splits: Callable[..., SentimentSplits]
+    baselines: Callable[[Sequence, Sequence, Sequence], dict[str, BaselineResult]]
+
+
+def task_model(task: TaskType, source: BertConfig | str | Path, labels: LabelVocabulary | None) -> BertPreTrainedModel:
+    """The task's model: randomly initialised from a config, or with the weights of a checkpoint folder
+    (``from_pretrained``: the head a pretrained BERT lacks is initialised, with a warning), scoring
+    ``len(labels)`` labels when the task has labels."""
+    options = {} if labels is None else {"num_labels": len(labels)}
+    if isinstance(source, BertConfig):
+        return task.model_class(source, **options)
+    return task.model_class.from_pretrained(source, **options)
+
+
+def check_labels(task: TaskType, model: nn.Module, labels: LabelVocabulary | None) -> None:
+    """``labels`` must be given exactly when the task has labels, and be as many as the model scores."""
+    if task.labels is None:
+        if labels is not None:
+            raise ValueError(f"the {task.name} task has no label names: labels must be None")
+        return
+    if labels is None:
+        raise ValueError(f"the {task.name} task needs labels=task.labels(train), the label names of the training "
+                         "split")
+    if getattr(model, "num_labels", None) != len(labels):
+        raise ValueError(f"the model scores {getattr(model, 'num_labels', None)} labels but there are {len(labels)} "
+                         f"({', '.join(labels.names)}): build it with task_model(task, ..., labels)")
+
+
+def finetune_task(
+    task: TaskType,
     model: nn.Module,
-    tokenizer,
-    train: Sequence[Example],
-    dev: Sequence[Example] | None = None,
+    tokenizer: BertTokenizer,
+    train: Sequence,
+    dev: Sequence | None = None,
     recipe: FineTuningRecipe | None = None,
     *,
+    labels: LabelVocabulary | None = None,
     device: str | torch.device | None = None,
     progress: bool | Progress = True,
     output_dir: str | Path | None = None,
     precision: str = "auto",
     **recipe_keywords,
 ) -> list[dict[str, float]]:
-    """Fine-tune a sequence classifier on (text, label) pairs, as BERT does; return the history.
+    """Fine-tune ``model`` on the ``train`` examples of ``task`` as BERT does; return the history.
+
+    Minimises ``task.loss`` over ``task.batches(train, ...)`` (shuffled with the recipe's seed) with the
+    ``recipe`` of :func:`bertlab.finetuning.finetune` (:class:`~bertlab.finetuning.FineTuningRecipe`;
+    None: BERT's defaults): AdamW with ``encoder_lr`` for the encoder and ``head_lr`` (default
+    ``encoder_lr``) for the head, optional layer-wise decay, a linear warm-up over ``warmup_ratio`` of
+    the steps then linear decay, gradient clipping, in ``precision`` on ``device`` (None: CUDA when
+    available). The recipe's ``max_length`` None takes the task's (128 tokens, 384 for spans). With
+    ``output_dir`` the final model and ``history.json`` are saved.
+
+    Returns:
+        One dict per epoch: ``epoch``, ``train_loss`` and, with ``dev``, ``dev_<name>`` for each score
+        of ``task.metrics``: ``dev_accuracy``, ``dev_macro_f1``, ``dev_loss`` (sentences, pairs),
+        ``dev_accuracy`` (tagging, per word), ``dev_exact_match``, ``dev_f1`` (spans, in percent).
+    """
+    recipe = recipe_from_keywords(FineTuningRecipe, recipe, recipe_keywords, "finetune_task", DEFAULT_RECIPE)
+    check_labels(task, model, labels)
+    max_length = recipe.length(task.max_length)
+    batches = task.batches(train, tokenizer, labels, max_length=max_length, batch_size=recipe.batch_size,
+                           shuffle=True, seed=recipe.seed, what="train")
+    dev_batches = None if dev is None else task.batches(dev, tokenizer, labels, max_length=max_length,
+                                                         batch_size=EVALUATION_BATCH_SIZE, what="dev")
+    return finetune_batches(model, batches, task.loss, dev_batches, None if dev is None else task.metrics, recipe,
+                            device=device, progress=progress, output_dir=output_dir, precision=precision)
+
+
+def _evaluation_batches(task: TaskType, model: nn.Module, tokenizer: BertTokenizer, examples: Sequence,
+                        labels: LabelVocabulary | None, batch_size: int, max_length: int | None,
+                        device: str | torch.device | None, what: str) -> tuple[PaddedBatches, torch.device]:
+    """``examples`` encoded for evaluation, and the device to evaluate on, the model moved there
+    (:func:`evaluate_task` and :func:`task_example_scores`)."""
+    check_labels(task, model, labels)
+    device = evaluation_device(model, device)
+    model.to(device)
+    max_length = task.max_length if max_length is None else max_length
+    return task.batches(examples, tokenizer, labels, max_length=max_length, batch_size=batch_size, what=what), device
+
+
+def evaluate_task(
+    task: TaskType,
+    model: nn.Module,
+    tokenizer: BertTokenizer,
+    examples: Sequence,
+    *,
+    labels: LabelVocabulary | None = None,
+    batch_size: int = EVALUATION_BATCH_SIZE,
+    max_length: int | None = None,
+    device: str | torch.device | None = None,
+    precision: str = "auto",
+    what: str = "examples",
+) -> dict[str, float]:
+    """The scores of ``task.metrics`` for ``model`` on ``examples``: accuracy, macro-F1 and loss
+    (sentences, pairs), word accuracy (tagging), exact match and F1 in percent (spans).
+
+    ``labels``: the label names of the training split (a tag of ``examples`` outside them is an
+    error that names the sentence, ``what[i]``). ``device`` None keeps the model where it is;
+    ``precision`` is the forward pass's, as in ``bertlab.utils.autocast``.
+    """
+    batches, device = _evaluation_batches(task, model, tokenizer, examples, labels, batch_size, max_length, device,
+                                          what)
+    return task.metrics(model, batches, device, precision)
+
+
+def task_example_scores(
+    task: TaskType,
+    model: nn.Module,
+    tokenizer: BertTokenizer,
+    examples: Sequence,
+    *,
+    labels: LabelVocabulary | None = None,
+    batch_size: int = EVALUATION_BATCH_SIZE,
+    max_length: int | None = None,
+    device: str | torch.device | None = None,
+    precision: str = "auto",
+    what: str = "examples",
+) -> ExampleScores:
+    """``task.metric`` of ``model`` on each of ``examples`` (:class:`ExampleScores`), evaluated as
+    :func:`evaluate_task` does: their mean, weighted, is its score."""
+    batches, device = _evaluation_batches(task, model, tokenizer, examples, labels, batch_size, max_length, device,
+                                          what)
+    return task.example_scores(model, batches, device, precision)
+
+
+def finetune(model: nn.Module, tokenizer, train: Sequence[Example], dev: Sequence[Example] | None = None,
+             recipe: FineTuningRecipe | None = None, **options) -> list[dict[str, float]]:
+    """Fine-tune a sequence classifier on (text, label) pairs, as BERT does; return the history:
+    :func:`finetune_task` of the sentence task, :data:`SENTENCES` (``options`` are its keywords).
 
     Minimises the mean cross-entropy -log p(y | x) over ``train`` with the ``recipe``
     (:class:`FineTuningRecipe`; None: BERT's defaults): AdamW (:func:`param_groups`: ``encoder_lr`` for
@@ -692,14 +914,18 @@ def finetune(
         One dict per epoch: ``epoch``, ``train_loss`` and, with ``dev``, ``dev_accuracy``,
         ``dev_macro_f1`` and ``dev_loss``.
     """
-    recipe = recipe_from_keywords(FineTuningRecipe, recipe, recipe_keywords, "finetune", DEFAULT_RECIPE)
-    max_length = recipe.length(SENTENCE_MAX_LENGTH)
-    batches = labelled_batches(train, tokenizer, batch_size=recipe.batch_size, max_length=max_length, shuffle=True,
-                               seed=recipe.seed, what="train")
-    dev_batches = None if dev is None else labelled_batches(dev, tokenizer, max_length=max_length, what="dev")
-    return finetune_batches(model, batches, classification_loss, dev_batches,
-                            None if dev is None else classifier_metrics, recipe, device=device, progress=progress,
-                            output_dir=output_dir, precision=precision)
+    return finetune_task(SENTENCES, model, tokenizer, train, dev, recipe, **options)
+
+
+def evaluate(model: nn.Module, tokenizer, examples: Sequence[Example], **options) -> dict[str, float]:
+    """Accuracy, macro-F1 and mean cross-entropy loss of ``model`` on (text, label) ``examples``:
+    :func:`evaluate_task` of :data:`SENTENCES` (``options``: its ``batch_size``, ``max_length``,
+    ``device``, ``precision``).
+
+    ``device`` None keeps the model where it is; otherwise the model is moved there. ``precision``:
+    the forward pass's, as in ``bertlab.utils.autocast``.
+    """
+    return evaluate_task(SENTENCES, model, tokenizer, examples, **options)
 
 
 @dataclasses.dataclass
@@ -728,35 +954,34 @@ class TunedRun:
 def choose_learning_rate(
     train_with: Callable[[float], nn.Module],
     learning_rates: Sequence[float],
-    tokenizer,
+    tokenizer: BertTokenizer,
     dev: Sequence,
     *,
-    max_length: int = SENTENCE_MAX_LENGTH,
+    task: TaskType | None = None,
+    labels: LabelVocabulary | None = None,
+    max_length: int | None = None,
     precision: str = "auto",
-    evaluate_fn: Callable[..., dict[str, float]] = evaluate,
-    metric: str = "accuracy",
 ) -> TunedRun:
     """Train one model per learning rate with ``train_with(lr)`` and keep the one best on ``dev``.
 
-    Each model is scored by ``evaluate_fn(model, tokenizer, dev, max_length=max_length,
-    precision=precision)[metric]`` (by default :func:`evaluate`'s accuracy of a sentence classifier;
-    ``bertlab.task_finetuning.choose_task_learning_rate`` passes a task's evaluation and metric), and
-    the rate with the highest score wins. The fair protocol for comparing training methods: every
-    method gets the same data and the same number of steps, and its own learning rate, chosen on the
-    development set from the same grid, never on the test set. Ties go to the first rate of
+    Each model is scored by :func:`evaluate_task` of ``task`` (None: :data:`SENTENCES`) on ``dev``,
+    its ``task.metric`` (accuracy for sentences, pairs and tagging, F1 for spans), ``labels`` the task's
+    label names; the rate with the highest score wins. The fair protocol for comparing training methods:
+    every method gets the same data and the same number of steps, and its own learning rate, chosen on
+    the development set from the same grid, never on the test set. Ties go to the first rate of
     ``learning_rates``.
     """
     if not learning_rates:
         raise ValueError("learning_rates is empty: give at least one rate to try")
+    task = SENTENCES if task is None else task
     best, scores = None, {}
     for lr in learning_rates:
         model = train_with(lr)
-        metrics = evaluate_fn(model, tokenizer, dev, max_length=max_length, precision=precision)
-        if metric not in metrics:
-            raise ValueError(f"the evaluation gives {sorted(metrics)}, not the metric {metric!r}")
-        scores[lr] = metrics[metric]
-        if best is None or metrics[metric] > best.dev[metric]:
-            best = TunedRun(model, lr, metrics, metric, scores)  # scores fills up as the search goes on
+        metrics = evaluate_task(task, model, tokenizer, dev, labels=labels, max_length=max_length, precision=precision,
+                                what="dev")
+        scores[lr] = metrics[task.metric]
+        if best is None or metrics[task.metric] > best.dev[task.metric]:
+            best = TunedRun(model, lr, metrics, task.metric, scores)  # scores fills up as the search goes on
     return best
 
 
@@ -844,27 +1069,16 @@ class BagOfWordsClassifier(nn.Module):
         return classification_metrics(self(self.featurize(texts)).cpu(), torch.tensor(labels))
 
 
-def train_bag_of_words(
-    train: Sequence[Example],
-    *,
-    num_labels: int | None = None,
-    min_count: int = 1,
-    epochs: int = 10,
-    batch_size: int = 64,
-    lr: float = 0.05,
-    weight_decay: float = 1e-4,
-    seed: int = 0,
-) -> BagOfWordsClassifier:
+def train_bag_of_words(train: Sequence[Example], **settings) -> BagOfWordsClassifier:
     """Fit a :class:`BagOfWordsClassifier` on (text, label) pairs; return it (in eval mode).
 
     The words of each text are BERT's basic tokens (lower-cased, punctuation split off); the rest is
-    :func:`fit_bag_of_words`.
+    :func:`fit_bag_of_words`, with its ``settings`` (``num_labels``, ``min_count``, ``epochs``,
+    ``batch_size``, ``lr``, ``weight_decay``, ``seed``).
     """
     texts, labels = texts_and_labels(train, "train")
     basic_tokenizer = BasicTokenizer(do_lower_case=True)
-    return fit_bag_of_words([basic_tokenizer.tokenize(text) for text in texts], labels, num_labels=num_labels,
-                            min_count=min_count, epochs=epochs, batch_size=batch_size, lr=lr,
-                            weight_decay=weight_decay, seed=seed)
+    return fit_bag_of_words([basic_tokenizer.tokenize(text) for text in texts], labels, **settings)
 
 
 def fit_bag_of_words(
@@ -904,3 +1118,53 @@ def fit_bag_of_words(
             loss.backward()
             optimizer.step()
     return model.eval()
+
+
+# --------------------------------------------------------------------------------------------------
+# The sentence task type
+
+
+def majority_label(labels: Sequence[int]) -> int:
+    """The most frequent label, the majority-class baseline's one answer; a tie goes to the smallest label."""
+    if len(labels) == 0:
+        raise ValueError("there is no label to count")
+    counts = Counter(labels)
+    return min(counts, key=lambda label: (-counts[label], label))
+
+
+def prediction_result(predictions: torch.Tensor, labels: Sequence[int], num_classes: int) -> BaselineResult:
+    """A classifier's ``predictions`` (N,) of the test ``labels`` as a baseline's result: accuracy and
+    macro-F1 over ``num_classes``, and 1 or 0 on each example."""
+    labels = torch.tensor(list(labels))
+    return BaselineResult(prediction_metrics(predictions, labels, num_classes),
+                          ExampleScores((predictions == labels).int().tolist()))
+
+
+def sentence_baselines(train: Sequence[Example], dev: Sequence[Example],
+                       test: Sequence[Example]) -> dict[str, BaselineResult]:
+    """The sentence task's baselines, trained on ``train`` and scored on ``test`` (``dev`` is not needed:
+    neither has a setting to choose): the majority class of ``train``, and logistic regression on a bag
+    of words (:func:`train_bag_of_words`, its default settings, seed 0)."""
+    train_labels, test_labels = texts_and_labels(train, "train")[1], texts_and_labels(test, "test")[1]
+    num_classes = max(2, max(train_labels + test_labels) + 1)
+    majority = torch.full((len(test),), majority_label(train_labels))
+    bag_of_words = train_bag_of_words(train, num_labels=num_classes, seed=0)
+    return {"majority class": prediction_result(majority, test_labels, num_classes),
+            "bag of words": prediction_result(bag_of_words.predict([text for text, _ in test]), test_labels,
+                                              num_classes)}
+
+
+def example_texts(examples: Sequence[Example]) -> list[str]:
+    """The texts of (text, label) pairs (to learn a vocabulary from)."""
+    return texts_and_labels(examples)[0]
+
+
+#: Sentence classification (Devlin et al., 2019, figure 4b): [CLS] sentence [SEP] -> a label read from the
+#: pooled [CLS] vector; cross-entropy; accuracy and macro-F1. Its dataset is MR, sentence polarity v1.0
+#: (Pang and Lee, 2005), split 80/10/10 (``bertlab.data.load_sentiment``).
+SENTENCES = TaskType(
+    name="sentence", model_class=BertForSequenceClassification, labels=None, batches=labelled_batches,
+    loss=classification_loss, metrics=classifier_metrics, metric="accuracy", example_scores=label_example_scores,
+    texts=example_texts, max_length=SENTENCE_MAX_LENGTH, dataset="MR (sentence polarity v1.0)",
+    load_splits=functools.partial(load_sentiment, "mr"), baselines=sentence_baselines,
+)

@@ -1,15 +1,19 @@
 """Simple baselines for BERT's other task types, scored by the same metrics as the fine-tuned models.
 
-- **Sentence pairs** (SNLI): the majority class (:func:`majority_predictions`), and logistic
-  regression on bags of words of the premise and the hypothesis (:func:`train_pair_bag_of_words`),
-  also on the hypothesis alone, which shows SNLI's annotation artefacts: a hypothesis-only model
-  scores far above the majority class without reading the premise (Gururangan et al., 2018; Poliak
-  et al., 2018). Scored by :func:`score_pair_predictions` (accuracy, macro-F1).
-- **Tagging** (UPOS): the most frequent tag of each word in the training split
-  (:func:`train_most_frequent_tagger`). Scored by :func:`bertlab.task_finetuning.word_accuracy`.
-- **Spans** (SQuAD): the sliding-window baseline of Rajpurkar et al. (2016), adapted from
-  Richardson et al. (2013) (:func:`sliding_window_answer`). Scored by
-  :func:`bertlab.tasks.squad_scores` against :func:`bertlab.task_finetuning.squad_references`.
+Each task type's ``baselines`` (``bertlab.task_finetuning.TASKS``; sentences:
+:func:`bertlab.finetuning.sentence_baselines`) is one function here, returning a
+:class:`~bertlab.finetuning.BaselineResult` per baseline:
+
+- **Sentence pairs** (SNLI, :func:`pair_baselines`): the majority class (:func:`majority_predictions`),
+  and logistic regression on bags of words of the premise and the hypothesis
+  (:func:`train_pair_bag_of_words`), also on the hypothesis alone, which shows SNLI's annotation
+  artefacts: a hypothesis-only model scores far above the majority class without reading the premise
+  (Gururangan et al., 2018; Poliak et al., 2018). Scored by accuracy and macro-F1.
+- **Tagging** (UPOS, :func:`tagging_baselines`): the most frequent tag of each word in the training
+  split (:func:`train_most_frequent_tagger`). Scored by :func:`bertlab.tasks.word_accuracy`.
+- **Spans** (SQuAD, :func:`span_baselines`): the sliding-window baseline of Rajpurkar et al. (2016),
+  adapted from Richardson et al. (2013) (:func:`sliding_window_answer`). Scored by
+  :func:`bertlab.tasks.squad_scores` against :func:`bertlab.task_data.squad_references`.
 """
 
 import bisect
@@ -22,8 +26,16 @@ from typing import NamedTuple
 
 import torch
 
-from bertlab.finetuning import BagOfWordsClassifier, fit_bag_of_words, prediction_metrics
-from bertlab.task_data import SNLI_LABELS, SentencePair, SquadQuestion, TaggedSentence
+from bertlab.finetuning import (
+    BagOfWordsClassifier,
+    BaselineResult,
+    ExampleScores,
+    fit_bag_of_words,
+    majority_label,
+    prediction_result,
+)
+from bertlab.task_data import SNLI_LABELS, SentencePair, SquadQuestion, TaggedSentence, squad_references
+from bertlab.tasks import SquadScores, squad_f1, squad_normalize, squad_scores, word_accuracy, words_tagged_right
 from bertlab.tokenization import BasicTokenizer
 
 # --------------------------------------------------------------------------------------------------
@@ -31,24 +43,9 @@ from bertlab.tokenization import BasicTokenizer
 # --------------------------------------------------------------------------------------------------
 
 
-def majority_label(labels: Sequence[int]) -> int:
-    """The most frequent label; a tie goes to the smallest label."""
-    if len(labels) == 0:
-        raise ValueError("there is no label to count")
-    counts = Counter(labels)
-    return min(counts, key=lambda label: (-counts[label], label))
-
-
 def majority_predictions(train: Sequence[SentencePair], pairs: Sequence[SentencePair]) -> torch.Tensor:
     """The majority-class baseline: the most frequent label of ``train`` for every pair, (len(pairs),)."""
     return torch.full((len(pairs),), majority_label([pair.label for pair in train]), dtype=torch.long)
-
-
-def score_pair_predictions(predictions: torch.Tensor, pairs: Sequence[SentencePair]) -> dict[str, float]:
-    """``accuracy`` and ``macro_f1`` of predicted labels (len(pairs),) against the pairs' labels, over
-    the three SNLI labels: :func:`bertlab.finetuning.prediction_metrics`, the scores of the models."""
-    labels = torch.tensor([pair.label for pair in pairs])
-    return prediction_metrics(predictions, labels, num_classes=len(SNLI_LABELS))
 
 
 _BASIC_TOKENIZER = BasicTokenizer(do_lower_case=True)
@@ -86,28 +83,33 @@ class PairBagOfWords:
         return self.classifier(self.classifier.word_indices(words)).argmax(dim=-1).cpu()
 
 
-def train_pair_bag_of_words(
-    train: Sequence[SentencePair],
-    *,
-    hypothesis_only: bool = False,
-    min_count: int = 1,
-    epochs: int = 10,
-    batch_size: int = 64,
-    lr: float = 0.05,
-    weight_decay: float = 1e-4,
-    seed: int = 0,
-) -> PairBagOfWords:
+def train_pair_bag_of_words(train: Sequence[SentencePair], *, hypothesis_only: bool = False,
+                            **settings) -> PairBagOfWords:
     """Fit a :class:`PairBagOfWords` on ``train`` (with ``hypothesis_only``, on the hypotheses alone):
-    :func:`bertlab.finetuning.fit_bag_of_words` on the :func:`pair_words` of each pair, the same
-    logistic regression as chapter 08's baseline, over the three SNLI labels."""
+    :func:`bertlab.finetuning.fit_bag_of_words` on the :func:`pair_words` of each pair, with its
+    ``settings``, the same logistic regression as chapter 08's baseline, over the three SNLI labels."""
     if len(train) == 0:
         raise ValueError("train is empty")
-    classifier = fit_bag_of_words(
-        [pair_words(pair, hypothesis_only) for pair in train], [pair.label for pair in train],
-        num_labels=len(SNLI_LABELS), min_count=min_count, epochs=epochs, batch_size=batch_size, lr=lr,
-        weight_decay=weight_decay, seed=seed,
-    )
+    classifier = fit_bag_of_words([pair_words(pair, hypothesis_only) for pair in train], [pair.label for pair in train],
+                                  num_labels=len(SNLI_LABELS), **settings)
     return PairBagOfWords(classifier, hypothesis_only)
+
+
+def pair_baselines(train: Sequence[SentencePair], dev: Sequence[SentencePair],
+                   test: Sequence[SentencePair]) -> dict[str, BaselineResult]:
+    """The pairs task's baselines, trained on ``train`` and scored on ``test`` over the three SNLI labels
+    (none has a setting to choose on ``dev``): the majority class, and the bag of words of the premise and
+    the hypothesis, then of the hypothesis alone (seed 0)."""
+    labels = [pair.label for pair in test]
+
+    def scored(predictions: torch.Tensor) -> BaselineResult:
+        return prediction_result(predictions, labels, len(SNLI_LABELS))
+
+    return {
+        "majority class": scored(majority_predictions(train, test)),
+        "bag of words, premise and hypothesis": scored(train_pair_bag_of_words(train, seed=0).predict(test)),
+        "bag of words, hypothesis only": scored(train_pair_bag_of_words(train, hypothesis_only=True, seed=0).predict(test)),
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -149,6 +151,15 @@ def train_most_frequent_tagger(train: Sequence[TaggedSentence]) -> MostFrequentT
 
 def _most_frequent(counts: Counter) -> str:
     return min(counts, key=lambda tag: (-counts[tag], tag))
+
+
+def tagging_baselines(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
+                      test: Sequence[TaggedSentence]) -> dict[str, BaselineResult]:
+    """The tagging task's baseline: the most frequent tag of each word of ``train``, its word accuracy on
+    ``test`` and the words of each test sentence it tags right (``dev`` is not needed)."""
+    predictions = train_most_frequent_tagger(train).predict(test)
+    right = ExampleScores(words_tagged_right(predictions, test), [len(sentence.tags) for sentence in test])
+    return {"most frequent tag of each word": BaselineResult({"accuracy": word_accuracy(predictions, test)}, right)}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -264,3 +275,36 @@ def sliding_window_answers(questions: Sequence[SquadQuestion], max_answer_words:
     """:func:`sliding_window_answer` for each question: question id -> its answer text."""
     return {question.id: sliding_window_answer(question.question, question.context, max_answer_words)
             for question in questions}
+
+
+#: The sliding window's longest answer, in words, that :func:`span_baselines` chooses from on dev.
+WINDOW_ANSWER_WORDS = (1, 2, 3, 4, 5, 10)
+
+
+def answer_words(text: str) -> int:
+    """The words of an answer, as SQuAD's normalisation splits them (articles and punctuation aside)."""
+    return len(squad_normalize(text).split())
+
+
+def span_baselines(train: Sequence[SquadQuestion], dev: Sequence[SquadQuestion],
+                   test: Sequence[SquadQuestion]) -> dict[str, BaselineResult]:
+    """The spans task's baseline: the sliding window, its longest answer (:data:`WINDOW_ANSWER_WORDS`)
+    chosen on ``dev`` by F1 (ties: the shortest), scored on ``test`` (exact match and F1, in percent, and
+    each question's F1 in [0, 1]; ``train`` is not needed). Its details: the length chosen, the dev and test
+    F1 at every length, and the mean length in words of its test answers and of the gold ones (each
+    question's shortest)."""
+    def window(questions: Sequence[SquadQuestion], limit: int) -> tuple[dict[str, str], SquadScores]:
+        answers = sliding_window_answers(questions, max_answer_words=limit)
+        return answers, squad_scores(answers, squad_references(questions))
+
+    dev_f1 = {limit: window(dev, limit)[1].f1 for limit in WINDOW_ANSWER_WORDS}
+    chosen = max(WINDOW_ANSWER_WORDS, key=lambda limit: dev_f1[limit])  # ties: the shortest
+    test_f1 = {limit: window(test, limit)[1].f1 for limit in WINDOW_ANSWER_WORDS}
+    answers, scores = window(test, chosen)
+    f1 = ExampleScores([squad_f1(answers[question.id], [answer.text for answer in question.answers])
+                        if question.id in answers else 0.0 for question in test])
+    details = {"max_answer_words": chosen, "dev_f1_by_max_answer_words": dev_f1, "test_f1_by_max_answer_words": test_f1,
+               "answer_words": sum(answer_words(answer) for answer in answers.values()) / len(test),
+               "gold_answer_words": sum(min(answer_words(answer.text) for answer in question.answers)
+                                        for question in test) / len(test)}
+    return {"sliding window": BaselineResult({"exact_match": scores.exact_match, "f1": scores.f1}, f1, details)}

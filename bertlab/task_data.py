@@ -7,8 +7,9 @@
 - ``read_squad``: the questions of the Stanford Question Answering Dataset v1.1 (Rajpurkar et al.,
   2016), ``train-v1.1.json`` or ``dev-v1.1.json`` (span extraction), and ``split_squad_by_article``
   to split them with no article in two splits.
-- ``load_task_splits``: the train, dev and test splits of each task type's dataset, found in a data
-  folder, as the course uses them (``bertlab finetune --task``).
+- ``load_snli_splits``, ``load_ewt_splits``, ``load_squad_splits``: the train, dev and test splits of
+  each task type's dataset, found in a data folder, as the course uses them (each task type's
+  ``load_splits`` in ``bertlab.task_finetuning.TASKS``, ``bertlab finetune --task``).
 
 Every reader also takes the file gzip-compressed (a name ending in ``.gz``), and raises
 ``ValueError`` naming the file (and the line, for line-based formats) when the content is not what
@@ -241,6 +242,11 @@ def read_squad(path: str | os.PathLike) -> list[SquadQuestion]:
     return questions
 
 
+def squad_references(questions: Sequence[SquadQuestion]) -> dict[str, list[str]]:
+    """Question id -> the texts of its answers, what :func:`~bertlab.tasks.squad_scores` grades against."""
+    return {question.id: [answer.text for answer in question.answers] for question in questions}
+
+
 def split_squad_by_article(
     records: Sequence[SquadQuestion], seed: int, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
 ) -> tuple[list[SquadQuestion], list[SquadQuestion], list[SquadQuestion]]:
@@ -322,10 +328,11 @@ def split_pairs_by_premise(
             [pair for pair in pairs if pair.premise in dev_premises])
 
 
-def load_snli_splits(root: Path, seed: int = 0) -> TaskSplits:
+def load_snli_splits(root: str | os.PathLike | None = None, seed: int = 0) -> TaskSplits:
     """SNLI from ``root/snli_1.0/``: train and dev carved from the official dev split by premise
     (:func:`split_pairs_by_premise`, 90% and 10% of the premises), test = the official test split.
     The official training split is not used: the course's copy of SNLI lacks it."""
+    root = data_root(root)
     title = "SNLI 1.0"
     official_dev = find_dataset_file(root, "snli_1.0", "snli_1.0_dev.jsonl", title)
     official_test = find_dataset_file(root, "snli_1.0", "snli_1.0_test.jsonl", title)
@@ -335,9 +342,10 @@ def load_snli_splits(root: Path, seed: int = 0) -> TaskSplits:
     return TaskSplits("snli", train, dev, read_snli(official_test), source)
 
 
-def load_ewt_splits(root: Path, seed: int = 0) -> TaskSplits:
+def load_ewt_splits(root: str | os.PathLike | None = None, seed: int = 0) -> TaskSplits:
     """The English Web Treebank from ``root/UD_English-EWT/``: its own train, dev and test files
     (``seed`` is not used: the splits are the treebank's)."""
+    root = data_root(root)
     title = "UD English EWT"
     paths = [find_dataset_file(root, "UD_English-EWT", f"en_ewt-ud-{split}.conllu", title)
              for split in ("train", "dev", "test")]
@@ -345,27 +353,12 @@ def load_ewt_splits(root: Path, seed: int = 0) -> TaskSplits:
     return TaskSplits("ud-english-ewt", train, dev, test, ", ".join(map(str, paths)))
 
 
-def load_squad_splits(root: Path, seed: int = 0) -> TaskSplits:
+def load_squad_splits(root: str | os.PathLike | None = None, seed: int = 0) -> TaskSplits:
     """SQuAD v1.1 from ``root/squad-v1.1/``: the 48 articles of the official dev set split into train,
     dev and test by article (:func:`split_squad_by_article`, 80/10/10% of the articles). The official
     training set is not used: the course's copy of SQuAD lacks it."""
+    root = data_root(root)
     path = find_dataset_file(root, "squad-v1.1", "dev-v1.1.json", "SQuAD v1.1")
     train, dev, test = split_squad_by_article(read_squad(path), seed)
     return TaskSplits("squad-v1.1", train, dev, test,
                       f"{path} split by article with seed {seed} (80/10/10% of the articles)")
-
-
-TASK_DATASETS = {"pairs": load_snli_splits, "tagging": load_ewt_splits, "spans": load_squad_splits}
-
-
-def load_task_splits(task: str, root: str | os.PathLike | None = None, seed: int = 0) -> TaskSplits:
-    """The splits of the dataset of a task type: "pairs" (SNLI), "tagging" (UD English EWT, UPOS) or
-    "spans" (SQuAD v1.1), read from the data folder ``root`` (default ``$BERTLAB_DATA``, else
-    ``~/.cache/bertlab``); ``seed`` seeds the splits carved from an official one.
-
-    Raises:
-        FileNotFoundError: naming the data folder and the file it lacks.
-    """
-    if task not in TASK_DATASETS:
-        raise ValueError(f"unknown task type {task!r}; choose one of {list(TASK_DATASETS)}")
-    return TASK_DATASETS[task](data_root(root), seed)

@@ -1,14 +1,18 @@
-"""Fine-tuning and evaluating BERT on its other task types: sentence pairs, tagging and spans.
+"""BERT's four task types as records: single sentences, sentence pairs, tagging and spans.
 
-Devlin et al. (2019, section 4 and figure 4) fine-tune one pretrained BERT four ways. Chapter 08
-does single sentences (:mod:`bertlab.finetuning`); this module does the three others with the same
-recipe (:func:`~bertlab.finetuning.finetune_batches`: AdamW, warm-up and linear decay, clipping)
-and the same loop (:func:`~bertlab.finetuning.fit`). What differs from one task type to another is
-data, one :class:`TaskType` record each:
+Devlin et al. (2019, section 4 and figure 4) fine-tune one pretrained BERT four ways. Each way is a
+:class:`~bertlab.finetuning.TaskType` record, and one path reads them all:
+:func:`~bertlab.finetuning.finetune_task` (BERT's recipe, :func:`~bertlab.finetuning.finetune_batches`:
+AdamW, warm-up and linear decay, clipping), :func:`~bertlab.finetuning.evaluate_task` and
+:func:`~bertlab.finetuning.choose_learning_rate`, all in :mod:`bertlab.finetuning` beside the sentence
+task (chapter 08), and re-exported here. This module declares the three others and :data:`TASKS`, the
+four by name. What differs from one task type to another is data, one record each:
 
 =========  =======================  ==========================================  =============================
 task type  examples                 input -> output                             loss; metric
 =========  =======================  ==========================================  =============================
+sentence   (text, label) (MR)       [CLS] sentence [SEP] -> one of 2 labels     cross-entropy of the label;
+                                                                                accuracy, macro-F1
 pairs      ``SentencePair`` (SNLI)  [CLS] premise [SEP] hypothesis [SEP]        cross-entropy of the label;
                                     -> one of 3 labels                          accuracy, macro-F1
 tagging    ``TaggedSentence``       [CLS] word pieces [SEP] -> a tag on the     cross-entropy on first pieces;
@@ -17,90 +21,78 @@ spans      ``SquadQuestion``        [CLS] question [SEP] context window [SEP]   
            (SQuAD v1.1)             -> the answer's first and last tokens       exact match, F1
 =========  =======================  ==========================================  =============================
 
+Each record also names its dataset, reads its splits (``load_splits``) and trains and scores its
+simple baselines (``baselines``, :mod:`bertlab.task_baselines`).
+
 Use::
 
-    task = TASKS["tagging"]                        # PAIRS, TAGGING, SPANS; span_task(stride=...) for others
-    labels = task.labels(train) if task.labels else None   # the tag names, from the training split
+    task = TASKS["tagging"]                        # SENTENCES, PAIRS, TAGGING, SPANS; span_task(stride=...)
+    splits = task.load_splits(data_folder, seed=0)
+    labels = task.labels(splits.train) if task.labels else None   # the tag names, from the training split
     model = task_model(task, "path/to/pretrained", labels)
-    history = finetune_task(task, model, tokenizer, train, dev, labels=labels)
-    test_scores = evaluate_task(task, model, tokenizer, test, labels=labels)
+    history = finetune_task(task, model, tokenizer, splits.train, splits.dev, labels=labels)
+    test_scores = evaluate_task(task, model, tokenizer, splits.test, labels=labels)
 """
 
 import dataclasses
 import functools
 import warnings
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from bertlab.bert import (
-    IGNORE_INDEX,
-    BertConfig,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertPreTrainedModel,
-)
-from bertlab.finetuning import (
-    DEFAULT_RECIPE,
+from bertlab.bert import IGNORE_INDEX, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertlab.finetuning import (  # the task type's record and the path that reads it (re-exported here)
+    SENTENCES,
     Batch,
-    FineTuningRecipe,
+    ExampleScores,
+    LabelVocabulary,
     PaddedBatches,
-    Progress,
     SentimentBatches,
+    TaskType,
     TunedRun,
+    check_label_ids,
     choose_learning_rate,
     classification_loss,
     classifier_metrics,
-    compute_logits,
-    evaluation_device,
+    evaluate_task,
     evaluation_mode,
-    finetune_batches,
+    finetune_task,
+    label_example_scores,
     model_device,
     model_inputs,
+    task_example_scores,
+    task_model,
 )
-from bertlab.task_data import SNLI_LABELS, SentencePair, SquadQuestion, TaggedSentence
-from bertlab.tasks import align_labels_to_word_pieces, best_span, squad_f1, squad_scores, squad_windows
+from bertlab.task_baselines import pair_baselines, span_baselines, tagging_baselines
+from bertlab.task_data import (
+    SNLI_LABELS,
+    SentencePair,
+    SquadQuestion,
+    TaggedSentence,
+    load_ewt_splits,
+    load_snli_splits,
+    load_squad_splits,
+    squad_references,
+)
+from bertlab.tasks import (
+    align_labels_to_word_pieces,
+    best_span,
+    squad_f1,
+    squad_scores,
+    squad_windows,
+    word_accuracy,
+    words_tagged_right,
+)
 from bertlab.tokenization import BertTokenizer
-from bertlab.utils import autocast, recipe_from_keywords
+from bertlab.utils import autocast
 
-EVALUATION_BATCH_SIZE = 64
 
 
 # --------------------------------------------------------------------------------------------------
 # Label names
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class LabelVocabulary:
-    """The names of a task's labels: label id i is ``names[i]``."""
-
-    names: tuple[str, ...]
-    id_of: dict[str, int] = dataclasses.field(init=False, repr=False, compare=False)
-
-    def __post_init__(self):
-        names = tuple(self.names)
-        if len(set(names)) != len(names):
-            raise ValueError(f"the label names must be distinct, got {list(names)}")
-        if len(names) < 2:
-            raise ValueError(f"a classifier needs at least 2 labels, got {list(names)}")
-        object.__setattr__(self, "names", names)
-        object.__setattr__(self, "id_of", {name: index for index, name in enumerate(names)})
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def ids(self, names: Sequence[str], where: str) -> list[int]:
-        """The ids of ``names``; a name outside the vocabulary is a ``ValueError`` that names ``where``
-        it was found (a tag of a dev sentence never seen in training)."""
-        try:
-            return [self.id_of[name] for name in names]
-        except KeyError as error:
-            raise ValueError(f"{where}: the label {error.args[0]!r} is not one of the {len(self)} labels of the "
-                             f"training split ({', '.join(self.names)})") from None
 
 
 def snli_labels(pairs: Sequence[SentencePair]) -> LabelVocabulary:
@@ -149,10 +141,7 @@ def pair_batches(
         ValueError: when ``pairs`` is empty or a label is not an id of ``labels``.
     """
     _check_not_empty(pairs, what)
-    for index, pair in enumerate(pairs):
-        if not 0 <= pair.label < len(labels):
-            raise ValueError(f"{what}[{index}] has the label {pair.label}, not one of the ids 0 .. {len(labels) - 1} "
-                             f"of {', '.join(labels.names)}")
+    check_label_ids([pair.label for pair in pairs], labels, what)
     return SentimentBatches(
         [pair.premise for pair in pairs], tokenizer, [pair.label for pair in pairs],
         text_pairs=[pair.hypothesis for pair in pairs],
@@ -248,26 +237,6 @@ def predict_tags(model: nn.Module, batches: TaggingBatches, device: torch.device
                 for word, tag_id in zip(words[first_pieces].tolist(), tags[first_pieces].tolist()):
                     predictions[sentence][word] = batches.tag_names[tag_id]
     return predictions
-
-
-def word_accuracy(predictions: Sequence[Sequence[str | None]], sentences: Sequence[TaggedSentence]) -> float:
-    """The share of words whose predicted tag is the gold one: (1/W) sum_w [predicted_w = gold_w] over
-    the W words of all sentences; a word predicted None (no piece within max_length) counts as wrong.
-
-    Raises:
-        ValueError: when a sentence has not one prediction per word.
-    """
-    if len(predictions) != len(sentences):
-        raise ValueError(f"got predictions for {len(predictions)} sentences but {len(sentences)} sentences")
-    correct = total = 0
-    for index, (predicted, sentence) in enumerate(zip(predictions, sentences)):
-        if len(predicted) != len(sentence.tags):
-            raise ValueError(f"sentence {index} has {len(sentence.tags)} words but {len(predicted)} predicted tags")
-        correct += sum(guess == tag for guess, tag in zip(predicted, sentence.tags))
-        total += len(sentence.tags)
-    if total == 0:
-        raise ValueError("the sentences have no word to score")
-    return correct / total
 
 
 def tagging_metrics(model: nn.Module, batches: TaggingBatches, device: torch.device,
@@ -395,11 +364,6 @@ def predict_answers(model: nn.Module, batches: SpanBatches, device: torch.device
     return answers
 
 
-def squad_references(questions: Sequence[SquadQuestion]) -> dict[str, list[str]]:
-    """Question id -> the texts of its answers, what :func:`~bertlab.tasks.squad_scores` grades against."""
-    return {question.id: [answer.text for answer in question.answers] for question in questions}
-
-
 def span_metrics(model: nn.Module, batches: SpanBatches, device: torch.device, precision: str = "auto",
                  max_answer_length: int = 30) -> dict[str, float]:
     """``exact_match`` and ``f1`` (in percent, the official SQuAD v1.1 scores) of
@@ -418,30 +382,11 @@ def question_texts(questions: Sequence[SquadQuestion]) -> list[str]:
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class ExampleScores:
-    """A model's result on each evaluated example, in the examples' order: ``scores[i]`` out of
-    ``weights[i]``, so that its score on the examples is sum_i scores_i / sum_i weights_i (1 per example
-    when ``weights`` is None). Pairs: 1 or 0, the label right or wrong; tagging: the words of sentence i
-    tagged right, out of its words; spans: question i's F1 in [0, 1]."""
-
-    scores: list[float]
-    weights: list[float] | None = None
-
-
-def pair_example_scores(model: nn.Module, batches: SentimentBatches, device: torch.device,
-                        precision: str = "auto") -> ExampleScores:
-    """1 for each pair whose label argmax_c p(c | pair) is right, else 0."""
-    predictions = compute_logits(model, batches, device, precision).argmax(dim=-1).cpu()  # (B,)
-    return ExampleScores((predictions == batches.labels.cpu()).int().tolist())
-
-
 def tagging_example_scores(model: nn.Module, batches: TaggingBatches, device: torch.device,
                            precision: str = "auto") -> ExampleScores:
     """Each sentence's words tagged right (:func:`predict_tags`), out of its words."""
     predictions = predict_tags(model, batches, device, precision)
-    return ExampleScores([sum(guess == tag for guess, tag in zip(predicted, sentence.tags))
-                          for predicted, sentence in zip(predictions, batches.sentences)],
+    return ExampleScores(words_tagged_right(predictions, batches.sentences),
                          [len(sentence.tags) for sentence in batches.sentences])
 
 
@@ -458,44 +403,16 @@ def span_example_scores(model: nn.Module, batches: SpanBatches, device: torch.de
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class TaskType:
-    """What fine-tuning and evaluating a task type needs: a record, read by :func:`finetune_task`.
-
-    - ``model_class``: the BERT with the task's head.
-    - ``labels``: the label names from the training examples (None: the task has none, spans).
-    - ``batches(examples, tokenizer, labels, *, max_length, batch_size, shuffle, seed, what)``: the
-      examples encoded, a :class:`~bertlab.finetuning.PaddedBatches`.
-    - ``loss(model, batch)``: what training minimises.
-    - ``metrics(model, batches, device, precision)``: the evaluation, a dict of scores.
-    - ``metric``: the score (a key of ``metrics``, higher is better) that chooses a learning rate.
-    - ``example_scores(model, batches, device, precision)``: ``metric`` on each example, an
-      :class:`ExampleScores`.
-    - ``texts(examples)``: their text, to learn a vocabulary from.
-    - ``max_length``: the default number of tokens of an encoded example.
-    """
-
-    name: str
-    model_class: type[BertPreTrainedModel]
-    labels: Callable[[Sequence], LabelVocabulary] | None
-    batches: Callable[..., PaddedBatches]
-    loss: Callable[[nn.Module, Batch], torch.Tensor]
-    metrics: Callable[[nn.Module, PaddedBatches, torch.device, str], dict[str, float]]
-    metric: str
-    example_scores: Callable[[nn.Module, PaddedBatches, torch.device, str], ExampleScores]
-    texts: Callable[[Sequence], list[str]]
-    max_length: int
-
-
 PAIRS = TaskType(
     name="pairs", model_class=BertForSequenceClassification, labels=snli_labels, batches=pair_batches,
-    loss=classification_loss, metrics=classifier_metrics, metric="accuracy", example_scores=pair_example_scores,
-    texts=pair_texts, max_length=128,
+    loss=classification_loss, metrics=classifier_metrics, metric="accuracy", example_scores=label_example_scores,
+    texts=pair_texts, max_length=128, dataset="SNLI 1.0", load_splits=load_snli_splits, baselines=pair_baselines,
 )
 TAGGING = TaskType(
     name="tagging", model_class=BertForTokenClassification, labels=tag_vocabulary, batches=TaggingBatches,
     loss=classification_loss, metrics=tagging_metrics, metric="accuracy", example_scores=tagging_example_scores,
-    texts=sentence_texts, max_length=128,
+    texts=sentence_texts, max_length=128, dataset="UD English EWT (UPOS)", load_splits=load_ewt_splits,
+    baselines=tagging_baselines,
 )
 
 
@@ -508,157 +425,20 @@ def span_task(stride: int | None = 128, max_answer_length: int = 30) -> TaskType
         batches=functools.partial(SpanBatches, stride=stride), loss=span_loss,
         metrics=functools.partial(span_metrics, max_answer_length=max_answer_length), metric="f1",
         example_scores=functools.partial(span_example_scores, max_answer_length=max_answer_length),
-        texts=question_texts, max_length=384,
+        texts=question_texts, max_length=384, dataset="SQuAD 1.1", load_splits=load_squad_splits,
+        baselines=span_baselines,
     )
 
 
 SPANS = span_task()
-TASKS = {task.name: task for task in (PAIRS, TAGGING, SPANS)}
+#: BERT's four task types by name (Devlin et al., 2019, figure 4), what ``bertlab finetune --task`` and the
+#: benchmarks choose from.
+TASKS = {task.name: task for task in (SENTENCES, PAIRS, TAGGING, SPANS)}
 
 
-def task_model(task: TaskType, source: BertConfig | str | Path, labels: LabelVocabulary | None) -> BertPreTrainedModel:
-    """The task's model: randomly initialised from a config, or with the weights of a checkpoint folder
-    (``from_pretrained``: the head a pretrained BERT lacks is initialised, with a warning), scoring
-    ``len(labels)`` labels when the task has labels."""
-    options = {} if labels is None else {"num_labels": len(labels)}
-    if isinstance(source, BertConfig):
-        return task.model_class(source, **options)
-    return task.model_class.from_pretrained(source, **options)
-
-
-def check_labels(task: TaskType, model: nn.Module, labels: LabelVocabulary | None) -> None:
-    """``labels`` must be given exactly when the task has labels, and be as many as the model scores."""
-    if task.labels is None:
-        if labels is not None:
-            raise ValueError(f"the {task.name} task has no label names: labels must be None")
-        return
-    if labels is None:
-        raise ValueError(f"the {task.name} task needs labels=task.labels(train), the label names of the training "
-                         "split")
-    if getattr(model, "num_labels", None) != len(labels):
-        raise ValueError(f"the model scores {getattr(model, 'num_labels', None)} labels but there are {len(labels)} "
-                         f"({', '.join(labels.names)}): build it with task_model(task, ..., labels)")
-
-
-# --------------------------------------------------------------------------------------------------
-# Fine-tuning, evaluation, choice of the learning rate
-# --------------------------------------------------------------------------------------------------
-
-
-def finetune_task(
-    task: TaskType,
-    model: nn.Module,
-    tokenizer: BertTokenizer,
-    train: Sequence,
-    dev: Sequence | None = None,
-    recipe: FineTuningRecipe | None = None,
-    *,
-    labels: LabelVocabulary | None = None,
-    device: str | torch.device | None = None,
-    progress: bool | Progress = True,
-    output_dir: str | Path | None = None,
-    precision: str = "auto",
-    **recipe_keywords,
-) -> list[dict[str, float]]:
-    """Fine-tune ``model`` on the ``train`` examples of ``task`` as BERT does; return the history.
-
-    Minimises ``task.loss`` over ``task.batches(train, ...)`` (shuffled with the recipe's seed) with the
-    ``recipe`` of :func:`bertlab.finetuning.finetune` (:class:`~bertlab.finetuning.FineTuningRecipe`;
-    None: BERT's defaults): AdamW with ``encoder_lr`` for the encoder and ``head_lr`` (default
-    ``encoder_lr``) for the head, optional layer-wise decay, a linear warm-up over ``warmup_ratio`` of
-    the steps then linear decay, gradient clipping, in ``precision`` on ``device`` (None: CUDA when
-    available). The recipe's ``max_length`` None takes the task's (128 tokens, 384 for spans). With
-    ``output_dir`` the final model and ``history.json`` are saved.
-
-    Returns:
-        One dict per epoch: ``epoch``, ``train_loss`` and, with ``dev``, ``dev_<name>`` for each score
-        of ``task.metrics``: ``dev_accuracy``, ``dev_macro_f1``, ``dev_loss`` (pairs),
-        ``dev_accuracy`` (tagging, per word), ``dev_exact_match``, ``dev_f1`` (spans, in percent).
-    """
-    recipe = recipe_from_keywords(FineTuningRecipe, recipe, recipe_keywords, "finetune_task", DEFAULT_RECIPE)
-    check_labels(task, model, labels)
-    max_length = recipe.length(task.max_length)
-    batches = task.batches(train, tokenizer, labels, max_length=max_length, batch_size=recipe.batch_size,
-                           shuffle=True, seed=recipe.seed, what="train")
-    dev_batches = None if dev is None else task.batches(dev, tokenizer, labels, max_length=max_length,
-                                                         batch_size=EVALUATION_BATCH_SIZE, what="dev")
-    return finetune_batches(model, batches, task.loss, dev_batches, None if dev is None else task.metrics, recipe,
-                            device=device, progress=progress, output_dir=output_dir, precision=precision)
-
-
-def _evaluation_batches(task: TaskType, model: nn.Module, tokenizer: BertTokenizer, examples: Sequence,
-                        labels: LabelVocabulary | None, batch_size: int, max_length: int | None,
-                        device: str | torch.device | None, what: str) -> tuple[PaddedBatches, torch.device]:
-    """``examples`` encoded for evaluation, and the device to evaluate on, the model moved there
-    (:func:`evaluate_task` and :func:`task_example_scores`)."""
-    check_labels(task, model, labels)
-    device = evaluation_device(model, device)
-    model.to(device)
-    max_length = task.max_length if max_length is None else max_length
-    return task.batches(examples, tokenizer, labels, max_length=max_length, batch_size=batch_size, what=what), device
-
-
-def evaluate_task(
-    task: TaskType,
-    model: nn.Module,
-    tokenizer: BertTokenizer,
-    examples: Sequence,
-    *,
-    labels: LabelVocabulary | None = None,
-    batch_size: int = EVALUATION_BATCH_SIZE,
-    max_length: int | None = None,
-    device: str | torch.device | None = None,
-    precision: str = "auto",
-    what: str = "examples",
-) -> dict[str, float]:
-    """The scores of ``task.metrics`` for ``model`` on ``examples``: accuracy, macro-F1 and loss
-    (pairs), word accuracy (tagging), exact match and F1 in percent (spans).
-
-    ``labels``: the label names of the training split (a tag of ``examples`` outside them is an
-    error that names the sentence, ``what[i]``). ``device`` None keeps the model where it is;
-    ``precision`` is the forward pass's, as in ``bertlab.utils.autocast``.
-    """
-    batches, device = _evaluation_batches(task, model, tokenizer, examples, labels, batch_size, max_length, device,
-                                          what)
-    return task.metrics(model, batches, device, precision)
-
-
-def task_example_scores(
-    task: TaskType,
-    model: nn.Module,
-    tokenizer: BertTokenizer,
-    examples: Sequence,
-    *,
-    labels: LabelVocabulary | None = None,
-    batch_size: int = EVALUATION_BATCH_SIZE,
-    max_length: int | None = None,
-    device: str | torch.device | None = None,
-    precision: str = "auto",
-    what: str = "examples",
-) -> ExampleScores:
-    """``task.metric`` of ``model`` on each of ``examples`` (:class:`ExampleScores`), evaluated as
-    :func:`evaluate_task` does: their mean, weighted, is its score."""
-    batches, device = _evaluation_batches(task, model, tokenizer, examples, labels, batch_size, max_length, device,
-                                          what)
-    return task.example_scores(model, batches, device, precision)
-
-
-def choose_task_learning_rate(
-    task: TaskType,
-    train_with: Callable[[float], nn.Module],
-    learning_rates: Sequence[float],
-    tokenizer: BertTokenizer,
-    dev: Sequence,
-    *,
-    labels: LabelVocabulary | None = None,
-    max_length: int | None = None,
-    precision: str = "auto",
-) -> TunedRun:
-    """:func:`bertlab.finetuning.choose_learning_rate` for a task type: one model per rate from
-    ``train_with(lr)``, kept when its :func:`evaluate_task` score ``task.metric`` on ``dev`` (accuracy
-    for pairs and tagging, F1 for spans) is the highest; ties go to the first rate."""
-    return choose_learning_rate(
-        train_with, learning_rates, tokenizer, dev,
-        max_length=task.max_length if max_length is None else max_length, precision=precision,
-        evaluate_fn=functools.partial(evaluate_task, task, labels=labels), metric=task.metric,
-    )
+def choose_task_learning_rate(task: TaskType, train_with, learning_rates, tokenizer: BertTokenizer, dev: Sequence,
+                              **options) -> TunedRun:
+    """Deprecated: :func:`bertlab.finetuning.choose_learning_rate` takes the task (``task=task``)."""
+    warnings.warn("choose_task_learning_rate(task, ...) is deprecated and will be removed in the next release: call "
+                  "bertlab.finetuning.choose_learning_rate(..., task=task)", DeprecationWarning, stacklevel=2)
+    return choose_learning_rate(train_with, learning_rates, tokenizer, dev, task=task, **options)

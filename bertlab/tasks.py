@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from bertlab.bert import IGNORE_INDEX  # the label of the word pieces the loss and the metric skip
+from bertlab.task_data import TaggedSentence
 from bertlab.tokenization import (
     BertTokenizer,
     _is_control,
@@ -174,6 +175,37 @@ def tagging_accuracy(logits: torch.Tensor, labels: torch.Tensor, ignore_index: i
     labelled = labels != ignore_index  # (...)
     correct = (logits.argmax(dim=-1) == labels) & labelled  # (...)
     return correct.sum() / labelled.sum()
+
+
+def words_tagged_right(predictions: Sequence[Sequence[str | None]], sentences: Sequence[TaggedSentence]) -> list[int]:
+    """The words of each sentence whose predicted tag is the gold one; a word predicted None (no piece
+    within max_length) counts as wrong.
+
+    Raises:
+        ValueError: when there is not one list of predictions per sentence and one prediction per word.
+    """
+    if len(predictions) != len(sentences):
+        raise ValueError(f"got predictions for {len(predictions)} sentences but {len(sentences)} sentences")
+    right = []
+    for index, (predicted, sentence) in enumerate(zip(predictions, sentences)):
+        if len(predicted) != len(sentence.tags):
+            raise ValueError(f"sentence {index} has {len(sentence.tags)} words but {len(predicted)} predicted tags")
+        right.append(sum(guess == tag for guess, tag in zip(predicted, sentence.tags)))
+    return right
+
+
+def word_accuracy(predictions: Sequence[Sequence[str | None]], sentences: Sequence[TaggedSentence]) -> float:
+    """The share of words whose predicted tag is the gold one: (1/W) sum_w [predicted_w = gold_w] over
+    the W words of all sentences (:func:`words_tagged_right`); a word predicted None counts as wrong.
+
+    Raises:
+        ValueError: when a sentence has not one prediction per word, or there is no word.
+    """
+    right = words_tagged_right(predictions, sentences)
+    total = sum(len(sentence.tags) for sentence in sentences)
+    if total == 0:
+        raise ValueError("the sentences have no word to score")
+    return sum(right) / total
 
 
 # --------------------------------------------------------------------------------------------------

@@ -190,10 +190,10 @@ def test_a_seed_makes_finetuning_a_pretrained_folder_reproducible(pipeline, tmp_
         histories.append(results["history"])
     assert histories[0] == histories[1]  # every loss and score, exactly
     # the summary: each score in percent beside the majority class's, the loss as it is
-    majority = results["baseline"]
-    assert majority["name"] == "majority class"
+    majority, bag_of_words = results["baselines"]["majority class"], results["baselines"]["bag of words"]
     assert (f"test_accuracy {100 * results['test']['accuracy']:.2f}% "
-            f"(majority class: {100 * majority['scores']['accuracy']:.2f}%)") in out.splitlines()
+            f"(majority class: {100 * majority['scores']['accuracy']:.2f}%; "
+            f"bag of words: {100 * bag_of_words['scores']['accuracy']:.2f}%)") in out.splitlines()
     assert f"test_loss {results['test']['loss']:.4f}" in out.splitlines()
 
 

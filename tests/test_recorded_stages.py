@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from bertlab import recorded
+from bertlab.finetuning import ExampleScores
 from bertlab.task_data import SentencePair, TaskSplits
-from bertlab.task_finetuning import ExampleScores
 from tests.test_recorded import benchmark_script
 
 
@@ -87,7 +87,7 @@ def task_results(monkeypatch):
         score = sum(scores) / len(scores) if what == "test" else 0.8 if model.lr == 1e-3 else 0.6
         return {"accuracy": score, "macro_f1": score}
 
-    monkeypatch.setattr(module, "load_task_splits", lambda name, root: splits)
+    monkeypatch.setitem(module.TASKS, "pairs", dataclasses.replace(module.TASKS["pairs"], load_splits=lambda root: splits))
     monkeypatch.setattr(module, "task_model", fake_model)
     monkeypatch.setattr(module, "finetune_task", fake_finetune)
     monkeypatch.setattr(module, "evaluate_task", fake_evaluate)

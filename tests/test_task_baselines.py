@@ -11,14 +11,15 @@ from bertlab.task_baselines import (
     majority_label,
     majority_predictions,
     pair_words,
-    score_pair_predictions,
     sliding_window_answer,
     sliding_window_answers,
     train_most_frequent_tagger,
     train_pair_bag_of_words,
 )
 from bertlab.task_data import SentencePair, SquadAnswer, SquadQuestion, TaggedSentence
-from bertlab.task_finetuning import squad_references, word_accuracy
+from bertlab.finetuning import prediction_result
+from bertlab.task_data import squad_references
+from bertlab.tasks import word_accuracy
 from bertlab.tasks import squad_scores
 
 # --------------------------------------------------------------------------------------------------
@@ -36,7 +37,7 @@ def test_majority_label_and_its_predictions():
 
 def test_pair_scores_by_hand():
     pairs = [SentencePair("p", "h", label) for label in (0, 0, 1, 2)]
-    scores = score_pair_predictions(torch.tensor([0, 1, 1, 1]), pairs)
+    scores = prediction_result(torch.tensor([0, 1, 1, 1]), [pair.label for pair in pairs], 3).scores
     # class 0: TP 1, FP 0, FN 1 -> F1 2/3; class 1: TP 1, FP 2, FN 0 -> 1/2; class 2: TP 0 -> 0
     assert scores == pytest.approx({"accuracy": 0.5, "macro_f1": (2 / 3 + 1 / 2 + 0) / 3})
 
@@ -66,13 +67,13 @@ def instrument_pairs(players):
 def test_the_pair_bag_of_words_reads_the_overlap_that_the_hypothesis_alone_lacks():
     train, test = instrument_pairs(["A man", "A woman", "The boy"]), instrument_pairs(["The girl", "An old man"])
     full = train_pair_bag_of_words(train, epochs=10, seed=0)
-    assert score_pair_predictions(full.predict(test), test) == {"accuracy": 1.0, "macro_f1": 1.0}
+    assert prediction_result(full.predict(test), [pair.label for pair in test], 3).scores == {"accuracy": 1.0, "macro_f1": 1.0}
     hypothesis_only = train_pair_bag_of_words(train, hypothesis_only=True, epochs=10, seed=0)
     # every hypothesis word goes with both labels (1 entailment for 5 contradictions): no better than the
     # majority class, contradiction, 30 of the 36 pairs of each player
     predictions = hypothesis_only.predict(test)
     assert predictions.tolist() == [2] * len(test)
-    assert score_pair_predictions(predictions, test)["accuracy"] == pytest.approx(5 / 6)
+    assert prediction_result(predictions, [pair.label for pair in test], 3).scores["accuracy"] == pytest.approx(5 / 6)
 
 
 def test_the_hypothesis_alone_reveals_annotation_artefacts():

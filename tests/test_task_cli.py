@@ -207,10 +207,10 @@ def test_the_course_bert_gets_the_course_choices_and_the_scores_print_in_percent
     results = json.loads((tmp_path / "results.json").read_text())
     assert (results["lr"], results["max_length"]) == (1e-3, 128)  # not 5e-5, nor windows of 384 with stride 128
     assert f"learning rate: 0.001, the course's choice for its BERT on --task {task}" in out
-    assert results["baseline"]["name"] == baseline
+    assert list(results["baselines"]) == [baseline]
     scale = 100 if task == "tagging" else 1  # accuracy is a fraction, SQuAD's scores are in percent: both print in %
     for name, value in results["test"].items():
-        assert (f"test_{name} {scale * value:.2f}% ({baseline}: {scale * results['baseline']['scores'][name]:.2f}%)"
+        assert (f"test_{name} {scale * value:.2f}% ({baseline}: {scale * results['baselines'][baseline]['scores'][name]:.2f}%)"
                 in out.splitlines()), out
 
 

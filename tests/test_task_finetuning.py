@@ -15,6 +15,7 @@ import torch
 import transformers
 from torch import nn
 
+from bertlab import finetuning
 from bertlab.bert import (
     IGNORE_INDEX,
     BertConfig,
@@ -24,14 +25,13 @@ from bertlab.bert import (
     QuestionAnsweringOutput,
     TokenClassifierOutput,
 )
-from bertlab.finetuning import FineTuningRecipe, PaddedBatches
+from bertlab.finetuning import FineTuningRecipe, PaddedBatches, choose_learning_rate
 from bertlab.task_data import (
     SNLI_LABELS,
     SentencePair,
     SquadAnswer,
     SquadQuestion,
     TaggedSentence,
-    load_task_splits,
     split_pairs_by_premise,
 )
 from bertlab.task_finetuning import (
@@ -73,6 +73,8 @@ PAIRS_DATA = [
     SentencePair("Two dogs run through the snow.", "The dogs are sleeping indoors.", 2),
     SentencePair("Two dogs run through the snow.", "The dogs chase a ball.", 1),
 ]
+REVIEWS = [("a wonderful , moving film .", 1), ("dull and far too long .", 0), ("the cast is superb .", 1),
+           ("a tedious mess .", 0)]
 SENTENCES = [
     TaggedSentence(["The", "cat", "is", "playing", "."], ["DET", "NOUN", "AUX", "VERB", "PUNCT"]),
     TaggedSentence(["Dogs", "bark", "loudly", "!"], ["NOUN", "VERB", "ADV", "PUNCT"]),
@@ -338,8 +340,8 @@ def test_tagging_evaluation_matches_hugging_face_alignment_and_torchmetrics(toke
 # Fine-tuning
 
 
-@pytest.mark.parametrize("task, examples", [(PAIRS, PAIRS_DATA), (TAGGING, SENTENCES), (SHORT_SPANS, QUESTIONS)],
-                         ids=["pairs", "tagging", "spans"])
+@pytest.mark.parametrize("task, examples", [(finetuning.SENTENCES, REVIEWS), (PAIRS, PAIRS_DATA), (TAGGING, SENTENCES),
+                                            (SHORT_SPANS, QUESTIONS)], ids=["sentence", "pairs", "tagging", "spans"])
 def test_a_tiny_model_learns_a_handful_of_examples(tokenizer, task, examples, tmp_path):
     labels = task.labels(examples) if task.labels else None
     torch.manual_seed(0)
@@ -350,10 +352,11 @@ def test_a_tiny_model_learns_a_handful_of_examples(tokenizer, task, examples, tm
                             progress=False, output_dir=tmp_path, precision="float32")
     assert [record["epoch"] for record in history] == list(range(1, 61))
     assert history[-1]["train_loss"] < 0.25 * history[0]["train_loss"]
-    best = {"pairs": "accuracy", "tagging": "accuracy", "spans": "exact_match"}[task.name]
+    best = {"sentence": "accuracy", "pairs": "accuracy", "tagging": "accuracy", "spans": "exact_match"}[task.name]
     assert history[-1][f"dev_{best}"] == {"accuracy": 1.0, "exact_match": 100.0}[best]
     assert set(history[-1]) == {"epoch", "train_loss", *(f"dev_{name}" for name in
-                                                           {"pairs": ["accuracy", "macro_f1", "loss"],
+                                                           {"sentence": ["accuracy", "macro_f1", "loss"],
+                                                            "pairs": ["accuracy", "macro_f1", "loss"],
                                                             "tagging": ["accuracy"],
                                                             "spans": ["exact_match", "f1"]}[task.name])}
     assert json.loads((tmp_path / "history.json").read_text()) == history
@@ -364,8 +367,8 @@ def test_a_tiny_model_learns_a_handful_of_examples(tokenizer, task, examples, tm
                                     if name.startswith("dev_")}, rel=1e-4)
 
 
-@pytest.mark.parametrize("task, examples", [(PAIRS, PAIRS_DATA), (TAGGING, SENTENCES), (SHORT_SPANS, QUESTIONS)],
-                         ids=["pairs", "tagging", "spans"])
+@pytest.mark.parametrize("task, examples", [(finetuning.SENTENCES, REVIEWS), (PAIRS, PAIRS_DATA), (TAGGING, SENTENCES),
+                                            (SHORT_SPANS, QUESTIONS)], ids=["sentence", "pairs", "tagging", "spans"])
 def test_the_scores_of_each_example_make_the_task_s_score(tokenizer, task, examples):
     """Their weighted mean is evaluate_task's score (SQuAD's F1 is in percent there), example by example
     in the examples' order: an untrained model gets some right and some wrong."""
@@ -387,8 +390,8 @@ def test_the_scores_of_each_example_make_the_task_s_score(tokenizer, task, examp
         assert alone.scores == pytest.approx([per_example.scores[index]])
 
 
-@pytest.mark.parametrize("task, examples", [(PAIRS, PAIRS_DATA), (TAGGING, SENTENCES), (SHORT_SPANS, QUESTIONS)],
-                         ids=["pairs", "tagging", "spans"])
+@pytest.mark.parametrize("task, examples", [(finetuning.SENTENCES, REVIEWS), (PAIRS, PAIRS_DATA), (TAGGING, SENTENCES),
+                                            (SHORT_SPANS, QUESTIONS)], ids=["sentence", "pairs", "tagging", "spans"])
 def test_fine_tuning_and_evaluation_run_on_the_device(tokenizer, task, examples, device):
     labels = task.labels(examples) if task.labels else None
     model = task_model(task, tiny_config(tokenizer, num_layers=1), labels)
@@ -425,7 +428,22 @@ def test_labels_must_fit_the_task_and_the_model(tokenizer):
         finetune_task(SPANS, reader, tokenizer, QUESTIONS, labels=tags, device="cpu", progress=False)
     assert isinstance(task_model(PAIRS, tiny_config(tokenizer, num_layers=1), LabelVocabulary(SNLI_LABELS)),
                       BertForSequenceClassification)
-    assert TASKS == {"pairs": PAIRS, "tagging": TAGGING, "spans": SPANS}
+    assert TASKS == {"sentence": finetuning.SENTENCES, "pairs": PAIRS, "tagging": TAGGING, "spans": SPANS}
+
+
+@pytest.mark.parametrize("task, examples", [(finetuning.SENTENCES, REVIEWS), (PAIRS, PAIRS_DATA), (TAGGING, SENTENCES),
+                                            (SPANS, QUESTIONS)], ids=["sentence", "pairs", "tagging", "spans"])
+def test_each_task_type_s_baselines_score_each_test_example(task, examples):
+    """A task type declares its dataset and its baselines; each baseline's score is the weighted mean of its
+    scores on the test examples (SQuAD's in percent), as the model's is (the paired tests read them)."""
+    assert task.dataset and callable(task.load_splits)
+    baselines = task.baselines(examples, examples, examples)
+    assert baselines, f"{task.name} has no baseline"
+    for name, result in baselines.items():
+        weights = result.example_scores.weights or [1] * len(examples)
+        assert len(result.example_scores.scores) == len(weights) == len(examples), name
+        mean = sum(result.example_scores.scores) / sum(weights) * (100 if task.name == "spans" else 1)
+        assert result.scores[task.metric] == pytest.approx(mean), name
 
 
 def test_span_task_windows_with_its_stride(tokenizer):
@@ -446,8 +464,8 @@ def test_the_learning_rate_is_chosen_on_the_task_s_metric(tokenizer):
                       precision="float32")
         return model
 
-    tuned = choose_task_learning_rate(SHORT_SPANS, train_with, [1e-9, 1e-2], tokenizer, QUESTIONS, max_length=64,
-                                      precision="float32")
+    tuned = choose_learning_rate(train_with, [1e-9, 1e-2], tokenizer, QUESTIONS, task=SHORT_SPANS, max_length=64,
+                                 precision="float32")
     assert tuned.metric == "f1" and tuned.learning_rate == 1e-2 and tuned.dev["f1"] == 100.0
     assert list(tuned.dev_score_by_learning_rate) == [1e-9, 1e-2] and tuned.dev_score_by_learning_rate[1e-9] < 100
     with pytest.raises(AttributeError, match="maximised f1, not accuracy"):
@@ -456,6 +474,19 @@ def test_the_learning_rate_is_chosen_on_the_task_s_metric(tokenizer):
 
 # --------------------------------------------------------------------------------------------------
 # The splits
+
+
+def test_the_task_s_learning_rate_search_of_earlier_releases_still_runs_with_a_warning(tokenizer):
+    def untrained(lr):
+        torch.manual_seed(0)
+        return task_model(SHORT_SPANS, tiny_config(tokenizer, num_layers=1), None)
+
+    with pytest.warns(DeprecationWarning, match=r"choose_learning_rate\(\.\.\., task=task\)"):
+        tuned = choose_task_learning_rate(SHORT_SPANS, untrained, [1e-3], tokenizer, QUESTIONS, max_length=64,
+                                          precision="float32")
+    expected = choose_learning_rate(untrained, [1e-3], tokenizer, QUESTIONS, task=SHORT_SPANS, max_length=64,
+                                    precision="float32")
+    assert (tuned.metric, tuned.dev) == ("f1", expected.dev)
 
 
 def test_pairs_are_split_by_premise():
@@ -474,25 +505,23 @@ def test_a_missing_dataset_names_the_folder_and_the_file(tmp_path):
             file.write("1\tHi\thi\tINTJ\tUH\t_\t0\troot\t_\t_\n\n")
     with pytest.raises(FileNotFoundError, match=r"UD English EWT was not found in the data folder .*: expected "
                                                 r"en_ewt-ud-test.conllu \(or en_ewt-ud-test.conllu.gz\)"):
-        load_task_splits("tagging", tmp_path)
+        TASKS["tagging"].load_splits(tmp_path)
     (tmp_path / "en_ewt-ud-test.conllu").write_text("1\tHo\tho\tINTJ\tUH\t_\t0\troot\t_\t_\n")  # in the root: found
-    splits = load_task_splits("tagging", tmp_path)
+    splits = TASKS["tagging"].load_splits(tmp_path)
     assert [len(split) for split in (splits.train, splits.dev, splits.test)] == [1, 1, 1]
     with pytest.raises(FileNotFoundError, match="expected snli_1.0_dev.jsonl"):
-        load_task_splits("pairs", tmp_path)
-    with pytest.raises(ValueError, match="unknown task type 'sentence'"):
-        load_task_splits("sentence", tmp_path)
+        TASKS["pairs"].load_splits(tmp_path)
 
 
 @pytest.mark.skipif(not (SHARED_DATASETS / "squad-v1.1").is_dir(), reason=f"no datasets in {SHARED_DATASETS}")
 def test_the_splits_of_the_real_datasets():
-    snli = load_task_splits("pairs", SHARED_DATASETS)
+    snli = TASKS["pairs"].load_splits(SHARED_DATASETS)
     assert len(snli.train) + len(snli.dev) == 9842 and len(snli.test) == 9824  # labelled pairs of dev and test
     assert not {pair.premise for pair in snli.train} & {pair.premise for pair in snli.dev}
-    ewt = load_task_splits("tagging", SHARED_DATASETS)
+    ewt = TASKS["tagging"].load_splits(SHARED_DATASETS)
     assert [len(ewt.train), len(ewt.dev), len(ewt.test)] == [12544, 2001, 2077]
     assert len(tag_vocabulary(ewt.train)) == 17
-    squad = load_task_splits("spans", SHARED_DATASETS)
+    squad = TASKS["spans"].load_splits(SHARED_DATASETS)
     assert len(squad.train) + len(squad.dev) + len(squad.test) == 10570
     titles = [{question.title for question in split} for split in (squad.train, squad.dev, squad.test)]
     assert [len(split) for split in titles] == [38, 5, 5] and not (titles[0] & titles[1] or titles[1] & titles[2])

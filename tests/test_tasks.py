@@ -21,7 +21,7 @@ import torch
 import transformers
 
 from bertlab.task_baselines import train_most_frequent_tagger
-from bertlab.task_data import load_task_splits
+from bertlab.task_finetuning import TASKS
 from bertlab.tasks import (
     IGNORE_INDEX,
     EntityScores,
@@ -262,7 +262,7 @@ def test_entity_scores_agree_with_seqeval_on_a_taggers_predictions():
     on its test sentences; the entities are the runs of proper nouns and of numbers, gold in BIO tags and
     predicted in IOB1 (read by the same rule)."""
     from seqeval import metrics
-    splits = load_task_splits("tagging", SHARED_DATASETS)
+    splits = TASKS["tagging"].load_splits(SHARED_DATASETS)
     predictions = train_most_frequent_tagger(splits.train).predict(splits.test)
     gold = [names_and_numbers(sentence.tags, iob1=False) for sentence in splits.test]
     predicted = [names_and_numbers(tags, iob1=True) for tags in predictions]
