@@ -176,7 +176,10 @@ def test_every_exercise_of_every_chapter_is_declared_and_tested():
         assert tests.checks is module, name
         assert sorted(tests.references) == sorted(chapter.exercises), f"{name}: references of {tests.__name__}"
         for record in records:
-            assert callable(getattr(module, f"check_{record.name}", None)), f"{module.__name__}.check_{record.name}"
+            check = getattr(module, f"check_{record.name}", None)
+            assert callable(check) and check.__name__ == f"check_{record.name}", f"{module.__name__}.check_{record.name}"
+            assert record.summary.strip() and check.__doc__.startswith(("Compare", "Check")), (
+                f"{module.__name__}.{record.name}: its summary says what the check compares")
             assert len(tests.mutants.get(record.name, [])) >= 3, f"{name}: {record.name} has fewer than 3 mutants"
             if catalogues_its_own_implementations(record) and record.mistakes:
                 assert CATALOGUES[(name, record.name)] is record.mistakes
@@ -347,3 +350,27 @@ def test_a_notebook_shows_a_stub_in_one_line_and_a_failure_as_its_message():
     with pytest.raises(CheckFailed) as wrong:
         visible_check(check_softmax, softmax)
     assert wrong.value._render_traceback_() == [f"CheckFailed: {wrong.value}"] and "softmax" in str(wrong.value)
+
+
+def test_a_derived_check_runs_its_record_and_its_threads_are_restored():
+    """check_<name> is the record's check (forbid included), named after it, and a module of checks has no
+    check_ of a name it does not declare; a record with torch_threads runs on them and restores torch's."""
+    from autograder.checks import efficient
+    from autograder.checks.framework import CheckFailed
+    from bertlab.attention import repeat_kv as reference
+
+    with pytest.raises(AttributeError, match="has no attribute 'check_nothing'"):
+        efficient.check_nothing
+    assert efficient.REPEAT_KV.torch_threads == 1
+    threads = torch.get_num_threads()
+    seen = []
+
+    def repeat_kv(x, n_rep):
+        seen.append(torch.get_num_threads())
+        return reference(x, n_rep)
+
+    with pytest.raises(CheckFailed, match="implement this yourself"):
+        efficient.check_repeat_kv(reference)  # the reference is forbidden
+    assert efficient.check_repeat_kv(repeat_kv, forbid=False).startswith("repeat_kv: all ")
+    assert set(seen) == {1} and torch.get_num_threads() == threads
+

@@ -16,6 +16,7 @@ from autograder.checks.framework import (
     Exercise,
     Mistake,
     Symptom,
+    check_functions,
     generator_for,
     normalized_along_another_axis,
     random_integer,
@@ -157,18 +158,15 @@ SOFTMAX_MISTAKES = (
 )
 
 
-SOFTMAX = Exercise("softmax", reference.softmax, softmax_cases, mistakes=SOFTMAX_MISTAKES, forbidden=SOFTMAX_FORBIDDEN)
+SOFTMAX = Exercise("softmax", reference.softmax, softmax_cases, mistakes=SOFTMAX_MISTAKES, forbidden=SOFTMAX_FORBIDDEN,
+                   summary="""
+                   Compare ``softmax(x, dim=-1)`` with :func:`bertlab.attention.softmax`.
 
-
-def check_softmax(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``softmax(x, dim=-1)`` with :func:`bertlab.attention.softmax`.
-
-    Cases: 1 to 3 dimensions, dim = -1, 0, 1, -2; float32, float64, bfloat16; logits of 1e4; rows
-    with -inf entries and a fully -inf row (zeros expected); a single element along ``dim``.
-    Tolerance: the framework's defaults (float32: atol 1e-5, rtol 1e-4; bfloat16: 2e-2).
-    Forbidden: every softmax and log-softmax built into PyTorch, and the reference.
-    """
-    return SOFTMAX.check(student_fn, forbid=forbid)
+                   Cases: 1 to 3 dimensions, dim = -1, 0, 1, -2; float32, float64, bfloat16; logits of 1e4; rows with
+                   -inf entries and a fully -inf row (zeros expected); a single element along ``dim``. Tolerance: the
+                   framework's defaults (float32: atol 1e-5, rtol 1e-4; bfloat16: 2e-2). Forbidden: every softmax and
+                   log-softmax built into PyTorch, and the reference.
+                   """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -239,16 +237,13 @@ ADDITIVE_SCORE_MISTAKES = (
 
 
 ADDITIVE_SCORE = Exercise("additive_score", reference.additive_score, additive_score_cases,
-                          mistakes=ADDITIVE_SCORE_MISTAKES, forbidden=ADDITIVE_SCORE_FORBIDDEN)
+                          mistakes=ADDITIVE_SCORE_MISTAKES, forbidden=ADDITIVE_SCORE_FORBIDDEN,
+                          summary="""
+                          Compare ``additive_score(q, k, w_q, w_k, v)`` with :func:`bertlab.attention.additive_score`.
 
-
-def check_additive_score(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``additive_score(q, k, w_q, w_k, v)`` with :func:`bertlab.attention.additive_score`.
-
-    Cases: with and without batch dimensions, Dq != Dk, square weights, N = M = 1, float64,
-    saturated tanh. Tolerance: the framework's defaults. Forbidden: the reference.
-    """
-    return ADDITIVE_SCORE.check(student_fn, forbid=forbid)
+                          Cases: with and without batch dimensions, Dq != Dk, square weights, N = M = 1, float64,
+                          saturated tanh. Tolerance: the framework's defaults. Forbidden: the reference.
+                          """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -355,20 +350,18 @@ ATTENTION_MISTAKES = (
 SCALED_DOT_PRODUCT_ATTENTION = Exercise("scaled_dot_product_attention", reference.scaled_dot_product_attention,
                                         scaled_dot_product_attention_cases, mistakes=ATTENTION_MISTAKES,
                                         forbidden=ATTENTION_FORBIDDEN, dependencies={"softmax": reference.softmax},
-                                        tolerance=ATTENTION_TOLERANCES, output_names=("output", "weights"))
+                                        tolerance=ATTENTION_TOLERANCES, output_names=("output", "weights"),
+                                        summary="""
+                                        Compare ``scaled_dot_product_attention(q, k, v, mask=None)`` with the reference.
 
-
-def check_scaled_dot_product_attention(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``scaled_dot_product_attention(q, k, v, mask=None)`` with the reference.
-
-    The student's function runs with the reference ``softmax`` in place of theirs, so a wrong
-    softmax costs points only once. Cases: with and without batch and head dimensions, N != M,
-    Dv != D, random, causal and padding masks, a fully masked query, N = M = 1, large logits,
-    float64 and bfloat16. Tolerance: float32 atol 2e-5, rtol 2e-4; otherwise the defaults.
-    Forbidden: ``F.scaled_dot_product_attention`` and every other built-in attention, and the
-    reference; ``torch.softmax`` is allowed.
-    """
-    return SCALED_DOT_PRODUCT_ATTENTION.check(student_fn, forbid=forbid)
+                                        The student's function runs with the reference ``softmax`` in place of theirs,
+                                        so a wrong softmax costs points only once. Cases: with and without batch and
+                                        head dimensions, N != M, Dv != D, random, causal and padding masks, a fully
+                                        masked query, N = M = 1, large logits, float64 and bfloat16. Tolerance: float32
+                                        atol 2e-5, rtol 2e-4; otherwise the defaults. Forbidden:
+                                        ``F.scaled_dot_product_attention`` and every other built-in attention, and the
+                                        reference; ``torch.softmax`` is allowed.
+                                        """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -458,17 +451,14 @@ CAUSAL_MASK_MISTAKES = (
 
 
 CAUSAL_MASK = Exercise("causal_mask", reference.causal_mask, causal_mask_cases, mistakes=CAUSAL_MASK_MISTAKES,
-                       forbidden=CAUSAL_MASK_FORBIDDEN)
+                       forbidden=CAUSAL_MASK_FORBIDDEN,
+                       summary="""
+                       Compare ``causal_mask(n, m=None, device=None)`` with :func:`bertlab.attention.causal_mask`.
 
-
-def check_causal_mask(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``causal_mask(n, m=None, device=None)`` with :func:`bertlab.attention.causal_mask`.
-
-    Cases: n from 2 to 1,000 with m left out and m = n, m > n, m < n, a single query (n = 1), the
-    device given; the sizes are drawn. Exact comparison (bool).
-    Forbidden: the reference and ``nn.Transformer.generate_square_subsequent_mask``.
-    """
-    return CAUSAL_MASK.check(student_fn, forbid=forbid)
+                       Cases: n from 2 to 1,000 with m left out and m = n, m > n, m < n, a single query (n = 1), the
+                       device given; the sizes are drawn. Exact comparison (bool). Forbidden: the reference and
+                       ``nn.Transformer.generate_square_subsequent_mask``.
+                       """)
 
 
 PADDING_MASK_FORBIDDEN = (
@@ -556,18 +546,18 @@ PADDING_MASK_MISTAKES = (
 
 
 PADDING_MASK = Exercise("padding_mask", reference.padding_mask, padding_mask_cases, mistakes=PADDING_MASK_MISTAKES,
-                        forbidden=PADDING_MASK_FORBIDDEN)
+                        forbidden=PADDING_MASK_FORBIDDEN,
+                        summary="""
+                        Compare ``padding_mask(attention_mask)`` with :func:`bertlab.attention.padding_mask`.
 
-
-def check_padding_mask(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``padding_mask(attention_mask)`` with :func:`bertlab.attention.padding_mask`.
-
-    Cases: int64, int32, bool and float inputs; random batch sizes, widths and lengths; a sequence of
-    one token, a batch of one-position sequences, an empty sequence.
-    Exact comparison (bool). Forbidden: the reference and Hugging Face's mask expansion.
-    """
-    return PADDING_MASK.check(student_fn, forbid=forbid)
+                        Cases: int64, int32, bool and float inputs; random batch sizes, widths and lengths; a sequence
+                        of one token, a batch of one-position sequences, an empty sequence. Exact comparison (bool).
+                        Forbidden: the reference and Hugging Face's mask expansion.
+                        """)
 
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "01_attention"
+
+
+__getattr__ = check_functions(globals())  # check_<name> for each record above

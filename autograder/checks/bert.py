@@ -25,10 +25,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder.checks.framework import (
-    DEFAULT_TOLERANCES,
     Case,
+    DEFAULT_TOLERANCES,
     Exercise,
     Mistake,
+    check_functions,
     describe_difference,
     diagnose,
     fail,
@@ -271,22 +272,19 @@ def _validate_token_list(output) -> str | None:
 
 
 WORDPIECE_TOKENIZE = Exercise("wordpiece_tokenize", tokenization_reference.wordpiece_tokenize, wordpiece_tokenize_cases,
-                              mistakes=WORDPIECE_MISTAKES, forbidden=WORDPIECE_FORBIDDEN, validate=_validate_token_list)
+                              mistakes=WORDPIECE_MISTAKES, forbidden=WORDPIECE_FORBIDDEN, validate=_validate_token_list,
+                              summary="""
+                              Compare ``wordpiece_tokenize(word, vocab, unk_token="[UNK]",
+                              max_input_chars_per_word=100)`` with :func:`bertlab.tokenization.wordpiece_tokenize`.
 
-
-def check_wordpiece_tokenize(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``wordpiece_tokenize(word, vocab, unk_token="[UNK]", max_input_chars_per_word=100)``
-    with :func:`bertlab.tokenization.wordpiece_tokenize`.
-
-    Cases: words like BERT's "unaffable" with distracting shorter pieces, a word that is one piece,
-    one-character continuations, realistic pieces, a greedy cut that gets stuck (no backtracking),
-    unknown characters, the length limit on both sides, a set instead of a dict, another unk_token,
-    random vocabularies over "abcd"; the words are drawn from their vocabularies' pieces. Exact
-    comparison (a list of strings).
-    Forbidden: the reference, ``WordPieceTokenizer``, ``BertTokenizer.tokenize``, Hugging Face's tokenizers and
-    the Rust ``tokenizers`` library behind them.
-    """
-    return WORDPIECE_TOKENIZE.check(student_fn, forbid=forbid)
+                              Cases: words like BERT's "unaffable" with distracting shorter pieces, a word that is one
+                              piece, one-character continuations, realistic pieces, a greedy cut that gets stuck (no
+                              backtracking), unknown characters, the length limit on both sides, a set instead of a
+                              dict, another unk_token, random vocabularies over "abcd"; the words are drawn from their
+                              vocabularies' pieces. Exact comparison (a list of strings). Forbidden: the reference,
+                              ``WordPieceTokenizer``, ``BertTokenizer.tokenize``, Hugging Face's tokenizers and the Rust
+                              ``tokenizers`` library behind them.
+                              """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -437,18 +435,16 @@ BPE_MERGES_MISTAKES = (
 
 
 BPE_MERGES = Exercise("bpe_merges", tokenization_reference.bpe_merges, bpe_merges_cases,
-                      mistakes=BPE_MERGES_MISTAKES, forbidden=BPE_MERGES_FORBIDDEN, validate=_validate_merges)
+                      mistakes=BPE_MERGES_MISTAKES, forbidden=BPE_MERGES_FORBIDDEN, validate=_validate_merges,
+                      summary="""
+                      Compare ``bpe_merges(word_counts, num_merges)`` with :func:`bertlab.tokenization.bpe_merges`.
 
-
-def check_bpe_merges(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``bpe_merges(word_counts, num_merges)`` with :func:`bertlab.tokenization.bpe_merges`.
-
-    Cases: Sennrich et al.'s toy words, a tie, a run of one letter, a frequent word against rarer ones, a
-    pair twice in a word, a pair whose letters end a longer symbol, an empty word and more merges than
-    pairs, no merge, random corpora; counts and numbers of merges are drawn. Exact comparison (a list of pairs).
-    Forbidden: the reference, ``apply_bpe``, and the ``tokenizers`` library's training.
-    """
-    return BPE_MERGES.check(student_fn, forbid=forbid)
+                      Cases: Sennrich et al.'s toy words, a tie, a run of one letter, a frequent word against rarer
+                      ones, a pair twice in a word, a pair whose letters end a longer symbol, an empty word and more
+                      merges than pairs, no merge, random corpora; counts and numbers of merges are drawn. Exact
+                      comparison (a list of pairs). Forbidden: the reference, ``apply_bpe``, and the ``tokenizers``
+                      library's training.
+                      """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -631,20 +627,17 @@ def _validate_encoding(output) -> str | None:
 
 
 ENCODE = Exercise("encode", tokenization_reference.encode, encode_cases, mistakes=ENCODE_MISTAKES,
-                  forbidden=ENCODE_FORBIDDEN, validate=_validate_encoding)
+                  forbidden=ENCODE_FORBIDDEN, validate=_validate_encoding,
+                  summary="""
+                  Compare ``encode(tokens_a, tokens_b, vocab, max_length=None)`` with
+                  :func:`bertlab.tokenization.encode` (truncation and padding to ``max_length`` when given).
 
-
-def check_encode(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``encode(tokens_a, tokens_b, vocab, max_length=None)`` with
-    :func:`bertlab.tokenization.encode` (truncation and padding to ``max_length`` when given).
-
-    Cases: one text and pairs; padding; truncation of one text, of the longer of two, of both with an
-    odd budget; an exact fit; a token outside the vocabulary; empty texts; max_length = 3 for a pair;
-    a vocabulary whose special tokens have unusual ids. Exact comparison (a dict of three lists).
-    Forbidden: the reference and its helpers (``truncate_longest_first``), ``BertTokenizer.encode``,
-    Hugging Face's encoding and truncation, and the Rust ``tokenizers`` library's encoding.
-    """
-    return ENCODE.check(student_fn, forbid=forbid)
+                  Cases: one text and pairs; padding; truncation of one text, of the longer of two, of both with an odd
+                  budget; an exact fit; a token outside the vocabulary; empty texts; max_length = 3 for a pair; a
+                  vocabulary whose special tokens have unusual ids. Exact comparison (a dict of three lists). Forbidden:
+                  the reference and its helpers (``truncate_longest_first``), ``BertTokenizer.encode``, Hugging Face's
+                  encoding and truncation, and the Rust ``tokenizers`` library's encoding.
+                  """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -867,21 +860,19 @@ def _compare_configuration(exercise: Exercise, student_cls, case: EmbeddingsCase
 
 BERT_EMBEDDINGS = Exercise("BertEmbeddings", bert_reference.BertEmbeddings, bert_embeddings_cases,
                            mistakes=embeddings_mistakes, forbidden=EMBEDDINGS_FORBIDDEN,
-                           naming_hint=EMBEDDINGS_NAMING_HINT, compare=_compare_configuration)
+                           naming_hint=EMBEDDINGS_NAMING_HINT, compare=_compare_configuration,
+                           summary="""
+                           Compare the class ``BertEmbeddings(config)`` with :class:`bertlab.bert.BertEmbeddings`.
 
-
-def check_BertEmbeddings(student_cls, *, forbid: bool = True) -> str:  # noqa: N802 (named after the class)
-    """Compare the class ``BertEmbeddings(config)`` with :class:`bertlab.bert.BertEmbeddings`.
-
-    For two configurations (BERT's initialization scale with layer_norm_eps 1e-12; large weights, three
-    segment types, another [PAD] id), the student's module is built, must have the reference's
-    parameter names and shapes, gets the reference's (random) weights, and in eval mode must give the
-    reference's output on batches of pairs, random segments, one token, the longest sequence and padded
-    sequences; then in float64. In training mode (p = 0.25) every entry must be either 0 or the eval
-    output / (1 - p), with about a fraction p dropped. Tolerance: the framework's defaults.
-    Forbidden: the reference's and Hugging Face's BertEmbeddings and BertModel.
-    """
-    return BERT_EMBEDDINGS.check(student_cls, forbid=forbid)
+                           For two configurations (BERT's initialization scale with layer_norm_eps 1e-12; large weights,
+                           three segment types, another [PAD] id), the student's module is built, must have the
+                           reference's parameter names and shapes, gets the reference's (random) weights, and in eval
+                           mode must give the reference's output on batches of pairs, random segments, one token, the
+                           longest sequence and padded sequences; then in float64. In training mode (p = 0.25) every
+                           entry must be either 0 or the eval output / (1 - p), with about a fraction p dropped.
+                           Tolerance: the framework's defaults. Forbidden: the reference's and Hugging Face's
+                           BertEmbeddings and BertModel.
+                           """)
 
 
 def _reference_copy(reference: nn.Module, config: BertConfig) -> nn.Module:
@@ -1029,23 +1020,23 @@ COUNT_PARAMETERS_MISTAKES = (
 
 
 COUNT_PARAMETERS = Exercise("count_parameters", bert_reference.count_parameters, count_parameters_cases,
-                            mistakes=COUNT_PARAMETERS_MISTAKES, forbidden=COUNT_PARAMETERS_FORBIDDEN)
+                            mistakes=COUNT_PARAMETERS_MISTAKES, forbidden=COUNT_PARAMETERS_FORBIDDEN,
+                            summary="""
+                            Compare ``count_parameters(config, pooler=True)`` with
+                            :func:`bertlab.bert.count_parameters`.
 
-
-def check_count_parameters(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``count_parameters(config, pooler=True)`` with :func:`bertlab.bert.count_parameters`.
-
-    Cases: a small configuration (intermediate size not 4H, 3 segment types); the tiny, mini, base
-    and large presets with a vocabulary of 1,000 to 50,000; small without the pooler, medium with
-    sinusoidal positions; 8 random configurations (intermediate size not 4H, 1 to 4 segment types, 1
-    to 24 layers, with and without pooler, learned and sinusoidal positions). Every size but the
-    presets' is drawn.
-    Exact comparison (an int).
-    Forbidden: the reference, and building modules to count them (``nn.Module.__init__``,
-    ``parameters``, ``named_parameters``, ``state_dict``, Hugging Face's ``num_parameters``).
-    """
-    return COUNT_PARAMETERS.check(student_fn, forbid=forbid)
+                            Cases: a small configuration (intermediate size not 4H, 3 segment types); the tiny, mini,
+                            base and large presets with a vocabulary of 1,000 to 50,000; small without the pooler,
+                            medium with sinusoidal positions; 8 random configurations (intermediate size not 4H, 1 to 4
+                            segment types, 1 to 24 layers, with and without pooler, learned and sinusoidal positions).
+                            Every size but the presets' is drawn. Exact comparison (an int). Forbidden: the reference,
+                            and building modules to count them (``nn.Module.__init__``, ``parameters``,
+                            ``named_parameters``, ``state_dict``, Hugging Face's ``num_parameters``).
+                            """)
 
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "06_bert"
+
+
+__getattr__ = check_functions(globals())  # check_<name> for each record above

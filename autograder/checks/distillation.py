@@ -24,14 +24,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder.checks.framework import (
-    DEFAULT_TOLERANCES,
     Case,
     CheckFailed,
+    DEFAULT_TOLERANCES,
     Exercise,
     Mistake,
     Symptom,
     Tolerance,
     call_and_backward,
+    check_functions,
     describe_difference,
     fail,
     failure_message,
@@ -130,18 +131,16 @@ SOFTMAX_WITH_TEMPERATURE_MISTAKES = (
 
 
 SOFTMAX_WITH_TEMPERATURE = Exercise("softmax_with_temperature", reference_softmax_with_temperature,
-                                    softmax_with_temperature_cases, mistakes=SOFTMAX_WITH_TEMPERATURE_MISTAKES)
+                                    softmax_with_temperature_cases, mistakes=SOFTMAX_WITH_TEMPERATURE_MISTAKES,
+                                    summary="""
+                                    Compare ``softmax_with_temperature(logits, temperature=1.0)`` with softmax(logits /
+                                    T, dim=-1) computed by :func:`bertlab.attention.softmax`.
 
-
-def check_softmax_with_temperature(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``softmax_with_temperature(logits, temperature=1.0)`` with softmax(logits / T, dim=-1)
-    computed by :func:`bertlab.attention.softmax`.
-
-    Cases: 1 to 3 dimensions; T = 1 (default), 0.1, 0.5, 2, 3, 5, 100; float32, float64, bfloat16; z / T of
-    about 200 (a naive exp overflows). Tolerance: the framework's defaults. Forbidden: nothing (PyTorch's
-    softmax is allowed: the exercise is the temperature); ``forbid`` is accepted for a uniform interface.
-    """
-    return SOFTMAX_WITH_TEMPERATURE.check(student_fn, forbid=forbid)
+                                    Cases: 1 to 3 dimensions; T = 1 (default), 0.1, 0.5, 2, 3, 5, 100; float32, float64,
+                                    bfloat16; z / T of about 200 (a naive exp overflows). Tolerance: the framework's
+                                    defaults. Forbidden: nothing (PyTorch's softmax is allowed: the exercise is the
+                                    temperature); ``forbid`` is accepted for a uniform interface.
+                                    """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -335,23 +334,20 @@ def _check_loss_gradients(exercise: Exercise, student_fn, forbidden) -> str:
 DISTILLATION_LOSS = Exercise("distillation_loss", reference.distillation_loss, distillation_loss_cases,
                              mistakes=DISTILLATION_LOSS_MISTAKES, forbidden=DISTILLATION_LOSS_FORBIDDEN,
                              dependencies={"softmax_with_temperature": reference_softmax_with_temperature},
-                             tolerance=DISTILLATION_LOSS_TOLERANCES, then=(_check_loss_gradients,))
+                             tolerance=DISTILLATION_LOSS_TOLERANCES, then=(_check_loss_gradients,),
+                             summary="""
+                             Compare ``distillation_loss(student_logits, teacher_logits, labels=None, alpha=0.5,
+                             temperature=2.0)`` with :func:`bertlab.distillation.distillation_loss`.
 
-
-def check_distillation_loss(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``distillation_loss(student_logits, teacher_logits, labels=None, alpha=0.5, temperature=2.0)``
-    with :func:`bertlab.distillation.distillation_loss`.
-
-    Cases: logits (B, C) with B = 1 to 16 and C = 2 to 10 in float32; labels or None (alpha then
-    ignored); alpha 0, 0.1, 0.25, 0.3, 0.5, 0.9, 1; T = 0.5, 1, 2, 3, 4, 20; student equal to teacher
-    (loss 0); confident logits of about 100; the options by keyword and by position. Tolerance: float32
-    atol 2e-5, rtol 2e-4. Then one gradient test:
-    ``loss.backward()`` must give the reference's gradient with respect to the student's logits
-    (atol 1e-6, rtol 1e-4) and none with respect to the teacher's (detached). Forbidden: the reference
-    (``F.kl_div``, ``F.log_softmax`` and ``F.cross_entropy`` are allowed). The student's
-    ``softmax_with_temperature``, if it calls it, is replaced by the reference.
-    """
-    return DISTILLATION_LOSS.check(student_fn, forbid=forbid)
+                             Cases: logits (B, C) with B = 1 to 16 and C = 2 to 10 in float32; labels or None (alpha
+                             then ignored); alpha 0, 0.1, 0.25, 0.3, 0.5, 0.9, 1; T = 0.5, 1, 2, 3, 4, 20; student equal
+                             to teacher (loss 0); confident logits of about 100; the options by keyword and by position.
+                             Tolerance: float32 atol 2e-5, rtol 2e-4. Then one gradient test: ``loss.backward()`` must
+                             give the reference's gradient with respect to the student's logits (atol 1e-6, rtol 1e-4)
+                             and none with respect to the teacher's (detached). Forbidden: the reference (``F.kl_div``,
+                             ``F.log_softmax`` and ``F.cross_entropy`` are allowed). The student's
+                             ``softmax_with_temperature``, if it calls it, is replaced by the reference.
+                             """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -611,24 +607,26 @@ def _compare_student(exercise: Exercise, student_fn, case: StudentCase, context:
 
 
 INIT_STUDENT_FROM_TEACHER = Exercise(CHECK, reference.init_student_from_teacher, init_student_from_teacher_cases,
-                                     forbidden=INIT_STUDENT_FORBIDDEN, compare=_compare_student)
+                                     forbidden=INIT_STUDENT_FORBIDDEN, compare=_compare_student,
+                                     summary="""
+                                     Compare ``init_student_from_teacher(teacher, layer_ids=None)`` with
+                                     :func:`bertlab.distillation.init_student_from_teacher`.
 
-
-def check_init_student_from_teacher(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``init_student_from_teacher(teacher, layer_ids=None)`` with
-    :func:`bertlab.distillation.init_student_from_teacher`.
-
-    Teachers: ``BertForSequenceClassification`` with 4, 5 and 6 layers and bare ``BertModel``s with 4
-    layers, every weight random (LayerNorms too); layer_ids not given (0, 2, 4, ...; 0, 2, 4 for 5
-    layers), [1, 3, 5], (0, 5), [2], every layer. For each, the student's model must hold exactly the
-    reference student's weights (names and values: the chosen teacher layers in order, the embeddings,
-    the pooler and the classifier), have ``config.num_hidden_layers`` (and ``bert.config``'s) equal to
-    the number of layers kept, give the reference student's output on a padded batch (tolerance: the
-    framework's defaults), leave the teacher unchanged, and share no tensor with its teacher (a
-    student made from the student is changed, and the student must not change). Forbidden: the reference.
-    """
-    return INIT_STUDENT_FROM_TEACHER.check(student_fn, forbid=forbid)
+                                     Teachers: ``BertForSequenceClassification`` with 4, 5 and 6 layers and bare
+                                     ``BertModel``s with 4 layers, every weight random (LayerNorms too); layer_ids not
+                                     given (0, 2, 4, ...; 0, 2, 4 for 5 layers), [1, 3, 5], (0, 5), [2], every layer.
+                                     For each, the student's model must hold exactly the reference student's weights
+                                     (names and values: the chosen teacher layers in order, the embeddings, the pooler
+                                     and the classifier), have ``config.num_hidden_layers`` (and ``bert.config``'s)
+                                     equal to the number of layers kept, give the reference student's output on a padded
+                                     batch (tolerance: the framework's defaults), leave the teacher unchanged, and share
+                                     no tensor with its teacher (a student made from the student is changed, and the
+                                     student must not change). Forbidden: the reference.
+                                     """)
 
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "09_distillation"
+
+
+__getattr__ = check_functions(globals())  # check_<name> for each record above

@@ -15,7 +15,6 @@ about ten times slower with two contended threads than with one.
 
 import math
 from collections.abc import Callable
-from functools import wraps
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +26,7 @@ from autograder.checks.framework import (
     Exercise,
     Mistake,
     Tolerance,
+    check_functions,
     failure_message,
     generator_for,
     random_choice,
@@ -48,21 +48,6 @@ def _qkv(generator, q_shape, k_shape, value_size, dtype=torch.float32, scale=1.0
     k = random_normal(generator, *k_shape, scale=scale, dtype=dtype)
     v = random_normal(generator, *k_shape[:-1], value_size, dtype=dtype)
     return q, k, v
-
-
-def _one_thread(check):
-    """Run ``check`` with torch on one CPU thread, and restore the number of threads afterwards."""
-
-    @wraps(check)
-    def run_on_one_thread(*args, **kwargs):
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return check(*args, **kwargs)
-        finally:
-            torch.set_num_threads(threads)
-
-    return run_on_one_thread
 
 
 # --------------------------------------------------------------------------------------------------
@@ -241,18 +226,16 @@ SLIDING_WINDOW_MASK_MISTAKES = (
 
 
 SLIDING_WINDOW_MASK = Exercise("sliding_window_mask", reference.sliding_window_mask, sliding_window_mask_cases,
-                               mistakes=SLIDING_WINDOW_MASK_MISTAKES, forbidden=SLIDING_WINDOW_MASK_FORBIDDEN)
+                               mistakes=SLIDING_WINDOW_MASK_MISTAKES, forbidden=SLIDING_WINDOW_MASK_FORBIDDEN,
+                               torch_threads=1,
+                               summary="""
+                               Compare ``sliding_window_mask(n, window, causal=False, device=None)`` with the reference.
 
-
-@_one_thread
-def check_sliding_window_mask(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``sliding_window_mask(n, window, causal=False, device=None)`` with the reference.
-
-    Cases: bidirectional windows of odd and even size, window 1, causal windows, windows longer than
-    the sequence, n = 1, device given; the sizes are drawn (n up to 1,000). Exact comparison (bool).
-    Forbidden: the reference (and ``longformer_mask``), Hugging Face's sliding-window mask functions.
-    """
-    return SLIDING_WINDOW_MASK.check(student_fn, forbid=forbid)
+                               Cases: bidirectional windows of odd and even size, window 1, causal windows, windows
+                               longer than the sequence, n = 1, device given; the sizes are drawn (n up to 1,000). Exact
+                               comparison (bool). Forbidden: the reference (and ``longformer_mask``), Hugging Face's
+                               sliding-window mask functions.
+                               """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -331,18 +314,15 @@ REPEAT_KV_MISTAKES = (
 
 REPEAT_KV = Exercise("repeat_kv", attention_reference.repeat_kv, repeat_kv_cases, mistakes=REPEAT_KV_MISTAKES,
                      forbidden=REPEAT_KV_FORBIDDEN,
-                     tolerance={dtype: _EXACT for dtype in (torch.float32, torch.float64, torch.bfloat16)})
+                     tolerance={dtype: _EXACT for dtype in (torch.float32, torch.float64, torch.bfloat16)},
+                     torch_threads=1,
+                     summary="""
+                     Compare ``repeat_kv(x, n_rep)`` with :func:`bertlab.attention.repeat_kv`.
 
-
-@_one_thread
-def check_repeat_kv(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``repeat_kv(x, n_rep)`` with :func:`bertlab.attention.repeat_kv`.
-
-    Cases: 1 to 4 key/value heads, n_rep = 1 to 4, 3 to 5 dims, float32, float64 and bfloat16.
-    Exact comparison (a copy of values). Forbidden: the reference, ``grouped_query_attention`` and
-    Hugging Face's ``repeat_kv``.
-    """
-    return REPEAT_KV.check(student_fn, forbid=forbid)
+                     Cases: 1 to 4 key/value heads, n_rep = 1 to 4, 3 to 5 dims, float32, float64 and bfloat16. Exact
+                     comparison (a copy of values). Forbidden: the reference, ``grouped_query_attention`` and Hugging
+                     Face's ``repeat_kv``.
+                     """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -421,19 +401,16 @@ KV_CACHE_BYTES_MISTAKES = (
 
 
 KV_CACHE_BYTES = Exercise("kv_cache_bytes", reference.kv_cache_bytes, kv_cache_bytes_cases,
-                          mistakes=KV_CACHE_BYTES_MISTAKES, forbidden=KV_CACHE_BYTES_FORBIDDEN)
+                          mistakes=KV_CACHE_BYTES_MISTAKES, forbidden=KV_CACHE_BYTES_FORBIDDEN,
+                          torch_threads=1,
+                          summary="""
+                          Compare ``kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim,
+                          bytes_per_value=2)`` with :func:`bertlab.efficient.kv_cache_bytes`.
 
-
-@_one_thread
-def check_kv_cache_bytes(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``kv_cache_bytes(batch, seq_len, num_layers, num_kv_heads, head_dim, bytes_per_value=2)``
-    with :func:`bertlab.efficient.kv_cache_bytes`.
-
-    Cases: published configurations (Llama 2 70B, Mistral 7B, BERT-base) with drawn batches and
-    lengths, float32 and int8 values, the default ``bytes_per_value``, keyword arguments. Exact
-    comparison: an int. Forbidden: the reference.
-    """
-    return KV_CACHE_BYTES.check(student_fn, forbid=forbid)
+                          Cases: published configurations (Llama 2 70B, Mistral 7B, BERT-base) with drawn batches and
+                          lengths, float32 and int8 values, the default ``bytes_per_value``, keyword arguments. Exact
+                          comparison: an int. Forbidden: the reference.
+                          """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -618,24 +595,20 @@ FLASH_ATTENTION = Exercise(
                            "keys block by block, with tiles of (block_size, block_size) scores, and carry the "
                            "running maximum, sum and output from one key block to the next."),),
     agreement="agree with F.scaled_dot_product_attention",
-)
-
-
-@_one_thread
-def check_flash_attention(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``flash_attention(q, k, v, mask=None, causal=False, block_size=128)`` with
+    torch_threads=1,
+    summary="""
+    Compare ``flash_attention(q, k, v, mask=None, causal=False, block_size=128)`` with
     ``F.scaled_dot_product_attention``, and check that no (N, M) matrix is ever allocated.
 
-    Cases: with and without batch and head dims, N != M, lengths that are not multiples of the block,
-    causal with N < M and N > M, random, padding and causal masks combined, a fully masked query (zeros
-    expected), N = M = 1, the default block size, large logits (one query far below the others), float64
-    and bfloat16 (expected: computed in float32, rounded to bfloat16). Tolerance: float32 atol 2e-5,
-    rtol 2e-4; otherwise the framework's defaults. Memory: on N = M = 512 with block_size=64, no tensor
-    the student's code allocates may hold more than 2 N D numbers per batch (a (64, 512) row of tiles is
-    already too many). Forbidden: every built-in attention (``F.scaled_dot_product_attention`` and its
-    ``torch.ops``), ``bertlab.attention.scaled_dot_product_attention`` and the reference.
-    """
-    return FLASH_ATTENTION.check(student_fn, forbid=forbid)
+    Cases: with and without batch and head dims, N != M, lengths that are not multiples of the block, causal with N < M
+    and N > M, random, padding and causal masks combined, a fully masked query (zeros expected), N = M = 1, the default
+    block size, large logits (one query far below the others), float64 and bfloat16 (expected: computed in float32,
+    rounded to bfloat16). Tolerance: float32 atol 2e-5, rtol 2e-4; otherwise the framework's defaults. Memory: on N = M
+    = 512 with block_size=64, no tensor the student's code allocates may hold more than 2 N D numbers per batch (a (64,
+    512) row of tiles is already too many). Forbidden: every built-in attention (``F.scaled_dot_product_attention`` and
+    its ``torch.ops``), ``bertlab.attention.scaled_dot_product_attention`` and the reference.
+    """,
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -733,21 +706,20 @@ LINEAR_ATTENTION = Exercise(
     then=(_no_large_matrix(linear_attention_memory_cases,
                            "never build the (N, M) matrix phi(Q) phi(K)^T: compute phi(K)^T V, a (D, Dv) "
                            "matrix, first (and its prefix sums, (N, D, Dv), when causal), then multiply by phi(Q)."),),
+    torch_threads=1,
+    summary="""
+    Compare ``linear_attention(q, k, v, causal=False)`` with :func:`bertlab.efficient.linear_attention`, and check that
+    no (N, M) matrix is ever allocated.
+
+    Cases: with and without batch and head dims, N != M, Dv != D, causal, N = 1, saturating inputs, float64 and
+    bfloat16. Tolerance: the framework's defaults. Memory: on N = M = 1024 with D = 4, causal and not, no tensor may
+    hold N^2 / 8 numbers (the (N, N) matrix of phi(q_i)^T phi(k_j) would). Forbidden: the reference.
+    """,
 )
-
-
-@_one_thread
-def check_linear_attention(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``linear_attention(q, k, v, causal=False)`` with :func:`bertlab.efficient.linear_attention`,
-    and check that no (N, M) matrix is ever allocated.
-
-    Cases: with and without batch and head dims, N != M, Dv != D, causal, N = 1, saturating inputs,
-    float64 and bfloat16. Tolerance: the framework's defaults. Memory: on N = M = 1024 with D = 4,
-    causal and not, no tensor may hold N^2 / 8 numbers (the (N, N) matrix of phi(q_i)^T phi(k_j)
-    would). Forbidden: the reference.
-    """
-    return LINEAR_ATTENTION.check(student_fn, forbid=forbid)
 
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "05_efficient_attention"
+
+
+__getattr__ = check_functions(globals())  # check_<name> for each record above

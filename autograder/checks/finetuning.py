@@ -48,6 +48,7 @@ from autograder.checks.framework import (
     Exercise,
     Mistake,
     Tolerance,
+    check_functions,
     describe_difference,
     fail,
     generator_for,
@@ -434,23 +435,24 @@ def _compare_head_case(exercise: Exercise, student_cls, case: HeadCase | Case, c
 BERT_FOR_SEQUENCE_CLASSIFICATION = Exercise("BertForSequenceClassification", BertForSequenceClassification, _head_cases,
                                             mistakes={"logits": HEAD_LOGITS_MISTAKES, "loss": HEAD_LOSS_MISTAKES},
                                             forbidden=HEAD_FORBIDDEN, naming_hint=HEAD_NAMING_HINT,
-                                            compare=_compare_head_case)
+                                            compare=_compare_head_case,
+                                            summary="""
+                                            Compare the class ``BertForSequenceClassification(config, num_labels=2)``
+                                            with the reference's.
 
-
-def check_BertForSequenceClassification(student_cls, *, forbid: bool = True) -> str:  # noqa: N802 (a class)
-    """Compare the class ``BertForSequenceClassification(config, num_labels=2)`` with the reference's.
-
-    For two configurations (the default num_labels; 3 labels and 3 heads) the student's module is
-    built, must have the reference's parameter names and shapes (bert.*, classifier.weight,
-    classifier.bias), gets the reference's random weights and, in eval mode, must return an object
-    whose .logits and .loss equal the reference's: without token_type_ids and attention_mask, for
-    pairs, padded sequences, one token, and without labels (loss None). In training mode, with the
-    classifier's weight set to the identity, every logit minus the bias must be 0 (dropped) or
-    pooled / (1 - p), about a fraction p = hidden_dropout_prob of them 0. Tolerance: the framework's
-    defaults (float32: atol 1e-5, rtol 1e-4). Forbidden: the reference's and Hugging Face's
-    BertForSequenceClassification (bertlab.bert.BertModel is the backbone to use).
-    """
-    return BERT_FOR_SEQUENCE_CLASSIFICATION.check(student_cls, forbid=forbid)
+                                            For two configurations (the default num_labels; 3 labels and 3 heads) the
+                                            student's module is built, must have the reference's parameter names and
+                                            shapes (bert.*, classifier.weight, classifier.bias), gets the reference's
+                                            random weights and, in eval mode, must return an object whose .logits and
+                                            .loss equal the reference's: without token_type_ids and attention_mask, for
+                                            pairs, padded sequences, one token, and without labels (loss None). In
+                                            training mode, with the classifier's weight set to the identity, every logit
+                                            minus the bias must be 0 (dropped) or pooled / (1 - p), about a fraction p =
+                                            hidden_dropout_prob of them 0. Tolerance: the framework's defaults (float32:
+                                            atol 1e-5, rtol 1e-4). Forbidden: the reference's and Hugging Face's
+                                            BertForSequenceClassification (bertlab.bert.BertModel is the backbone to
+                                            use).
+                                            """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -634,19 +636,17 @@ def _compare_freeze(exercise: Exercise, student_fn, case: FreezeCase, context: s
 
 FREEZE_LAYERS = Exercise("freeze_layers", reference.freeze_layers, freeze_layers_cases, mistakes=FREEZE_MISTAKES,
                          forbidden=FREEZE_FORBIDDEN, parameter_names=("model", "num_trainable_layers"),
-                         compare=_compare_freeze)
+                         compare=_compare_freeze,
+                         summary="""
+                         Compare ``freeze_layers(model, num_trainable_layers)`` with
+                         :func:`bertlab.finetuning.freeze_layers`.
 
-
-def check_freeze_layers(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``freeze_layers(model, num_trainable_layers)`` with :func:`bertlab.finetuning.freeze_layers`.
-
-    Cases: BertForSequenceClassification models with 1 to 6 encoder layers; num_trainable_layers 0,
-    some, and L; models that arrive trainable, entirely frozen, or frozen by an earlier
-    freeze_layers(model, 1) call; the numbers of layers are drawn. The function must return the model,
-    whose trainable parameters (requires_grad) must be exactly the reference's: the top
-    num_trainable_layers layers, the pooler and the classifier. Forbidden: the reference.
-    """
-    return FREEZE_LAYERS.check(student_fn, forbid=forbid)
+                         Cases: BertForSequenceClassification models with 1 to 6 encoder layers; num_trainable_layers 0,
+                         some, and L; models that arrive trainable, entirely frozen, or frozen by an earlier
+                         freeze_layers(model, 1) call; the numbers of layers are drawn. The function must return the
+                         model, whose trainable parameters (requires_grad) must be exactly the reference's: the top
+                         num_trainable_layers layers, the pooler and the classifier. Forbidden: the reference.
+                         """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -902,23 +902,20 @@ def _compare_param_groups(exercise: Exercise, student_fn, case: ParamGroupsCase,
 PARAM_GROUPS = Exercise("param_groups", reference.param_groups, param_groups_cases, mistakes=PARAM_GROUPS_MISTAKES,
                         forbidden=PARAM_GROUPS_FORBIDDEN,
                         parameter_names=("model", "encoder_lr", "head_lr", "weight_decay"),
-                        compare=_compare_param_groups)
+                        compare=_compare_param_groups,
+                        summary="""
+                        Compare ``param_groups(model, encoder_lr, head_lr, weight_decay, layer_decay=1.0)`` with
+                        :func:`bertlab.finetuning.param_groups`.
 
-
-def check_param_groups(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``param_groups(model, encoder_lr, head_lr, weight_decay, layer_decay=1.0)`` with
-    :func:`bertlab.finetuning.param_groups`.
-
-    Cases: BertForSequenceClassification models with 1 to 6 encoder layers, equal and different
-    learning rates for encoder and head, layer_decay 1 (default) and 0.3 to 0.95, weight decay 0 and
-    0.01 to 0.2, models partly frozen by freeze_layers (some layers, and k = 0); the numbers of
-    layers and the rates are drawn. The result must be a list of dicts with
-    "params", "lr" and "weight_decay"; every trainable parameter in exactly one group, no frozen one
-    in any; each parameter with the reference's lr and weight_decay (relative tolerance 1e-6). The
-    grouping itself is free (one group per parameter is fine). Forbidden: the reference (and
-    bertlab's weight_decay_groups and make_optimizer).
-    """
-    return PARAM_GROUPS.check(student_fn, forbid=forbid)
+                        Cases: BertForSequenceClassification models with 1 to 6 encoder layers, equal and different
+                        learning rates for encoder and head, layer_decay 1 (default) and 0.3 to 0.95, weight decay 0 and
+                        0.01 to 0.2, models partly frozen by freeze_layers (some layers, and k = 0); the numbers of
+                        layers and the rates are drawn. The result must be a list of dicts with "params", "lr" and
+                        "weight_decay"; every trainable parameter in exactly one group, no frozen one in any; each
+                        parameter with the reference's lr and weight_decay (relative tolerance 1e-6). The grouping
+                        itself is free (one group per parameter is fine). Forbidden: the reference (and bertlab's
+                        weight_decay_groups and make_optimizer).
+                        """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1133,22 +1130,23 @@ def _compare_training(exercise: Exercise, student_fn, case: TrainingCase, contex
 TRAIN_EPOCH = Exercise("train_epoch", reference.train_epoch, train_epoch_cases, mistakes=TRAIN_EPOCH_MISTAKES,
                        forbidden=TRAIN_EPOCH_FORBIDDEN, tolerance=TRAIN_EPOCH_TOLERANCE,
                        parameter_names=("model", "batches", "loss_fn", "optimizer", "scheduler", "device"),
-                       compare=_compare_training)
+                       compare=_compare_training,
+                       summary="""
+                       Compare ``train_epoch(model, batches, loss_fn, optimizer, scheduler, device, *,
+                       max_grad_norm=1.0)`` with :func:`bertlab.finetuning.train_epoch`.
 
-
-def check_train_epoch(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``train_epoch(model, batches, loss_fn, optimizer, scheduler, device, *, max_grad_norm=1.0)``
-    with :func:`bertlab.finetuning.train_epoch`.
-
-    Cases: tiny BertForSequenceClassification models (dropout 0.2) that arrive in eval mode; SGD, SGD
-    with momentum and AdamW; StepLR (the rate halves after every step) and LinearLR (warm-up); batches
-    of equal and unequal sizes, one batch; clipping that acts (max_grad_norm 0.05, 0.1) and that does
-    not (100); a partly frozen model. The loss function seeds the dropout per batch, so the returned
-    mean loss per example, which depends on every earlier update, must equal the reference's (atol
-    1e-6, rtol 1e-5). Forbidden: the reference's train_epoch and finetune, Hugging Face's Trainer.
-    """
-    return TRAIN_EPOCH.check(student_fn, forbid=forbid)
+                       Cases: tiny BertForSequenceClassification models (dropout 0.2) that arrive in eval mode; SGD, SGD
+                       with momentum and AdamW; StepLR (the rate halves after every step) and LinearLR (warm-up);
+                       batches of equal and unequal sizes, one batch; clipping that acts (max_grad_norm 0.05, 0.1) and
+                       that does not (100); a partly frozen model. The loss function seeds the dropout per batch, so the
+                       returned mean loss per example, which depends on every earlier update, must equal the reference's
+                       (atol 1e-6, rtol 1e-5). Forbidden: the reference's train_epoch and finetune, Hugging Face's
+                       Trainer.
+                       """)
 
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "08_finetuning"
+
+
+__getattr__ = check_functions(globals())  # check_<name> for each record above

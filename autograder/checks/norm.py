@@ -17,11 +17,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder.checks.framework import (
-    DEFAULT_TOLERANCES,
     Case,
+    DEFAULT_TOLERANCES,
     Exercise,
     Mistake,
     Tolerance,
+    check_functions,
     generator_for,
     random_normal,
 )
@@ -216,21 +217,18 @@ LAYER_NORM_MISTAKES = (
 
 
 LAYER_NORM = Exercise("layer_norm", reference.layer_norm, layer_norm_cases, mistakes=LAYER_NORM_MISTAKES,
-                      forbidden=LAYER_NORM_FORBIDDEN, tolerance=LAYER_NORM_TOLERANCES)
+                      forbidden=LAYER_NORM_FORBIDDEN, tolerance=LAYER_NORM_TOLERANCES,
+                      summary="""
+                      Compare ``layer_norm(x, weight=None, bias=None, eps=1e-5)`` with :func:`bertlab.norm.layer_norm`.
 
-
-def check_layer_norm(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``layer_norm(x, weight=None, bias=None, eps=1e-5)`` with :func:`bertlab.norm.layer_norm`.
-
-    Cases: 1 to 4 dimensions; with and without weight and bias (and weight alone); eps given;
-    standard deviations of 1e-3 and 0.1 (eps matters), a constant row and d = 1 (variance 0), a
-    single token, a mean of 100 (cancellation), float32, float64 and bfloat16 (a mean of 64: statistics
-    in float32, result in bfloat16). Tolerance: float32 atol 5e-5, rtol 1e-4; otherwise the defaults
-    (bfloat16: 2e-2). Forbidden: every normalization built into PyTorch (``F.layer_norm``,
-    ``F.rms_norm``, group, batch and instance norm, ``F.normalize``, their modules and ``torch.ops``)
-    or Hugging Face, and the references; ``mean``, ``var`` and ``sqrt`` are allowed.
-    """
-    return LAYER_NORM.check(student_fn, forbid=forbid)
+                      Cases: 1 to 4 dimensions; with and without weight and bias (and weight alone); eps given; standard
+                      deviations of 1e-3 and 0.1 (eps matters), a constant row and d = 1 (variance 0), a single token, a
+                      mean of 100 (cancellation), float32, float64 and bfloat16 (a mean of 64: statistics in float32,
+                      result in bfloat16). Tolerance: float32 atol 5e-5, rtol 1e-4; otherwise the defaults (bfloat16:
+                      2e-2). Forbidden: every normalization built into PyTorch (``F.layer_norm``, ``F.rms_norm``, group,
+                      batch and instance norm, ``F.normalize``, their modules and ``torch.ops``) or Hugging Face, and
+                      the references; ``mean``, ``var`` and ``sqrt`` are allowed.
+                      """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -333,19 +331,16 @@ RMS_NORM_MISTAKES = (
 
 
 RMS_NORM = Exercise("rms_norm", reference.rms_norm, rms_norm_cases, mistakes=RMS_NORM_MISTAKES,
-                    forbidden=RMS_NORM_FORBIDDEN)
+                    forbidden=RMS_NORM_FORBIDDEN,
+                    summary="""
+                    Compare ``rms_norm(x, weight=None, eps=1e-6)`` with :func:`bertlab.norm.rms_norm`.
 
-
-def check_rms_norm(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``rms_norm(x, weight=None, eps=1e-6)`` with :func:`bertlab.norm.rms_norm`.
-
-    Cases: 1 to 4 dimensions; inputs with a non-zero mean; with and without weight; eps given;
-    values of about 1e-3 and 0.03 (eps matters); an all-zero row; d = 1; a single token; float32,
-    float64 and bfloat16. Tolerance: the framework's defaults (float32: atol 1e-5, rtol 1e-4;
-    bfloat16: 2e-2). Forbidden: the same normalization built-ins as for ``layer_norm``, and the
-    references; ``mean``, ``sqrt``, ``rsqrt`` and ``torch.linalg.vector_norm`` are allowed.
-    """
-    return RMS_NORM.check(student_fn, forbid=forbid)
+                    Cases: 1 to 4 dimensions; inputs with a non-zero mean; with and without weight; eps given; values of
+                    about 1e-3 and 0.03 (eps matters); an all-zero row; d = 1; a single token; float32, float64 and
+                    bfloat16. Tolerance: the framework's defaults (float32: atol 1e-5, rtol 1e-4; bfloat16: 2e-2).
+                    Forbidden: the same normalization built-ins as for ``layer_norm``, and the references; ``mean``,
+                    ``sqrt``, ``rsqrt`` and ``torch.linalg.vector_norm`` are allowed.
+                    """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -451,17 +446,15 @@ PRE_NORM_RESIDUAL_MISTAKES = (
 
 
 PRE_NORM_RESIDUAL = Exercise("pre_norm_residual", reference.pre_norm_residual, pre_norm_residual_cases,
-                             mistakes=PRE_NORM_RESIDUAL_MISTAKES, forbidden=PRE_NORM_RESIDUAL_FORBIDDEN)
+                             mistakes=PRE_NORM_RESIDUAL_MISTAKES, forbidden=PRE_NORM_RESIDUAL_FORBIDDEN,
+                             summary="""
+                             Compare ``pre_norm_residual(x, sublayer, norm)`` with
+                             :func:`bertlab.norm.pre_norm_residual`.
 
-
-def check_pre_norm_residual(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``pre_norm_residual(x, sublayer, norm)`` with :func:`bertlab.norm.pre_norm_residual`.
-
-    Cases: nn.Linear and bertlab's FeedForward as sublayers; nn.LayerNorm, nn.RMSNorm (random
-    weights) and plain functions as norms; float32 and float64; one token; inputs of standard
-    deviation 100. Tolerance: the framework's defaults. Forbidden: the reference.
-    """
-    return PRE_NORM_RESIDUAL.check(student_fn, forbid=forbid)
+                             Cases: nn.Linear and bertlab's FeedForward as sublayers; nn.LayerNorm, nn.RMSNorm (random
+                             weights) and plain functions as norms; float32 and float64; one token; inputs of standard
+                             deviation 100. Tolerance: the framework's defaults. Forbidden: the reference.
+                             """)
 
 
 def _post_norm_as_pre_norm(x, sublayer, norm):
@@ -500,16 +493,17 @@ POST_NORM_RESIDUAL_MISTAKES = (
 
 
 POST_NORM_RESIDUAL = Exercise("post_norm_residual", reference.post_norm_residual, post_norm_residual_cases,
-                              mistakes=POST_NORM_RESIDUAL_MISTAKES, forbidden=POST_NORM_RESIDUAL_FORBIDDEN)
+                              mistakes=POST_NORM_RESIDUAL_MISTAKES, forbidden=POST_NORM_RESIDUAL_FORBIDDEN,
+                              summary="""
+                              Compare ``post_norm_residual(x, sublayer, norm)`` with
+                              :func:`bertlab.norm.post_norm_residual`.
 
-
-def check_post_norm_residual(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``post_norm_residual(x, sublayer, norm)`` with :func:`bertlab.norm.post_norm_residual`.
-
-    Cases and tolerance as for :func:`check_pre_norm_residual`. Forbidden: the reference.
-    """
-    return POST_NORM_RESIDUAL.check(student_fn, forbid=forbid)
+                              Cases and tolerance as for :func:`check_pre_norm_residual`. Forbidden: the reference.
+                              """)
 
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "04_normalization"
+
+
+__getattr__ = check_functions(globals())  # check_<name> for each record above

@@ -12,11 +12,12 @@ import math
 import torch
 
 from autograder.checks.framework import (
-    DEFAULT_TOLERANCES,
     Case,
+    DEFAULT_TOLERANCES,
     Exercise,
     Mistake,
     Tolerance,
+    check_functions,
     generator_for,
     random_integer,
     random_normal,
@@ -138,18 +139,17 @@ SINUSOIDAL_MISTAKES = (
 
 SINUSOIDAL_POSITIONAL_ENCODING = Exercise("sinusoidal_positional_encoding", reference.sinusoidal_positional_encoding,
                                           sinusoidal_positional_encoding_cases, mistakes=SINUSOIDAL_MISTAKES,
-                                          forbidden=SINUSOIDAL_FORBIDDEN, tolerance=SINUSOIDAL_TOLERANCES)
+                                          forbidden=SINUSOIDAL_FORBIDDEN, tolerance=SINUSOIDAL_TOLERANCES,
+                                          summary="""
+                                          Compare ``sinusoidal_positional_encoding(num_positions, d_model,
+                                          base=10000.0)`` with the reference.
 
-
-def check_sinusoidal_positional_encoding(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``sinusoidal_positional_encoding(num_positions, d_model, base=10000.0)`` with the reference.
-
-    Cases: 1 to 512 positions, d_model from 2 to 4096, an odd d_model, a base from 100 to 5000; the
-    sizes and the base are drawn. Tolerance: float32 atol 2e-4, rtol 1e-4 (angles of positions up to
-    511 round differently in float32).
-    Forbidden: the reference (and its frequency helper) and Hugging Face's sinusoid tables.
-    """
-    return SINUSOIDAL_POSITIONAL_ENCODING.check(student_fn, forbid=forbid)
+                                          Cases: 1 to 512 positions, d_model from 2 to 4096, an odd d_model, a base from
+                                          100 to 5000; the sizes and the base are drawn. Tolerance: float32 atol 2e-4,
+                                          rtol 1e-4 (angles of positions up to 511 round differently in float32).
+                                          Forbidden: the reference (and its frequency helper) and Hugging Face's
+                                          sinusoid tables.
+                                          """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -299,19 +299,18 @@ RELATIVE_POSITION_BUCKET_MISTAKES = (
 
 RELATIVE_POSITION_BUCKET = Exercise("relative_position_bucket", reference.relative_position_bucket,
                                     relative_position_bucket_cases, mistakes=RELATIVE_POSITION_BUCKET_MISTAKES,
-                                    forbidden=RELATIVE_POSITION_BUCKET_FORBIDDEN)
+                                    forbidden=RELATIVE_POSITION_BUCKET_FORBIDDEN,
+                                    summary="""
+                                    Compare ``relative_position_bucket(relative_position, bidirectional=True,
+                                    num_buckets=32, max_distance=128)`` with the reference (identical to Hugging Face's
+                                    T5).
 
-
-def check_relative_position_bucket(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``relative_position_bucket(relative_position, bidirectional=True, num_buckets=32,
-    max_distance=128)`` with the reference (identical to Hugging Face's T5).
-
-    Cases: relative positions up to about +-2500 in shapes (K,), (N, M), (R, K), (B, H, K); both
-    directions; 4 to 96 buckets; max_distance from 18 to 400; an int32 input (int64 out); the
-    ranges, shapes, numbers of buckets and distances are drawn.
-    Exact comparison. Forbidden: the reference and every ``_relative_position_bucket`` of Hugging Face.
-    """
-    return RELATIVE_POSITION_BUCKET.check(student_fn, forbid=forbid)
+                                    Cases: relative positions up to about +-2500 in shapes (K,), (N, M), (R, K), (B, H,
+                                    K); both directions; 4 to 96 buckets; max_distance from 18 to 400; an int32 input
+                                    (int64 out); the ranges, shapes, numbers of buckets and distances are drawn. Exact
+                                    comparison. Forbidden: the reference and every ``_relative_position_bucket`` of
+                                    Hugging Face.
+                                    """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -404,17 +403,14 @@ ALIBI_SLOPES_MISTAKES = (
 
 
 ALIBI_SLOPES = Exercise("alibi_slopes", reference.alibi_slopes, alibi_slopes_cases, mistakes=ALIBI_SLOPES_MISTAKES,
-                        forbidden=ALIBI_SLOPES_FORBIDDEN)
+                        forbidden=ALIBI_SLOPES_FORBIDDEN,
+                        summary="""
+                        Compare ``alibi_slopes(num_heads, *, device=None)`` with the reference.
 
-
-def check_alibi_slopes(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``alibi_slopes(num_heads, *, device=None)`` with the reference.
-
-    Cases: a power of two (1 to 65,536 heads), and 7 numbers of heads that are not (3 to 20,000); the
-    numbers are drawn. Tolerance: the defaults (float32 atol 1e-5, rtol 1e-4). Forbidden: the
-    reference and the ALiBi code of Bloom, Falcon, MPT.
-    """
-    return ALIBI_SLOPES.check(student_fn, forbid=forbid)
+                        Cases: a power of two (1 to 65,536 heads), and 7 numbers of heads that are not (3 to 20,000);
+                        the numbers are drawn. Tolerance: the defaults (float32 atol 1e-5, rtol 1e-4). Forbidden: the
+                        reference and the ALiBi code of Bloom, Falcon, MPT.
+                        """)
 
 
 ALIBI_BIAS_FORBIDDEN = (reference.alibi_bias, *_HUGGING_FACE_ALIBI)
@@ -508,18 +504,15 @@ ALIBI_BIAS_MISTAKES = (
 
 
 ALIBI_BIAS = Exercise("alibi_bias", reference.alibi_bias, alibi_bias_cases, mistakes=ALIBI_BIAS_MISTAKES,
-                      forbidden=ALIBI_BIAS_FORBIDDEN, dependencies={"alibi_slopes": reference.alibi_slopes})
+                      forbidden=ALIBI_BIAS_FORBIDDEN, dependencies={"alibi_slopes": reference.alibi_slopes},
+                      summary="""
+                      Compare ``alibi_bias(num_heads, n, m=None, causal=True, *, device=None)`` with the reference.
 
-
-def check_alibi_bias(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``alibi_bias(num_heads, n, m=None, causal=True, *, device=None)`` with the reference.
-
-    The student's function runs with the reference ``alibi_slopes`` in place of theirs, so a wrong
-    slope costs points only once. Cases: causal and not, m = n, m > n, m < n, 1 to 4,096 heads (powers
-    of two and not), n = 1; the sizes are drawn. Tolerance: the defaults. Forbidden: the reference and
-    the ALiBi code of Bloom, Falcon and MPT (the reference ``alibi_slopes`` is allowed).
-    """
-    return ALIBI_BIAS.check(student_fn, forbid=forbid)
+                      The student's function runs with the reference ``alibi_slopes`` in place of theirs, so a wrong
+                      slope costs points only once. Cases: causal and not, m = n, m > n, m < n, 1 to 4,096 heads (powers
+                      of two and not), n = 1; the sizes are drawn. Tolerance: the defaults. Forbidden: the reference and
+                      the ALiBi code of Bloom, Falcon and MPT (the reference ``alibi_slopes`` is allowed).
+                      """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -633,20 +626,20 @@ APPLY_ROPE_MISTAKES = (
 
 
 APPLY_ROPE = Exercise("apply_rope", reference.apply_rope, apply_rope_cases, mistakes=APPLY_ROPE_MISTAKES,
-                      forbidden=APPLY_ROPE_FORBIDDEN, tolerance=APPLY_ROPE_TOLERANCES)
+                      forbidden=APPLY_ROPE_FORBIDDEN, tolerance=APPLY_ROPE_TOLERANCES,
+                      summary="""
+                      Compare ``apply_rope(x, positions=None, base=10000.0)`` with the reference (interleaved pairs).
 
-
-def check_apply_rope(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``apply_rope(x, positions=None, base=10000.0)`` with the reference (interleaved pairs).
-
-    Cases: x of 2 to 4 dimensions, D from 2 to 32, default, integer, broadcast (B, 1, N) and float
-    positions, base 500000, float64 with positions up to 992, bfloat16 with positions near 2000.
-    Tolerance: float32 atol 2e-4, rtol 1e-4; otherwise the defaults (bfloat16 2e-2).
-    Forbidden: the reference (and its helpers ``rope_matrix``, ``_rotate_pairs``) and the rotary
-    functions of Hugging Face's Llama, GPT-NeoX, GPT-J and RoFormer.
-    """
-    return APPLY_ROPE.check(student_fn, forbid=forbid)
+                      Cases: x of 2 to 4 dimensions, D from 2 to 32, default, integer, broadcast (B, 1, N) and float
+                      positions, base 500000, float64 with positions up to 992, bfloat16 with positions near 2000.
+                      Tolerance: float32 atol 2e-4, rtol 1e-4; otherwise the defaults (bfloat16 2e-2). Forbidden: the
+                      reference (and its helpers ``rope_matrix``, ``_rotate_pairs``) and the rotary functions of Hugging
+                      Face's Llama, GPT-NeoX, GPT-J and RoFormer.
+                      """)
 
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "03_positional"
+
+
+__getattr__ = check_functions(globals())  # check_<name> for each record above

@@ -34,6 +34,7 @@ from autograder.checks.framework import (
     CheckFailed,
     Exercise,
     Mistake,
+    check_functions,
     fail,
     generator_for,
     random_integer,
@@ -388,26 +389,23 @@ def _compare_masking(exercise: Exercise, student_fn, masking_case: MaskingCase, 
 
 MASK_TOKENS = Exercise("mask_tokens", reference.mask_tokens, mask_tokens_cases, forbidden=MASK_TOKENS_FORBIDDEN,
                        parameter_names=("input_ids",), compare=_compare_masking, then=(_check_generator,),
-                       agreement="follow BERT's masking rules and proportions")
+                       agreement="follow BERT's masking rules and proportions",
+                       summary="""
+                       Check ``mask_tokens`` by the rules of BERT's masking and by its proportions.
 
-
-def check_mask_tokens(student_fn, *, forbid: bool = True) -> str:
-    """Check ``mask_tokens`` by the rules of BERT's masking and by its proportions.
-
-    Cases: a padded (256, 256) batch with [CLS]/[SEP]/[PAD] and BERT's probabilities; other
-    probabilities (0.4, 0.5, 0.3) on a 60-token vocabulary with [MASK] = 59 and no special tokens; a
-    1-D sequence of 6000 ids of BERT's 30,522-token vocabulary; the deterministic corners
-    (mlm_probability 1 with only [MASK], 1 with only unchanged tokens, 0); generator=None.
-    Rules (every case): a tuple (masked_input_ids, labels) shaped and typed like the input; labels
-    -100 or the original token; only labelled tokens changed; special tokens never chosen; the input
-    not modified; random ids inside [0, vocab_size). Statistics (seeded cases): the share of chosen
-    non-special tokens and the [MASK] / unchanged / random shares of the chosen ones within 6 binomial
-    standard deviations (+-0.011 for the 15% and +-0.031 for the 80% of the first case), the mean
-    random id within 6 standard deviations of (V - 1) / 2. Then: the same generator seed gives the same
-    output, other seeds another one.
-    Forbidden: the reference and Hugging Face's DataCollatorForLanguageModeling masking.
-    """
-    return MASK_TOKENS.check(student_fn, forbid=forbid)
+                       Cases: a padded (256, 256) batch with [CLS]/[SEP]/[PAD] and BERT's probabilities; other
+                       probabilities (0.4, 0.5, 0.3) on a 60-token vocabulary with [MASK] = 59 and no special tokens; a
+                       1-D sequence of 6000 ids of BERT's 30,522-token vocabulary; the deterministic corners
+                       (mlm_probability 1 with only [MASK], 1 with only unchanged tokens, 0); generator=None. Rules
+                       (every case): a tuple (masked_input_ids, labels) shaped and typed like the input; labels -100 or
+                       the original token; only labelled tokens changed; special tokens never chosen; the input not
+                       modified; random ids inside [0, vocab_size). Statistics (seeded cases): the share of chosen
+                       non-special tokens and the [MASK] / unchanged / random shares of the chosen ones within 6
+                       binomial standard deviations (+-0.011 for the 15% and +-0.031 for the 80% of the first case), the
+                       mean random id within 6 standard deviations of (V - 1) / 2. Then: the same generator seed gives
+                       the same output, other seeds another one. Forbidden: the reference and Hugging Face's
+                       DataCollatorForLanguageModeling masking.
+                       """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -579,24 +577,22 @@ def _check_nsp_seeds(exercise: Exercise, student_fn, forbidden) -> str:
 MAKE_NSP_EXAMPLES = Exercise("make_nsp_examples", reference.make_nsp_examples, make_nsp_examples_cases,
                              forbidden=MAKE_NSP_EXAMPLES_FORBIDDEN, parameter_names=("documents", "seed"),
                              compare=_compare_nsp_examples, then=(_check_nsp_seeds,),
-                             agreement="follow the rules of next sentence prediction")
+                             agreement="follow the rules of next sentence prediction",
+                             summary="""
+                             Check ``make_nsp_examples(documents, seed=0)`` by the rules of next sentence prediction.
 
-
-def check_make_nsp_examples(student_fn, *, forbid: bool = True) -> str:
-    """Check ``make_nsp_examples(documents, seed=0)`` by the rules of next sentence prediction.
-
-    Cases: 60 documents of 20 to 120 distinct sentences (about 4,000 pairs) with two seeds; 12 documents
-    with a single-sentence one (a possible NotNext sentence, no pair) and an empty one; two documents
-    only; the lengths and the seeds are drawn. Rules: a list of (str, str, 0 or 1); one example per two
-    consecutive sentences of a document, in document order; label 0 pairs are consecutive sentences of
-    one document; label 1 second sentences come from another document. Statistics (cases with at least
-    500 examples): the IsNext share within 6 standard deviations of 1/2 (+-0.05 for 3,500 pairs);
-    NotNext sentences spread over the documents (not mostly from the next document, not mostly first
-    sentences, from at least half of the documents). Determinism: the same seed gives the same list,
-    whatever the global random state; another seed another list. The documents must not be modified.
-    Forbidden: the reference.
-    """
-    return MAKE_NSP_EXAMPLES.check(student_fn, forbid=forbid)
+                             Cases: 60 documents of 20 to 120 distinct sentences (about 4,000 pairs) with two seeds; 12
+                             documents with a single-sentence one (a possible NotNext sentence, no pair) and an empty
+                             one; two documents only; the lengths and the seeds are drawn. Rules: a list of (str, str, 0
+                             or 1); one example per two consecutive sentences of a document, in document order; label 0
+                             pairs are consecutive sentences of one document; label 1 second sentences come from another
+                             document. Statistics (cases with at least 500 examples): the IsNext share within 6 standard
+                             deviations of 1/2 (+-0.05 for 3,500 pairs); NotNext sentences spread over the documents
+                             (not mostly from the next document, not mostly first sentences, from at least half of the
+                             documents). Determinism: the same seed gives the same list, whatever the global random
+                             state; another seed another list. The documents must not be modified. Forbidden: the
+                             reference.
+                             """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -762,21 +758,21 @@ MLM_LOSS_MISTAKES = (
 
 
 MLM_LOSS = Exercise("mlm_loss", reference_mlm_loss, mlm_loss_cases, mistakes=MLM_LOSS_MISTAKES,
-                    forbidden=MLM_LOSS_FORBIDDEN)
+                    forbidden=MLM_LOSS_FORBIDDEN,
+                    summary="""
+                    Compare ``mlm_loss(logits, labels)`` with ``F.cross_entropy(logits.flatten(0, -2), labels.flatten(),
+                    ignore_index=-100)``.
 
-
-def check_mlm_loss(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``mlm_loss(logits, labels)`` with ``F.cross_entropy(logits.flatten(0, -2), labels.flatten(),
-    ignore_index=-100)``.
-
-    Cases: logits (B, N, V) and (M, V); float32 and float64; a sequence without labels and one with
-    many; logits of about 100; a single labelled position; no -100 at all. Tolerance: the framework's
-    defaults (float32 atol 1e-5, rtol 1e-4). Forbidden: PyTorch's cross-entropy and negative
-    log-likelihood (functions, modules, operators), the model heads of ``bertlab.bert`` and Hugging
-    Face's masked-LM loss; torch.log_softmax and torch.logsumexp are allowed.
-    """
-    return MLM_LOSS.check(student_fn, forbid=forbid)
+                    Cases: logits (B, N, V) and (M, V); float32 and float64; a sequence without labels and one with
+                    many; logits of about 100; a single labelled position; no -100 at all. Tolerance: the framework's
+                    defaults (float32 atol 1e-5, rtol 1e-4). Forbidden: PyTorch's cross-entropy and negative
+                    log-likelihood (functions, modules, operators), the model heads of ``bertlab.bert`` and Hugging
+                    Face's masked-LM loss; torch.log_softmax and torch.logsumexp are allowed.
+                    """)
 
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "07_pretraining"
+
+
+__getattr__ = check_functions(globals())  # check_<name> for each record above

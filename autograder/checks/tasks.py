@@ -29,6 +29,7 @@ from autograder.checks.framework import (
     Exercise,
     Mistake,
     Symptom,
+    check_functions,
     generator_for,
     mistakes_told_apart,
     random_choice,
@@ -188,18 +189,16 @@ def _validate_int_list(output) -> str | None:
 
 WORD_PIECE_LABELS = Exercise("word_piece_labels", reference.word_piece_labels, word_piece_labels_cases,
                              mistakes=WORD_PIECE_LABELS_MISTAKES, forbidden=WORD_PIECE_LABELS_FORBIDDEN,
-                             validate=_validate_int_list)
+                             validate=_validate_int_list,
+                             summary="""
+                             Compare ``word_piece_labels(word_ids, word_labels)`` with
+                             :func:`bertlab.tasks.word_piece_labels`.
 
-
-def check_word_piece_labels(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``word_piece_labels(word_ids, word_labels)`` with :func:`bertlab.tasks.word_piece_labels`.
-
-    Cases: [CLS] pieces [SEP] with words of one and of several pieces, words of one piece only, padding,
-    a truncated last word, a word without a piece, no special tokens, a single word of several pieces;
-    the numbers of words, pieces and tags and the labels are drawn. Exact comparison (a list of ints).
-    Forbidden: the reference and ``align_labels_to_word_pieces``.
-    """
-    return WORD_PIECE_LABELS.check(student_fn, forbid=forbid)
+                             Cases: [CLS] pieces [SEP] with words of one and of several pieces, words of one piece only,
+                             padding, a truncated last word, a word without a piece, no special tokens, a single word of
+                             several pieces; the numbers of words, pieces and tags and the labels are drawn. Exact
+                             comparison (a list of ints). Forbidden: the reference and ``align_labels_to_word_pieces``.
+                             """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -345,19 +344,17 @@ TAGGING_ACCURACY_MISTAKES = (
 
 
 TAGGING_ACCURACY = Exercise("tagging_accuracy", reference.tagging_accuracy, tagging_accuracy_cases,
-                            mistakes=TAGGING_ACCURACY_MISTAKES, forbidden=TAGGING_ACCURACY_FORBIDDEN)
+                            mistakes=TAGGING_ACCURACY_MISTAKES, forbidden=TAGGING_ACCURACY_FORBIDDEN,
+                            summary="""
+                            Compare ``tagging_accuracy(logits, labels, ignore_index=-100)`` with
+                            :func:`bertlab.tasks.tagging_accuracy`.
 
-
-def check_tagging_accuracy(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``tagging_accuracy(logits, labels, ignore_index=-100)`` with :func:`bertlab.tasks.tagging_accuracy`.
-
-    Cases: batches of padded sentences (-100 on the special tokens, later pieces and padding), as many
-    classes as positions, one sentence without a batch axis, float64, another ignore_index, a short and a
-    long sentence, two leading axes, every position labelled; sizes drawn. Tolerance: the framework's
-    defaults (a 0-d float32 tensor). Forbidden: the reference and the accuracy functions of torchmetrics
-    and scikit-learn.
-    """
-    return TAGGING_ACCURACY.check(student_fn, forbid=forbid)
+                            Cases: batches of padded sentences (-100 on the special tokens, later pieces and padding),
+                            as many classes as positions, one sentence without a batch axis, float64, another
+                            ignore_index, a short and a long sentence, two leading axes, every position labelled; sizes
+                            drawn. Tolerance: the framework's defaults (a 0-d float32 tensor). Forbidden: the reference
+                            and the accuracy functions of torchmetrics and scikit-learn.
+                            """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -525,19 +522,17 @@ def _validate_entity_spans(output) -> str | None:
 
 
 ENTITY_SPANS = Exercise("entity_spans", reference.entity_spans, entity_spans_cases, mistakes=ENTITY_SPANS_MISTAKES,
-                        forbidden=ENTITY_SPANS_FORBIDDEN, validate=_validate_entity_spans)
+                        forbidden=ENTITY_SPANS_FORBIDDEN, validate=_validate_entity_spans,
+                        summary="""
+                        Compare ``entity_spans(tags)`` with :func:`bertlab.tasks.entity_spans`.
 
-
-def check_entity_spans(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``entity_spans(tags)`` with :func:`bertlab.tasks.entity_spans`.
-
-    Cases: BIO tag sequences whose types, lengths and positions are drawn: entities of one and of several
-    words apart, the last ending the sentence; two entities of one type side by side; a tagger's output
-    with an I- after O and an I- of another type right after an entity; an I- at position 0; no entity;
-    an entity that is the whole sentence; random tags. Exact comparison (a list of (str, int, int)
-    tuples). Forbidden: the reference, ``entity_scores`` and seqeval's ``get_entities``.
-    """
-    return ENTITY_SPANS.check(student_fn, forbid=forbid)
+                        Cases: BIO tag sequences whose types, lengths and positions are drawn: entities of one and of
+                        several words apart, the last ending the sentence; two entities of one type side by side; a
+                        tagger's output with an I- after O and an I- of another type right after an entity; an I- at
+                        position 0; no entity; an entity that is the whole sentence; random tags. Exact comparison (a
+                        list of (str, int, int) tuples). Forbidden: the reference, ``entity_scores`` and seqeval's
+                        ``get_entities``.
+                        """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -762,21 +757,19 @@ def _validate_token_span(output) -> str | None:
 
 CHAR_SPAN_TO_TOKEN_SPAN = Exercise("char_span_to_token_span", reference.char_span_to_token_span,
                                    char_span_to_token_span_cases, mistakes=CHAR_SPAN_TO_TOKEN_SPAN_MISTAKES,
-                                   forbidden=CHAR_SPAN_TO_TOKEN_SPAN_FORBIDDEN, validate=_validate_token_span)
+                                   forbidden=CHAR_SPAN_TO_TOKEN_SPAN_FORBIDDEN, validate=_validate_token_span,
+                                   summary="""
+                                   Compare ``char_span_to_token_span(offsets, start_char, end_char)`` with
+                                   :func:`bertlab.tasks.char_span_to_token_span`.
 
-
-def check_char_span_to_token_span(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``char_span_to_token_span(offsets, start_char, end_char)`` with
-    :func:`bertlab.tasks.char_span_to_token_span`.
-
-    Cases: drawn windows of [CLS] question [SEP] context [SEP] (words of several pieces, punctuation marks
-    joined to words); answers at token boundaries, starting or ending inside a piece, ending where the
-    next piece begins, starting on a space, at the first and the last context token, starting before or
-    ending after the window (None), of whitespace only (None), of one character; a window without a
-    question. Exact comparison (a tuple of two ints, or None). Forbidden: the reference, ``squad_windows``
-    and Hugging Face's ``BatchEncoding.char_to_token``.
-    """
-    return CHAR_SPAN_TO_TOKEN_SPAN.check(student_fn, forbid=forbid)
+                                   Cases: drawn windows of [CLS] question [SEP] context [SEP] (words of several pieces,
+                                   punctuation marks joined to words); answers at token boundaries, starting or ending
+                                   inside a piece, ending where the next piece begins, starting on a space, at the first
+                                   and the last context token, starting before or ending after the window (None), of
+                                   whitespace only (None), of one character; a window without a question. Exact
+                                   comparison (a tuple of two ints, or None). Forbidden: the reference,
+                                   ``squad_windows`` and Hugging Face's ``BatchEncoding.char_to_token``.
+                                   """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1002,20 +995,17 @@ BEST_SPAN_MISTAKES = (
 
 
 BEST_SPAN = Exercise("best_span", reference.best_span, best_span_cases, mistakes=BEST_SPAN_MISTAKES,
-                     forbidden=BEST_SPAN_FORBIDDEN, output_names=("start", "end"))
+                     forbidden=BEST_SPAN_FORBIDDEN, output_names=("start", "end"),
+                     summary="""
+                     Compare ``best_span(start_logits, end_logits, context_mask, max_answer_length=30)`` with
+                     :func:`bertlab.tasks.best_span`.
 
-
-def check_best_span(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``best_span(start_logits, end_logits, context_mask, max_answer_length=30)`` with
-    :func:`bertlab.tasks.best_span`.
-
-    Cases: one sequence, batches (B, N) and (B1, B2, N) of [CLS] question [SEP] context [SEP] padding;
-    scores that put the best start after the best end, the highest scores on the question, on [SEP] or
-    padding, a best pair longer than max_answer_length, one of exactly max_answer_length + 1 tokens, only
-    negative scores; float64; max_answer_length = 1; a context of one token. The sizes are drawn. Exact
-    comparison (long tensors of shape (...)). Forbidden: the reference.
-    """
-    return BEST_SPAN.check(student_fn, forbid=forbid)
+                     Cases: one sequence, batches (B, N) and (B1, B2, N) of [CLS] question [SEP] context [SEP] padding;
+                     scores that put the best start after the best end, the highest scores on the question, on [SEP] or
+                     padding, a best pair longer than max_answer_length, one of exactly max_answer_length + 1 tokens,
+                     only negative scores; float64; max_answer_length = 1; a context of one token. The sizes are drawn.
+                     Exact comparison (long tensors of shape (...)). Forbidden: the reference.
+                     """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1179,20 +1169,20 @@ SQUAD_F1_MISTAKES = (
 
 
 SQUAD_F1 = Exercise("squad_f1", reference.squad_f1, squad_f1_cases, mistakes=SQUAD_F1_MISTAKES,
-                    forbidden=SQUAD_F1_FORBIDDEN, dependencies={"squad_normalize": reference.squad_normalize})
+                    forbidden=SQUAD_F1_FORBIDDEN, dependencies={"squad_normalize": reference.squad_normalize},
+                    summary="""
+                    Compare ``squad_f1(prediction, ground_truths)`` with :func:`bertlab.tasks.squad_f1`.
 
-
-def check_squad_f1(student_fn, *, forbid: bool = True) -> str:
-    """Compare ``squad_f1(prediction, ground_truths)`` with :func:`bertlab.tasks.squad_f1`.
-
-    The student's function runs with :func:`bertlab.tasks.squad_normalize` as its ``squad_normalize``.
-    Cases: predictions and ground truths made of drawn words, that need the normalisation (capitals,
-    punctuation, articles), overlap in part, repeat a word, have several ground truths (the best not the
-    first), share nothing, or normalise to nothing. Tolerance: the framework's defaults for a float.
-    Forbidden: the reference (its ``_token_f1`` and ``squad_scores``) and torchmetrics' SQuAD metric.
-    """
-    return SQUAD_F1.check(student_fn, forbid=forbid)
+                    The student's function runs with :func:`bertlab.tasks.squad_normalize` as its ``squad_normalize``.
+                    Cases: predictions and ground truths made of drawn words, that need the normalisation (capitals,
+                    punctuation, articles), overlap in part, repeat a word, have several ground truths (the best not the
+                    first), share nothing, or normalise to nothing. Tolerance: the framework's defaults for a float.
+                    Forbidden: the reference (its ``_token_f1`` and ``squad_scores``) and torchmetrics' SQuAD metric.
+                    """)
 
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "10_tasks"
+
+
+__getattr__ = check_functions(globals())  # check_<name> for each record above

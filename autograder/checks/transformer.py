@@ -20,7 +20,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from autograder.checks.framework import Case, Exercise, Mistake, generator_for, random_normal
+from autograder.checks.framework import Case, Exercise, Mistake, check_functions, generator_for, random_normal
 from autograder.checks.modules import MODULE_TOLERANCES, ModuleCase, compare_module, constructor_call, random_state
 from autograder.checks.shared_attention import ATTENTION_FORBIDDEN
 from bertlab import attention as reference_attention
@@ -171,21 +171,18 @@ MULTI_HEAD_ATTENTION = Exercise(
     dependencies={"softmax": reference_attention.softmax,
                   "scaled_dot_product_attention": reference_attention.scaled_dot_product_attention},
     naming_hint=MULTI_HEAD_ATTENTION_NAMING, parameter_names=("x", "context", "mask"), tolerance=MODULE_TOLERANCES,
-    compare=compare_module)
+    compare=compare_module,
+    summary="""
+    Compare ``MultiHeadAttention(d_model, num_heads)`` and its ``forward(x, context=None, mask=None)`` with
+    :class:`bertlab.attention.MultiHeadAttention` holding the same weights.
 
-
-def check_MultiHeadAttention(student_class, *, forbid: bool = True) -> str:  # noqa: N802 (the exercise's name)
-    """Compare ``MultiHeadAttention(d_model, num_heads)`` and its ``forward(x, context=None, mask=None)``
-    with :class:`bertlab.attention.MultiHeadAttention` holding the same weights.
-
-    The student's class runs with the reference ``scaled_dot_product_attention`` and ``softmax`` in
-    place of theirs. Cases: self- and cross-attention (N != M), causal, padding and per-head masks, a
-    query with no key to attend to, one head, heads of size 1, one position, float64.
-    Tolerance: float32 atol 2e-5, rtol 2e-4; float64 the framework's default.
-    Forbidden: ``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``,
+    The student's class runs with the reference ``scaled_dot_product_attention`` and ``softmax`` in place of theirs.
+    Cases: self- and cross-attention (N != M), causal, padding and per-head masks, a query with no key to attend to, one
+    head, heads of size 1, one position, float64. Tolerance: float32 atol 2e-5, rtol 2e-4; float64 the framework's
+    default. Forbidden: ``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``,
     ``F.multi_head_attention_forward`` and every other built-in attention, and the reference module.
-    """
-    return MULTI_HEAD_ATTENTION.check(student_class, forbid=forbid)
+    """,
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -262,19 +259,16 @@ def feed_forward_mistakes(module) -> list[Mistake]:
 
 FEED_FORWARD = Exercise("FeedForward", reference.FeedForward, feed_forward_cases, mistakes=feed_forward_mistakes,
                         forbidden=FEED_FORWARD_FORBIDDEN, naming_hint=FEED_FORWARD_NAMING, parameter_names=("x",),
-                        tolerance=MODULE_TOLERANCES, compare=compare_module)
+                        tolerance=MODULE_TOLERANCES, compare=compare_module,
+                        summary="""
+                        Compare ``FeedForward(d_model, d_ff, activation="relu", dropout=0.0)`` and its ``forward(x)``
+                        with :class:`bertlab.transformer.FeedForward` holding the same weights.
 
-
-def check_FeedForward(student_class, *, forbid: bool = True) -> str:  # noqa: N802 (the exercise's name)
-    """Compare ``FeedForward(d_model, d_ff, activation="relu", dropout=0.0)`` and its ``forward(x)``
-    with :class:`bertlab.transformer.FeedForward` holding the same weights.
-
-    Cases: ReLU and GELU; inputs with 1 to 3 leading dimensions; dropout 0.5 and 0.1 in evaluation
-    mode (must be off); one position; float64. Tolerance: float32 atol 2e-5, rtol 2e-4; float64 the
-    framework's default. Forbidden: the reference and the feed-forward blocks of
-    ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``.
-    """
-    return FEED_FORWARD.check(student_class, forbid=forbid)
+                        Cases: ReLU and GELU; inputs with 1 to 3 leading dimensions; dropout 0.5 and 0.1 in evaluation
+                        mode (must be off); one position; float64. Tolerance: float32 atol 2e-5, rtol 2e-4; float64 the
+                        framework's default. Forbidden: the reference and the feed-forward blocks of
+                        ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``.
+                        """)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -377,21 +371,22 @@ ENCODER_LAYER = Exercise(
     forbidden=ENCODER_LAYER_FORBIDDEN,
     dependencies={"MultiHeadAttention": reference_attention.MultiHeadAttention, "FeedForward": reference.FeedForward},
     naming_hint=ENCODER_LAYER_NAMING, parameter_names=("x", "mask"), tolerance=MODULE_TOLERANCES,
-    compare=compare_module)
+    compare=compare_module,
+    summary="""
+    Compare ``EncoderLayer(d_model, num_heads, d_ff, dropout=0.0)`` and its ``forward(x, mask=None)`` with the post-norm
+    :class:`bertlab.transformer.EncoderLayer` holding the same weights.
 
-
-def check_EncoderLayer(student_class, *, forbid: bool = True) -> str:  # noqa: N802 (the exercise's name)
-    """Compare ``EncoderLayer(d_model, num_heads, d_ff, dropout=0.0)`` and its ``forward(x, mask=None)``
-    with the post-norm :class:`bertlab.transformer.EncoderLayer` holding the same weights.
-
-    The student's class runs with the reference ``MultiHeadAttention`` and ``FeedForward`` in place of
-    theirs. Cases: no mask, causal and padding masks, dropout 0.3 in evaluation mode (must be off),
-    one position, float64; the norms have random gains and shifts. Tolerance: float32 atol 2e-5,
-    rtol 2e-4; float64 the framework's default. Forbidden: the reference layer and stack,
-    ``bertlab.norm``'s residual helpers and ``nn.TransformerEncoderLayer`` (and its fused kernel).
-    """
-    return ENCODER_LAYER.check(student_class, forbid=forbid)
+    The student's class runs with the reference ``MultiHeadAttention`` and ``FeedForward`` in place of theirs. Cases: no
+    mask, causal and padding masks, dropout 0.3 in evaluation mode (must be off), one position, float64; the norms have
+    random gains and shifts. Tolerance: float32 atol 2e-5, rtol 2e-4; float64 the framework's default. Forbidden: the
+    reference layer and stack, ``bertlab.norm``'s residual helpers and ``nn.TransformerEncoderLayer`` (and its fused
+    kernel).
+    """,
+)
 
 
 #: The chapter whose exercises this module checks, and their records, in the order of the chapter.
 CHAPTER = "02_transformer"
+
+
+__getattr__ = check_functions(globals())  # check_<name> for each record above

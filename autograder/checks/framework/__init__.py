@@ -60,6 +60,8 @@ from autograder.checks.framework.dependencies import (
 from autograder.checks.framework.exercise import (
     Exercise,
     check_against_reference,
+    check_function,
+    check_functions,
     compare_output,
     describe_mismatch,
     parameter_names_of,
@@ -90,6 +92,7 @@ __all__ = [
     "assert_close", "describe_difference", "diagnose", "fail", "failure_message", "format_inputs", "hint_of_first",
     "mistakes_told_apart", "normalized_along_another_axis", "sums_to_one_along", "allowed", "describe_callable",
     "forbidden_calls", "forbidden_in_force", "implement_yourself_message", "call_and_backward", "visible_check",
-    "with_dependencies", "Exercise", "check_against_reference", "compare_output", "describe_mismatch",
+    "with_dependencies", "Exercise", "check_against_reference", "check_function", "check_functions", "compare_output",
+    "describe_mismatch",
     "parameter_names_of", "run_student",
 ]

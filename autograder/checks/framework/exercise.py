@@ -1,5 +1,6 @@
 """The record of one exercise's check, :class:`Exercise`, and the loop that runs it over its cases."""
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -125,8 +126,9 @@ class Exercise:
 
     Each module of checks declares its exercises as records at its top level (``SOFTMAX =
     Exercise("softmax", ...)``; :func:`autograder.checks.exercises_by_chapter` finds them), names its
-    chapter in ``CHAPTER``, and keeps a ``check_<name>`` function, the name the notebooks' test cells call,
-    whose docstring describes the cases and which returns ``<RECORD>.check(student, forbid=forbid)``.
+    chapter in ``CHAPTER``, and ends with ``__getattr__ = check_functions(globals())``: the
+    ``check_<name>`` function that the notebooks' test cells call is derived from the record
+    (:func:`check_function`), and nothing else names it.
 
     Fields:
         name: the exercise's name, as in the notebook (``softmax``, ``MultiHeadAttention``); messages
@@ -154,6 +156,10 @@ class Exercise:
             to the summary (", and no (N, M) matrix was built").
         agreement: what the summary says of the cases: ``"<name>: all 9 cases agree with the reference"`` (``all
             9 visible cases`` in a visible test, ``all 9 hidden cases`` in a hidden one).
+        torch_threads: the number of torch's CPU threads while the check runs (restored afterwards), for a
+            check whose measurement depends on it (the largest allocation of chapter 05); None: unchanged.
+        summary: what the check compares, on which cases, with which tolerance, and what is forbidden:
+            the docstring of ``check_<name>``.
     """
 
     name: str
@@ -170,6 +176,8 @@ class Exercise:
     compare: Callable[..., int | None] = compare_output
     then: Sequence[Callable[["Exercise", Callable, Sequence], str]] = ()
     agreement: str = "agree with the reference"
+    torch_threads: int | None = None
+    summary: str = ""
 
     def parameter_names_for_messages(self) -> list[str]:
         """The names of the arguments in messages: ``parameter_names``, or the reference's parameters."""
@@ -179,6 +187,13 @@ class Exercise:
         """Compare ``student`` with the reference on every case (with the references of the dependencies
         in place of the student's earlier exercises), then run the ``then`` tests; return a summary, or
         raise :class:`CheckFailed` on the first difference. ``forbid=False`` lifts the forbidden-call rule."""
+        if self.torch_threads is not None:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(self.torch_threads)
+            try:
+                return dataclasses.replace(self, torch_threads=None).check(student, forbid=forbid)
+            finally:
+                torch.set_num_threads(threads)
         forbidden = list(self.forbidden) if forbid else []
         if self.dependencies:
             student = with_dependencies(student, **self.dependencies)
@@ -215,3 +230,26 @@ def check_against_reference(
     exercise = Exercise(check, reference_fn, lambda: cases, mistakes=mistakes, forbidden=tuple(forbidden),
                         dependencies=dependencies or {}, tolerance=tolerance, output_names=output_names)
     return exercise.check(student_fn)
+
+
+def check_function(exercise: Exercise) -> Callable[..., str]:
+    """``check_<name>``, what a notebook's test cell calls: ``exercise.check(student, forbid=forbid)``,
+    named after the exercise, its docstring the record's ``summary``."""
+    def check(student, *, forbid: bool = True) -> str:
+        return exercise.check(student, forbid=forbid)
+
+    check.__name__ = check.__qualname__ = f"check_{exercise.name}"
+    check.__doc__ = inspect.cleandoc(exercise.summary)
+    return check
+
+
+def check_functions(namespace: Mapping[str, object]) -> Callable[[str], Callable[..., str]]:
+    """The ``__getattr__`` of a module of checks (PEP 562): ``check_<name>`` for each :class:`Exercise` record
+    at the module's top level (``namespace``, its ``globals()``), derived by :func:`check_function`."""
+    def module_getattr(attribute: str) -> Callable[..., str]:
+        for value in namespace.values():
+            if isinstance(value, Exercise) and attribute == f"check_{value.name}":
+                return check_function(value)
+        raise AttributeError(f"module {namespace['__name__']!r} has no attribute {attribute!r}")
+
+    return module_getattr
