@@ -834,11 +834,25 @@ def finetune_task(
                             device=device, progress=progress, output_dir=output_dir, precision=precision)
 
 
-def _evaluation_batches(task: TaskType, model: nn.Module, tokenizer: BertTokenizer, examples: Sequence,
-                        labels: LabelVocabulary | None, batch_size: int, max_length: int | None,
-                        device: str | torch.device | None, what: str) -> tuple[PaddedBatches, torch.device]:
-    """``examples`` encoded for evaluation, and the device to evaluate on, the model moved there
-    (:func:`evaluate_task` and :func:`task_example_scores`)."""
+def evaluation_batches(
+    task: TaskType,
+    model: nn.Module,
+    tokenizer: BertTokenizer,
+    examples: Sequence,
+    *,
+    labels: LabelVocabulary | None = None,
+    batch_size: int = EVALUATION_BATCH_SIZE,
+    max_length: int | None = None,
+    device: str | torch.device | None = None,
+    what: str = "examples",
+) -> tuple[PaddedBatches, torch.device]:
+    """``examples`` encoded for evaluating ``model`` on ``task`` (``task.batches``, ``max_length`` None:
+    the task's), and the device to evaluate on (None: the one that holds the model), the model moved
+    there: what :func:`evaluate_task` and :func:`task_example_scores` evaluate.
+
+    ``labels``: the label names of the training split (a tag of ``examples`` outside them is an error
+    that names the example, ``what[i]``).
+    """
     check_labels(task, model, labels)
     device = evaluation_device(model, device)
     model.to(device)
@@ -846,48 +860,23 @@ def _evaluation_batches(task: TaskType, model: nn.Module, tokenizer: BertTokeniz
     return task.batches(examples, tokenizer, labels, max_length=max_length, batch_size=batch_size, what=what), device
 
 
-def evaluate_task(
-    task: TaskType,
-    model: nn.Module,
-    tokenizer: BertTokenizer,
-    examples: Sequence,
-    *,
-    labels: LabelVocabulary | None = None,
-    batch_size: int = EVALUATION_BATCH_SIZE,
-    max_length: int | None = None,
-    device: str | torch.device | None = None,
-    precision: str = "auto",
-    what: str = "examples",
-) -> dict[str, float]:
+def evaluate_task(task: TaskType, model: nn.Module, tokenizer: BertTokenizer, examples: Sequence, *,
+                  precision: str = "auto", **options) -> dict[str, float]:
     """The scores of ``task.metrics`` for ``model`` on ``examples``: accuracy, macro-F1 and loss
     (sentences, pairs), word accuracy (tagging), exact match and F1 in percent (spans).
 
-    ``labels``: the label names of the training split (a tag of ``examples`` outside them is an
-    error that names the sentence, ``what[i]``). ``device`` None keeps the model where it is;
-    ``precision`` is the forward pass's, as in ``bertlab.utils.autocast``.
+    ``options``: those of :func:`evaluation_batches` (``labels``, ``batch_size``, ``max_length``,
+    ``device``, ``what``); ``precision`` is the forward pass's, as in ``bertlab.utils.autocast``.
     """
-    batches, device = _evaluation_batches(task, model, tokenizer, examples, labels, batch_size, max_length, device,
-                                          what)
+    batches, device = evaluation_batches(task, model, tokenizer, examples, **options)
     return task.metrics(model, batches, device, precision)
 
 
-def task_example_scores(
-    task: TaskType,
-    model: nn.Module,
-    tokenizer: BertTokenizer,
-    examples: Sequence,
-    *,
-    labels: LabelVocabulary | None = None,
-    batch_size: int = EVALUATION_BATCH_SIZE,
-    max_length: int | None = None,
-    device: str | torch.device | None = None,
-    precision: str = "auto",
-    what: str = "examples",
-) -> ExampleScores:
+def task_example_scores(task: TaskType, model: nn.Module, tokenizer: BertTokenizer, examples: Sequence, *,
+                        precision: str = "auto", **options) -> ExampleScores:
     """``task.metric`` of ``model`` on each of ``examples`` (:class:`ExampleScores`), evaluated as
-    :func:`evaluate_task` does: their mean, weighted, is its score."""
-    batches, device = _evaluation_batches(task, model, tokenizer, examples, labels, batch_size, max_length, device,
-                                          what)
+    :func:`evaluate_task` does (the same ``precision`` and ``options``): their mean, weighted, is its score."""
+    batches, device = evaluation_batches(task, model, tokenizer, examples, **options)
     return task.example_scores(model, batches, device, precision)
 
 
