@@ -2,6 +2,7 @@
 
 import os
 import socket
+import time
 from pathlib import Path
 
 # fp32 on the GPU means fp32: NGC containers set this override to force TF32 (10-bit mantissas) in
@@ -61,6 +62,19 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def wait_until_listening(port: int, seconds: float = 60.0) -> None:
+    """Return once a process listens on TCP ``port`` of 127.0.0.1; fail the test after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                pytest.fail(f"nothing listens on port {port} after {seconds:g} s")
+            time.sleep(0.1)
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:

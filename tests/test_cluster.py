@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_until_listening
 from grading_helpers import (ADD, CHAPTERS, DOUBLE, SOFTMAX, alive, build_course, descendants, nbgrader_export_csv,
                              notebooks, put, records, with_cells)
 
@@ -415,11 +415,13 @@ def test_the_guide_s_plain_machines_example_grades_the_class_over_tls(tiny, grad
     environment = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
     processes = []
     try:
+        scheduler = commands[0]
         for command in commands:
             processes.append(subprocess.Popen(["bash", "-c", command], cwd=tmp_path, env=environment,
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                               start_new_session=True))
-            time.sleep(3)  # the scheduler listens before the workers look for it
+            if command is scheduler:
+                wait_until_listening(port)  # before the workers look for it; grade() waits for the workers
         address = f"tls://127.0.0.1:{port}"
         grader = TlsFiles(tmp_path / "ca.pem", tmp_path / "grader.pem", tmp_path / "grader-key.pem")
         out = tmp_path / "out"
