@@ -121,10 +121,10 @@ def lock(page: bytes) -> bytes:
 
 @functools.cache
 def exporter():
-    """This process's exporter of feedback pages (:func:`autograder.nbgrader_adapter.feedback_exporter`),
+    """This process's exporter of feedback pages (:func:`autograder.feedback_exporter.feedback_exporter`),
     made once: the class run forks each job's worker from a server that made it and compiled its
     template (:mod:`autograder.worker_preload`), so that no job does it again."""
-    from autograder.nbgrader_adapter import feedback_exporter
+    from autograder.feedback_exporter import feedback_exporter
 
     return feedback_exporter({"book_markdown": _book_markdown, "sanitized_html": sanitized_html})
 
@@ -142,14 +142,47 @@ def render(view, result: NotebookResult, chapter: Chapter, references: dict[str,
     """The feedback page of a student's view, rendered as nbgrader's feedback converter renders it and
     locked; ``references`` are the course's, for the citations of its Markdown cells. Raises
     :class:`PageTooLarge` for a page of more than ``MAX_FEEDBACK_PAGE_BYTES``."""
-    from autograder.nbgrader_adapter import render_feedback
-
     resources = {"references": references, "tags": TagBudget("the page")}
     page = lock(render_feedback(exporter(), view, result, chapter.notebook, resources).encode())
     if len(page) > MAX_FEEDBACK_PAGE_BYTES:
         raise PageTooLarge(f"the page would be {len(page) / 1e6:.1f} MB, more than the limit of "
                            f"{MAX_FEEDBACK_PAGE_BYTES / 1e6:g} MB")
     return page
+
+
+def render_feedback(exporter, notebook, result: NotebookResult, notebook_name: str, resources: dict) -> str:
+    """nbgrader's feedback page of ``notebook`` (the graded notebook as the student may see it), rendered by
+    ``exporter`` (:func:`autograder.feedback_exporter.feedback_exporter`) as nbgrader's feedback converter renders it: with the
+    resources the converter gives the exporter (and ``resources``, for the template's filters) and the
+    grades its ``GetGrades`` preprocessor reads from a gradebook holding ``result``
+    (:func:`autograder.nbgrader_adapter.store_grades`), which :func:`graded_cells` puts into the notebook itself."""
+    nbgrader_resources = {"student": result.student, "assignment": result.chapter, "notebook": notebook_name,
+                          "score": result.score, "max_score": result.max_score, "late_penalty": 0}
+    page, _ = exporter.from_notebook_node(graded_cells(notebook, result), {
+        "unique_key": notebook_name, "output_files_dir": f"{notebook_name}_files", "nbgrader": nbgrader_resources,
+        "metadata": {"name": notebook_name}, **resources})
+    return page
+
+
+def graded_cells(notebook, result: NotebookResult):
+    """A copy of ``notebook`` whose nbgrader cells hold what nbgrader's ``GetGrades`` reads from a
+    gradebook holding ``result``: a grade cell its score (its test's points; 0 without a test, as a
+    grade nobody scored) and its maximum, a solution or task cell its automatic comment (the flag of
+    a copy of the reference, else none). The notebook's score and maximum are the result's: the
+    chapters' graded cells are their test cells (:class:`autograder.chapters.Chapter`)."""
+    points = {test.grade_id: test.points for test in result.tests}
+    flags = {flag.exercise: f"Possible {flag.describe()}" for flag in result.copies}
+    notebook = copy.deepcopy(notebook)
+    for cell in notebook.cells:
+        nbgrader = cell.metadata.get("nbgrader")
+        if nbgrader is None:
+            continue
+        if nbgrader.get("solution", False) or nbgrader.get("task", False):
+            nbgrader["comment"] = flags.get(nbgrader["grade_id"])
+        if nbgrader.get("grade", False) or nbgrader.get("task", False):
+            nbgrader["score"] = points.get(nbgrader["grade_id"], 0.0)
+            nbgrader["points"] = float(nbgrader["points"])
+    return notebook
 
 
 def plain_page(result: NotebookResult, why: str) -> bytes:
