@@ -18,7 +18,7 @@ The page is bounded (:mod:`autograder.bounds`), and so is the grader's work on i
 cells, cut before they are highlighted or rendered, each cut with a line that says how much
 (:class:`autograder.sanitize.SourceBudget`), at most ``MAX_SHOWN_OUTPUT_CHARS`` characters and
 ``MAX_SHOWN_OUTPUTS`` outputs of the cells' outputs, and its Markdown's HTML is parsed within a
-:class:`autograder.sanitize.TagBudget`. A page still larger than ``MAX_FEEDBACK_PAGE_BYTES`` is not written
+:class:`autograder.cell_outputs.TagBudget`. A page still larger than ``MAX_FEEDBACK_PAGE_BYTES`` is not written
 (:class:`PageTooLarge`): the job writes the plain page of the grades instead.
 
 Since no script runs, the Markdown cells' math is rendered to MathML and their citations to text on
@@ -41,7 +41,7 @@ from autograder.citations import Reference
 from autograder.course import grade_id
 from autograder.graded_notebook import MARKS, outcome_text
 from autograder.results import NotebookResult, Status
-from autograder.sanitize import SourceBudget, TagBudget, markdown_html, output_sanitizer, sanitized_html
+from autograder.sanitize import SourceBudget, markdown_html, output_sanitizer, sanitized_html
 
 CONTENT_SECURITY_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
                            "base-uri 'none'; form-action 'none'")
@@ -142,7 +142,7 @@ def render(view, result: NotebookResult, chapter: Chapter, references: dict[str,
     """The feedback page of a student's view, rendered as nbgrader's feedback converter renders it and
     locked; ``references`` are the course's, for the citations of its Markdown cells. Raises
     :class:`PageTooLarge` for a page of more than ``MAX_FEEDBACK_PAGE_BYTES``."""
-    resources = {"references": references, "tags": TagBudget("the page")}
+    resources = {"references": references, "tags": cell_outputs.TagBudget("the page")}
     page = lock(render_feedback(exporter(), view, result, chapter.notebook, resources).encode())
     if len(page) > MAX_FEEDBACK_PAGE_BYTES:
         raise PageTooLarge(f"the page would be {len(page) / 1e6:.1f} MB, more than the limit of "

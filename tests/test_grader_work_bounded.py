@@ -31,9 +31,10 @@ from autograder.bounds import (
     MAX_CELLS, MAX_COPY_READ_CELL_CHARS, MAX_COPY_READ_CHARS, MAX_FEEDBACK_PAGE_BYTES, MAX_HTML_TAGS,
     MAX_NOTEBOOK_HTML_TAGS, MAX_NOTEBOOK_OUTPUTS, MAX_RUN_CELL_CHARS, MAX_SHOWN_CELL_CHARS, MAX_SHOWN_CELLS,
     MAX_SHOWN_CHARS, Limits)
+from autograder.cell_outputs import start_tags
 from autograder.chapters import load_chapters
 from autograder.grade import grade
-from autograder.sanitize import inert_notebook, sanitized_html, start_tags
+from autograder.sanitize import inert_notebook, sanitized_html
 from autograder.submissions import read_notebook
 
 LIMITS = Limits(cell_timeout=20, notebook_timeout=240, memory_mb=3072, processes=32, scratch_mb=64, scratch_files=2000)
