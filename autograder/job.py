@@ -33,8 +33,9 @@ from autograder.nbgrader_adapter import quiet_nbgrader
 from autograder.output_layout import JobFolder
 from autograder.reference_copies import find_copies
 from autograder.results import (
-    UNSANDBOXED, Cause, Certainty, CopyPolicy, NotebookResult, ReferenceCopy, Status, TestResult)
-from autograder.runner import NotebookRun, Outcome, run_notebook
+    UNSANDBOXED, Cause, Certainty, CopyPolicy, NotebookResult, NotebookRun, Outcome, ReferenceCopy, Status,
+    TestResult)
+from autograder.runner import run_notebook
 from autograder.sanitize import inert_notebook
 from autograder.sandbox import SandboxOptions
 from autograder.stand_ins import Withholding

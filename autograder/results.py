@@ -1,6 +1,7 @@
-"""What grading produces, as typed records: one :class:`NotebookResult` per (student, chapter), what
-the collector skipped (:class:`Skipped`), and the class's :class:`ClassResults`, which
-``results.json`` holds and whose :meth:`ClassResults.summary` the command prints.
+"""What grading produces, as typed records: the run of a notebook (:class:`NotebookRun`, each test cell's
+:class:`Outcome`), one :class:`NotebookResult` per (student, chapter), what the collector skipped
+(:class:`Skipped`), and the class's :class:`ClassResults`, which ``results.json`` holds and whose
+:meth:`ClassResults.summary` the command prints.
 
 ``results.json``::
 
@@ -91,6 +92,26 @@ class CopyPolicy(StrEnum):
 
 UNSANDBOXED = ("WARNING: graded WITHOUT the sandbox (--unsandboxed): the students' code ran with the grading "
                "user's rights (files, network); only time and memory limits applied")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the grader's own run of one test cell gave."""
+
+    status: Status  # passed, failed, error, timeout or missing
+    message: str = ""
+    output: str = ""  # what the cell printed (the checks print a summary)
+    cause: Cause = Cause.NONE  # of an error or a missing exercise (CAUSES)
+
+
+@dataclass
+class NotebookRun:
+    """The student's cells' outputs (by index in the submission) and the test cells' outcomes."""
+
+    outputs: dict[int, list] = field(default_factory=dict)
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    truncated: bool = False  # the outputs reached their cap
+    timed_out: list[int] = field(default_factory=list)  # the code cells (by index in the submission) past their limit
 
 
 @dataclass(frozen=True)

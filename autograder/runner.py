@@ -28,7 +28,6 @@ import contextlib
 import io
 import time
 import traceback
-from dataclasses import dataclass, field
 
 from autograder import cell_outputs
 from autograder.bounds import (
@@ -43,33 +42,13 @@ from autograder.chapters import Chapter
 from autograder.course import hidden_test_lines, python_source
 from autograder.grader_side import StudentProcess, StudentProcessEnded, StudentTimeout
 from autograder.instructor_context import free_names
-from autograder.results import Cause, Status
+from autograder.results import Cause, NotebookRun, Outcome, Status
 from autograder.sandbox import Sandbox
 from autograder.stand_ins import ReferenceUnavailable, Withholding
 from autograder.steps import CodeStep, ContextStep, SubmissionStep, TestStep
 from autograder.text import printable
 
 CELL_TIMEOUT = "CellTimeout"  # the name of the error output of a cell stopped at its time limit
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What the grader's own run of one test cell gave."""
-
-    status: Status  # passed, failed, error, timeout or missing
-    message: str = ""
-    output: str = ""  # what the cell printed (the checks print a summary)
-    cause: Cause = Cause.NONE  # of an error or a missing exercise (autograder.results.CAUSES)
-
-
-@dataclass
-class NotebookRun:
-    """The student's cells' outputs (by index in the submission) and the test cells' outcomes."""
-
-    outputs: dict[int, list] = field(default_factory=dict)
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
-    truncated: bool = False  # the outputs reached their cap
-    timed_out: list[int] = field(default_factory=list)  # the code cells (by index in the submission) past their limit
 
 
 class _Students:

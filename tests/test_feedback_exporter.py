@@ -28,8 +28,7 @@ from autograder.job import Job, _feedback_page, grade_of, withhold_copies
 from autograder.nbgrader_adapter import create_gradebook, nbgrader_api, quiet_nbgrader, register_chapters, store_grades
 from autograder.output_layout import JobFolder
 from autograder.bounds import Limits
-from autograder.results import Certainty, Cause, NotebookResult, ReferenceCopy, Status
-from autograder.runner import NotebookRun, Outcome
+from autograder.results import Certainty, Cause, NotebookResult, NotebookRun, Outcome, ReferenceCopy, Status
 from autograder.sandbox import SandboxOptions
 from autograder.sanitize import inert_notebook, sanitized_html
 
