@@ -86,7 +86,6 @@ from autograder.bounds import (
     SANDBOX_PROBE_SECONDS,
     Limits,
 )
-from autograder.stand_ins import compiled_copies
 
 # Files of /etc that programs need (dynamic linker, user names, fonts, time zone); not shadow files.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "hosts",
@@ -643,6 +642,12 @@ def _mount_plan(share: tuple[str, ...]) -> list[list[str]]:
             plan.append(["bind", path, ""])
     plan += [["bind", path, ""] for path in share if os.path.isdir(path)]
     return sorted(plan, key=lambda entry: entry[1].count("/"))
+
+
+def compiled_copies(packages: list[str]) -> list[Path]:
+    """The ``__pycache__`` folders under the folders ``packages``, which the sandbox hides: a compiled
+    copy of a withheld module would hold the reference's code (:mod:`autograder.stand_ins`)."""
+    return sorted(path for package in packages for path in Path(package).rglob("__pycache__") if path.is_dir())
 
 
 def _site_directories() -> list[str]:

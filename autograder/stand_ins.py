@@ -196,9 +196,3 @@ def withhold(chapter_name: str, exercises: tuple[str, ...], folder: Path) -> Wit
         source.write_text(text, encoding="utf-8")
         covers.append(Cover(_source_file(module), source))
     return Withholding(withheld, tuple(covers))
-
-
-def compiled_copies(packages: list[str]) -> list[Path]:
-    """The ``__pycache__`` folders under the folders ``packages``, which the sandbox hides: a compiled
-    copy of a withheld module would hold the reference's code."""
-    return sorted(path for package in packages for path in Path(package).rglob("__pycache__") if path.is_dir())
