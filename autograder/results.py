@@ -1,7 +1,8 @@
 """What grading produces, as typed records: the run of a notebook (:class:`NotebookRun`, each test cell's
 :class:`Outcome`), one :class:`NotebookResult` per (student, chapter), what the collector skipped
 (:class:`Skipped`), and the class's :class:`ClassResults`, which ``results.json`` holds and whose
-:meth:`ClassResults.summary` the command prints.
+:meth:`ClassResults.summary` the command prints; a grading run's :class:`Report` holds them with what the
+run did.
 
 ``results.json``::
 
@@ -307,6 +308,23 @@ class ClassResults:
                     whose = f" of {_text(student)}" if student else ""
                     lines.append(f"- ... and {more:,} more{whose} (all in results.json)")
         return "\n".join(lines)
+
+
+@dataclass
+class Report:
+    """What a grading run did."""
+
+    results: ClassResults
+    graded: int = 0  # (student, chapter) graded in this run
+    reused: int = 0  # already graded with the same submission, not graded again
+    failures: list[str] = field(default_factory=list)  # jobs the grader itself could not finish, and why
+    grader_errors: dict[tuple[str, str], NotebookResult] = field(default_factory=dict)  # their results
+    notes: list[str] = field(default_factory=list)
+    engine: str | None = None  # where a Dask run graded, in words (an unencrypted network named); None: here
+
+    @property
+    def exit_status(self) -> int:
+        return 1 if self.failures else 0
 
 
 def _text(value: str) -> str:

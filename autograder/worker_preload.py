@@ -1,7 +1,7 @@
 """What every grading worker would do for itself, done once by the server the workers are forked from.
 
 The class run (:mod:`autograder.grade`) forks each job's worker from a server that imports
-:data:`autograder.grade.WORKER_MODULES`, this module last. Importing it does, once, the part of every
+:data:`autograder.job.WORKER_MODULES`, this module last. Importing it does, once, the part of every
 job that depends on no submission, so that each worker inherits it done (the CPU it cost each job, on
 a 2-core machine):
 

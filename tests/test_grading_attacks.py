@@ -40,7 +40,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell
 from autograder import cli
 from autograder.bounds import MAX_DECODED_ITEMS, MAX_ZIP_MEMBERS, Limits
 from autograder.course import GradingError
-from autograder.grade import grade, job_seconds
+from autograder.grade import grade
+from autograder.job import job_seconds
 from autograder.job import StageTimeout, time_limit
 from autograder.output_layout import OutputLayout
 from autograder.results import ResultStore

@@ -161,7 +161,8 @@ def test_a_data_folder_given_through_a_link_is_the_one_the_sandbox_reads(tmp_pat
     names that folder, where the student's code finds the data; the run's notes say which folder."""
     import sys
 
-    from autograder.grade import _data_note, sandbox_options
+    from autograder.grade import _data_note
+    from autograder.job import sandbox_options
     from autograder.sandbox import isolation_available
 
     data = tmp_path / "datasets"

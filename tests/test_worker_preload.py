@@ -11,8 +11,7 @@ from pathlib import Path
 
 from autograder.bounds import Limits
 from autograder.chapters import load_chapters
-from autograder.grade import WORKER_MODULES
-from autograder.job import Job
+from autograder.job import WORKER_MODULES, Job
 from autograder.output_layout import JobFolder
 from autograder.sandbox import SandboxOptions
 
