@@ -59,17 +59,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from autograder import course
 from autograder.bounds import IN_FLIGHT_PER_SLOT, SCHEDULER_SECONDS, WORKERLESS_SECONDS, Limits
-from autograder.course import GradingError
+from autograder.collect import error_line
+from autograder.core import ROOT, GradingError, JobFolder, Report
 from autograder.job import (
     Finished, Job, JobProcess, grader_sources, job_seconds, kill_descendants, sandbox_options, source_digests, work,
     worker_context)
-from autograder.output_layout import JobFolder
-from autograder.results import Report
-from autograder.sandbox import SandboxOptions, isolation_available, resource_bounds
-from autograder.stand_ins import Withholding, withhold
-from autograder.submissions import error_line
+from autograder.run.sandbox import SandboxOptions, isolation_available, resource_bounds
+from autograder.run.stand_ins import Withholding, withhold
 
 EXTRA = 'pip install -e ".[cluster]"'  # what installs Dask distributed for the grader
 # With Python's, the versions that decide a grade besides the grader's and the reference's sources: the
@@ -330,7 +327,7 @@ def unpack(parcel: Parcel, scratch: Path, threads: int, hide: tuple[str, ...]) -
                    else Withholding())
     return replace(job, folder=folder, submitted=str(submitted), chapter_source=str(source), chapter_files=str(files),
                    limits=replace(job.limits, threads=threads), withholding=withholding,
-                   sandbox=sandbox_options(course.ROOT, isolated, tuple(map(Path, hide))))
+                   sandbox=sandbox_options(ROOT, isolated, tuple(map(Path, hide))))
 
 
 # --------------------------------------------------------------------------------------------------

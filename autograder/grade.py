@@ -2,13 +2,13 @@
 
 The run, step by step (:func:`grade`):
 
-1. **Collect** (:mod:`autograder.submissions`): the submission that counts for each (student,
+1. **Collect** (:mod:`autograder.collect.submissions`): the submission that counts for each (student,
    chapter), and what was skipped, with why.
 2. **Prepare** a private nbgrader course under ``DIR/.work/course`` (``source/`` is a copy of
-   ``solutions/``) and the gradebook's knowledge of its chapters (:mod:`autograder.nbgrader_adapter`).
+   ``solutions/``) and the gradebook's knowledge of its chapters (:mod:`autograder.core.nbgrader_adapter`).
 3. **Reuse** what this grader graded before: a signed result whose fingerprint (the submission, the
    instructor's notebook, the limits, the grader's and the reference's sources) is the new one's
-   (:class:`autograder.results.ResultStore`). A submission older than the one graded is ignored, unless
+   (:class:`autograder.core.results.ResultStore`). A submission older than the one graded is ignored, unless
    the one graded is of a layout that ``prefer`` now passes over (:func:`grade`).
 4. **Grade** the rest, ``--jobs`` at a time, each in a fresh worker process that ends with its job
    (:mod:`autograder.job`, :class:`~autograder.job.JobProcess`), within a time limit per job
@@ -20,7 +20,7 @@ The run, step by step (:func:`grade`):
    notebook (``DIR/.work/course/autograded``, for nbgrader's formgrader), the feedback page
    (``DIR/feedback/<student>/<chapter>/<notebook>.html``) and the signed result; at the end, from every
    result, the gradebook's scores (``DIR/gradebook.db`` or ``--db``), ``DIR/results.json`` and
-   ``DIR/grades.csv`` (:mod:`autograder.output_layout` names every path).
+   ``DIR/grades.csv`` (:mod:`autograder.core.output_layout` names every path).
 
 An interrupted run keeps what it finished; the next run resumes where it stopped. ``regrade`` grades
 every submission again, whatever was stored.
@@ -48,23 +48,17 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autograder import course
 from autograder.bounds import GIT_SECONDS, MAX_JOB_FAILURE_CHARS, Limits
-from autograder.chapters import Chapter, load_chapters
-from autograder.citations import read_references
-from autograder.course import GradingError
-from autograder.feedback import plain_page
-from autograder.files import PRIVATE, SHARED, write_atomically
+from autograder.collect import Layout, Submission, collect_submissions, error_line, look_alike_names
+from autograder.core import (
+    PRIVATE, ROOT, SHARED, SOLUTIONS, UNSANDBOXED, Cause, Chapter, ClassResults, CopyPolicy, GradingError,
+    NotebookResult, OutputLayout, Report, ResultStore, Skipped, Status, TestResult, load_chapters, prepare_gradebook,
+    quiet_nbgrader, read_references, register_chapters, without_password, write_atomically)
 from autograder.job import (
     Finished, Job, JobProcess, grader_sources, job_seconds, sandbox_options, work, worker_context)
-from autograder.gradebook import export_csv, write_grades
-from autograder.nbgrader_adapter import prepare_gradebook, quiet_nbgrader, register_chapters, without_password
-from autograder.output_layout import OutputLayout
-from autograder.results import (
-    UNSANDBOXED, Cause, ClassResults, CopyPolicy, NotebookResult, Report, ResultStore, Skipped, Status, TestResult)
-from autograder.sandbox import SandboxOptions, isolation_available, resource_bounds
-from autograder.stand_ins import Withholding, withhold
-from autograder.submissions import Layout, Submission, collect_submissions, error_line, look_alike_names
+from autograder.report import export_csv, plain_page, write_grades
+from autograder.run.sandbox import SandboxOptions, isolation_available, resource_bounds
+from autograder.run.stand_ins import Withholding, withhold
 from autograder.text import printable
 
 if TYPE_CHECKING:
@@ -112,7 +106,7 @@ def _prepare_course(layout: OutputLayout, course_root: Path, chapter_names: list
     (which every job starts from) and the gradebook's knowledge of the chapters."""
     shutil.rmtree(layout.sources, ignore_errors=True)
     for name in chapter_names:
-        shutil.copytree(course_root / course.SOLUTIONS / name, layout.source(name),
+        shutil.copytree(course_root / SOLUTIONS / name, layout.source(name),
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         shutil.rmtree(layout.chapter_files(name), ignore_errors=True)
         shutil.copytree(layout.source(name), layout.chapter_files(name), ignore=shutil.ignore_patterns("*.ipynb"))
@@ -184,7 +178,7 @@ def grade(
     jobs: int = 1,
     limits: Limits | None = None,
     db: str | None = None,
-    course_root: Path = course.ROOT,
+    course_root: Path = ROOT,
     progress: Progress = Progress.NONE,
     seed: int | None = None,
     regrade: bool = False,
@@ -201,11 +195,11 @@ def grade(
     run seed of the hidden tests' inputs (default: a new random one); ``regrade`` grades every
     submission again, reusing no stored result. Where the sandbox cannot start, no student code runs
     (:class:`GradingError`) unless ``unsandboxed`` accepts running it with the grading user's rights;
-    the results then say so. ``copies`` is the copy policy (:class:`~autograder.results.CopyPolicy`): ``withhold``
+    the results then say so. ``copies`` is the copy policy (:class:`~autograder.core.results.CopyPolicy`): ``withhold``
     gives 0 points to a test whose exercise is certainly the reference's code, ``flag`` leaves the
     points; both flag every copy in results.json, grades.csv and the gradebook. ``prefer`` is the
     layout of SUBMISSIONS graded when a (student, chapter) is found in several (the others are reported
-    as not graded; :func:`autograder.submissions.collect_submissions`). ``engine`` says where the jobs
+    as not graded; :func:`autograder.collect.submissions.collect_submissions`). ``engine`` says where the jobs
     run: ``local``, ``jobs`` worker processes of this machine; ``dask``, the workers of a Dask cluster, a
     ``LocalCluster`` of ``jobs`` workers on this machine unless ``cluster`` names a running one
     (:class:`autograder.cluster.ClusterOptions`). Raises :class:`GradingError` when grading cannot
@@ -242,7 +236,7 @@ def grade(
             layout.gradebook.chmod(PRIVATE)
         chapters = load_chapters(course_root)
         if not chapters:
-            raise GradingError(f"no chapter to grade: {course_root / course.SOLUTIONS} has no notebooks")
+            raise GradingError(f"no chapter to grade: {course_root / SOLUTIONS} has no notebooks")
         found, skipped = collect_submissions(submissions, chapters, prefer)
         bounds = resource_bounds().describe(limits)  # a Dask run's are its workers' (autograder.cluster)
         report = Report(ClassResults([], skipped, bounds, sandbox, look_alike_names(found)),
@@ -307,7 +301,7 @@ def _write_class_results(layout: OutputLayout, db_url: str, chapters: dict[str, 
                          results: dict[tuple[str, str], NotebookResult], report: Report) -> None:
     """The gradebook, results.json and grades.csv, from every result (this run's and the stored ones,
     so that the next run heals one cut short before this step), each in time proportional to the class
-    (:mod:`autograder.gradebook`: what is unchanged in the gradebook is not written again); a record or a
+    (:mod:`autograder.report.gradebook`: what is unchanged in the gradebook is not written again); a record or a
     step that fails is reported in ``report.failures`` and the others are still written. The one place
     where grades reach the class's gradebook."""
     notebooks = [result for result in results.values() if result.chapter in chapters]

@@ -1,12 +1,12 @@
 """One job: grade one (student, chapter), in a fresh worker process of its own.
 
-:func:`grade_job` reads the submission, runs it once (:func:`autograder.runner.run_notebook`: the
+:func:`grade_job` reads the submission, runs it once (:func:`autograder.run.runner.run_notebook`: the
 student's cells in a sandbox, the tests in the grader), grades each test cell (``tampered`` where
 the submission's copy of a test cell differs from the released one: the instructor's version is what
-ran), flags exercises that may be the reference's code (:mod:`autograder.reference_copies`) and
+ran), flags exercises that may be the reference's code (:mod:`autograder.run.reference_copies`) and
 applies the copy policy (:func:`withhold_copies`), and writes two files into the job's folder: the
 graded notebook for the instructor (made inert, as nbgrader's formgrader renders it unsanitized:
-:func:`autograder.sanitize.inert_notebook`) and the feedback page for the student, rendered within
+:func:`autograder.report.sanitize.inert_notebook`) and the feedback page for the student, rendered within
 ``FEEDBACK_SECONDS`` (:mod:`autograder.bounds`). It returns the result; the class run
 (:mod:`autograder.grade`) puts the files in place and records the grades.
 
@@ -34,25 +34,19 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import feedback, graded_notebook
+from autograder import report
 from autograder.bounds import (
     FEEDBACK_SECONDS, JOB_MARGIN_SECONDS, MAX_FEEDBACK_PROBLEM_CHARS, MAX_RESTARTS, MAX_WORKER_TRACEBACK_CHARS,
     REAP_SECONDS, STARTUP_SECONDS, Limits)
-from autograder.chapters import Chapter
-from autograder.citations import Reference
-from autograder.course import ROOT, SOLUTIONS, grade_id
-from autograder.nbgrader_adapter import quiet_nbgrader
-from autograder.output_layout import JobFolder
-from autograder.reference_copies import find_copies
-from autograder.results import (
-    GRADER_VERSION, UNSANDBOXED, Cause, Certainty, CopyPolicy, NotebookResult, NotebookRun, Outcome, ReferenceCopy,
-    Status, TestResult)
-from autograder.runner import run_notebook
-from autograder.sanitize import inert_notebook
-from autograder.sandbox import SandboxOptions, descendants
-from autograder.stand_ins import Withholding
-from autograder.steps import CodeStep, SubmissionStep, TestStep
-from autograder.submissions import error_line, read_notebook
+from autograder.collect import error_line, read_notebook
+from autograder.core import (
+    GRADER_VERSION, ROOT, SOLUTIONS, UNSANDBOXED, Cause, Certainty, Chapter, CodeStep, CopyPolicy, JobFolder,
+    NotebookResult, NotebookRun, Outcome, Reference, ReferenceCopy, Status, SubmissionStep, TestResult, TestStep,
+    grade_id, quiet_nbgrader)
+from autograder.run.reference_copies import find_copies
+from autograder.run.runner import run_notebook
+from autograder.run.sandbox import SandboxOptions, descendants
+from autograder.run.stand_ins import Withholding
 
 SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
 # Imported once by the server the workers are forked from, rather than by every worker; the last one
@@ -176,7 +170,7 @@ def withhold_copies(tests: tuple[TestResult, ...], copies: tuple[ReferenceCopy, 
 
 def grade_job(job: Job) -> NotebookResult:
     """Grade one (student, chapter); write the graded notebook and the feedback into the job's folder
-    (:class:`autograder.output_layout.JobFolder`); return the result."""
+    (:class:`autograder.core.output_layout.JobFolder`); return the result."""
     start = time.perf_counter()
     folder, chapter = job.folder, job.chapter
     notebook, problem = (None, job.problem) if job.problem else read_notebook(Path(job.submitted).read_bytes())
@@ -202,8 +196,8 @@ def grade_job(job: Job) -> NotebookResult:
         student=job.student, chapter=chapter.name, origin=job.origin, timestamp=job.timestamp,
         fingerprint=job.fingerprint, seed=job.seed, problem=problem, notes=unsandboxed + notes, copies=copies,
         tests=tests, timed_out_cells=tuple(index + 1 for index in run.timed_out) if run else ())
-    graded = graded_notebook.build(notebook, instructor, chapter, run, result)
-    nbformat.write(inert_notebook(graded, job.references), folder.graded)  # for the formgrader
+    graded = report.build_graded_notebook(notebook, instructor, chapter, run, result)
+    nbformat.write(report.inert_notebook(graded, job.references), folder.graded)  # for the formgrader
     before_feedback = time.perf_counter()
     page, page_problem = _feedback_page(job, graded, run, result)
     folder.feedback.write_bytes(page)
@@ -216,15 +210,15 @@ def grade_job(job: Job) -> NotebookResult:
 
 def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookResult) -> tuple[bytes, str | None]:
     """The feedback page, or a plain one and why, when nbconvert fails or runs out of time."""
-    view = feedback.student_view(graded, job.chapter, result, {name: outcome.output for name, outcome in
+    view = report.student_view(graded, job.chapter, result, {name: outcome.output for name, outcome in
                                                               (run.outcomes.items() if run else ())})
     try:
         with time_limit(FEEDBACK_SECONDS, "rendering the feedback"):
-            return feedback.render(view, result, job.chapter, job.references), None
+            return report.render(view, result, job.chapter, job.references), None
     except Exception as error:  # noqa: BLE001 -- whatever nbconvert raises, the student gets a page
         problem = f"the feedback page is a plain one: {error if isinstance(error, StageTimeout) else error_line(error)}"
         problem = problem[:MAX_FEEDBACK_PROBLEM_CHARS]
-        return feedback.plain_page(result, problem), problem
+        return report.plain_page(result, problem), problem
 
 
 def work(job: Job, connection) -> None:

@@ -17,9 +17,10 @@ import pytest
 from grading_helpers import ADD, DOUBLE, build_course, feedback_pages, notebooks, put, tiny_solutions, with_cells
 from nbformat.v4 import new_markdown_cell
 
-from autograder import cli, results
+from autograder import cli
 from autograder.bounds import SUMMARY_MESSAGE_CHARS, Limits
-from autograder.results import Cause, NotebookResult, Status
+from autograder.core import results
+from autograder.core.results import Cause, NotebookResult, Status
 
 BIB = """@inproceedings{vaswani2017attention,
   author = {Ashish Vaswani and Noam Shazeer and Niki Parmar},
@@ -163,7 +164,7 @@ def test_a_data_folder_given_through_a_link_is_the_one_the_sandbox_reads(tmp_pat
 
     from autograder.grade import _data_note
     from autograder.job import sandbox_options
-    from autograder.sandbox import isolation_available
+    from autograder.run.sandbox import isolation_available
 
     data = tmp_path / "datasets"
     (data / "rt-polarity").mkdir(parents=True)

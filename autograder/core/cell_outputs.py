@@ -11,7 +11,7 @@ sanitizes and renders, are kept as such within ``MAX_RICH_OUTPUT_CHARS`` charact
 
 The sanitizer parses HTML in a time that grows with the square of how its elements nest, so what it is handed
 is bounded by start tags (:class:`TagBudget`): here for a notebook's HTML outputs, and on a feedback page
-for its Markdown (:mod:`autograder.sanitize`).
+for its Markdown (:mod:`autograder.report.sanitize`).
 """
 
 import re

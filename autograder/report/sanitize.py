@@ -10,8 +10,9 @@ terminal).
 The sanitizer (bleach, on html5lib) works for a time that grows with the square of how deep or how wide
 the elements of its HTML nest (60,000 unclosed ``<div>`` took it minutes), so it is handed at most
 ``MAX_HTML_TAGS`` start tags of one cell and ``MAX_NOTEBOOK_HTML_TAGS`` of one page
-(:class:`autograder.cell_outputs.TagBudget`, :func:`markdown_html`); and a page shows at most ``MAX_SHOWN_CELL_CHARS`` characters of one cell's source,
-``MAX_SHOWN_CHARS`` of all and ``MAX_SHOWN_CELLS`` cells (:class:`SourceBudget`). A Markdown cell longer
+(:class:`autograder.core.cell_outputs.TagBudget`, :func:`markdown_html`); and a page shows at most
+``MAX_SHOWN_CELL_CHARS`` characters of one cell's source, ``MAX_SHOWN_CHARS`` of all and ``MAX_SHOWN_CELLS``
+cells (:class:`SourceBudget`). A Markdown cell longer
 than that, or whose HTML has more tags, is shown as written (:func:`as_written`): escaped, cut, under a line
 that says why and how much was cut (the bounds are in :mod:`autograder.bounds`).
 """
@@ -20,10 +21,9 @@ import copy
 import functools
 import html
 
-from autograder import book_markdown
 from autograder.bounds import MAX_SHOWN_CELL_CHARS, MAX_SHOWN_CELLS, MAX_SHOWN_CHARS
-from autograder.cell_outputs import TagBudget, start_tags
-from autograder.citations import Reference
+from autograder.core import Reference, TagBudget, start_tags
+import autograder.report.book_markdown as book_markdown
 
 SAFE_TAGS = {"a", "abbr", "b", "blockquote", "br", "code", "dd", "del", "div", "dl", "dt", "em", "h1", "h2", "h3", "h4",
              "h5", "h6", "hr", "i", "li", "ol", "p", "pre", "span", "strong", "sub", "sup", "table", "tbody", "td",
@@ -88,7 +88,7 @@ class SourceBudget:
 
 
 def markdown_html(source: str, references: dict[str, Reference], tags: TagBudget) -> str:
-    """A Markdown cell's HTML, not yet sanitized (:func:`autograder.book_markdown.render`, with the citations of
+    """A Markdown cell's HTML, not yet sanitized (:func:`autograder.report.book_markdown.render`, with the citations of
     ``references``); the cell as written (:func:`as_written`) when ``tags`` does not admit its HTML, unless that
     HTML has no more tags than the cell as written (a line of the grader's, a cell already shown as written)."""
     rendered = book_markdown.render(source, references)
@@ -126,7 +126,8 @@ def output_sanitizer():
 def inert_notebook(notebook, references: dict[str, Reference]):
     """A copy of ``notebook`` that runs no script wherever it is rendered: each Markdown or raw cell
     becomes its sanitized HTML (math as MathML, citations of ``references`` as text, no Markdown left
-    for a renderer to read again), within a page's bounds (:class:`SourceBudget`, :class:`~autograder.cell_outputs.TagBudget`), and the
+    for a renderer to read again), within a page's bounds (:class:`SourceBudget`,
+    :class:`~autograder.core.cell_outputs.TagBudget`), and the
     outputs of code cells go through nbconvert's sanitizer (HTML, Markdown and SVG cleaned, JavaScript and
     other active outputs dropped). Code cells' sources are kept: they are text, never rendered as HTML."""
     sanitizer = output_sanitizer()

@@ -11,7 +11,7 @@ the student's kernel); it writes what autograde would have written, so that nbgr
 - :func:`store_grades`: a graded notebook's points, as nbgrader's auto scores, and its flagged copies as comments.
 
 A feedback page as nbgrader's generate_feedback renders it is the report's
-(:func:`autograder.feedback_exporter.feedback_exporter`, :func:`autograder.feedback.render_feedback`).
+(:func:`autograder.report.feedback_exporter.feedback_exporter`, :func:`autograder.report.feedback.render_feedback`).
 """
 
 import logging
@@ -22,8 +22,8 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 
 from autograder.bounds import CONNECT_SECONDS, MAX_GRADEBOOK_ERROR_CHARS, MAX_NBGRADER_LOG_CHARS
-from autograder.course import GradingError
-from autograder.results import NotebookResult
+from autograder.core.course import GradingError
+from autograder.core.results import NotebookResult
 
 
 def quiet_nbgrader() -> None:

@@ -43,13 +43,13 @@ class FeedbackExporter(HTMLExporter):
 
 def feedback_exporter(filters: dict):
     """An exporter of feedback pages configured as nbgrader's feedback converter (``GenerateFeedback``)
-    configures the one it makes for each page: :class:`~autograder.feedback_exporter.FeedbackExporter`
+    configures the one it makes for each page: :class:`~autograder.report.feedback_exporter.FeedbackExporter`
     (nbconvert's HTMLExporter without its second pass over the page), nbconvert's HTML sanitizer on
     (``sanitize_html``), no default preprocessors, the stylesheets of nbgrader's formgrader, and the
     template ``autograder/templates/sanitized_feedback`` (nbgrader's feedback template whose Markdown
     cells are rendered by the filter ``book_markdown`` and sanitized by ``sanitized_html``, two of the
-    template's ``filters``). One exporter renders any number of pages (:func:`autograder.feedback.render_feedback`); it
-    compiles its template once, with its first page."""
+    template's ``filters``). One exporter renders any number of pages
+    (:func:`autograder.report.feedback.render_feedback`); it compiles its template once, with its first page."""
     import nbgrader
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from traitlets.config import Config
@@ -60,7 +60,7 @@ def feedback_exporter(filters: dict):
     config.HTMLExporter.sanitize_html = True
     config.HTMLExporter.template_name = "sanitized_feedback"
     config.HTMLExporter.template_file = "sanitized_feedback.html.j2"
-    config.HTMLExporter.extra_template_basedirs = [str(Path(__file__).parent / "templates"),
+    config.HTMLExporter.extra_template_basedirs = [str(Path(__file__).parents[1] / "templates"),
                                                    str(formgrader / "templates")]
     config.HTMLExporter.extra_template_paths = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist"
                                                     / "css")]

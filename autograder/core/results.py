@@ -17,7 +17,7 @@ run did.
      "skipped": [{"path", "student", "reason"}, ...]}
 
 ``skipped`` holds at most ``MAX_SKIPPED_KEPT_PER_STUDENT`` entries per student (``student`` null counts
-as one), then one entry that counts the rest (:mod:`autograder.submissions`); a submission not graded
+as one), then one entry that counts the rest (:mod:`autograder.collect.submissions`); a submission not graded
 because the same (student, chapter) was found in another layout comes first, with the one graded and
 the ``--prefer`` that would grade it instead. The summary lists ``MAX_SKIPPED_SHOWN_PER_STUDENT`` of
 each student's entries and how many more there are.
@@ -44,7 +44,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from autograder.bounds import MAX_NAME_CHARS, MAX_SKIPPED_SHOWN_PER_STUDENT, SUMMARY_HINT_CHARS, SUMMARY_MESSAGE_CHARS
-from autograder.output_layout import OutputLayout
+from autograder.core.output_layout import OutputLayout
 from autograder.text import printable
 
 GRADER_VERSION = "3"  # with the grader's and the reference's sources, part of every fingerprint
@@ -79,7 +79,7 @@ CAUSES = {Status.ERROR: (Cause.BLANK, Cause.CRASH, Cause.UNREADABLE, Cause.GRADE
           Status.MISSING: (Cause.NOT_DEFINED, Cause.NO_SUBMISSION), Status.FAILED: (Cause.REFERENCE_COPY, Cause.REFERENCE_UNAVAILABLE)}
 
 class Certainty(StrEnum):
-    """How sure the grader is that an exercise is the reference's code (:mod:`autograder.reference_copies`)."""
+    """How sure the grader is that an exercise is the reference's code (:mod:`autograder.run.reference_copies`)."""
 
     CERTAIN = "certain"
     SUSPECTED = "suspected"
@@ -346,7 +346,7 @@ def _cell(value: str) -> str:
 
 class ResultStore:
     """The graded notebooks' results under ``.work/results``, signed with the key ``.work/key`` of the
-    output folder (:class:`autograder.output_layout.OutputLayout`)."""
+    output folder (:class:`autograder.core.output_layout.OutputLayout`)."""
 
     def __init__(self, layout: OutputLayout):
         self.layout = layout
