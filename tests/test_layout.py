@@ -2,9 +2,10 @@
 
 The import edges between the grader's modules (``autograder/`` but ``checks/``, whose checks every step
 may call) are read from their source with ``ast``, function-level imports included, a package's
-``__init__`` counting as a module. They form no cycle; no room imports a room of a later step; and
-there are fewer of them than :data:`MAX_EDGES`, so that a new import across rooms is a choice (a name
-the room's interface exposes, or a definition moved down), not a habit.
+``__init__`` counting as a module. They form no cycle; no room imports a room of a later step; a room
+whose ``__init__`` is its interface is imported through it; and there are fewer of them than
+:data:`MAX_EDGES`, so that a new import across rooms is a choice (a name the room's interface exposes,
+or a definition moved down), not a habit.
 """
 
 import ast
@@ -27,6 +28,9 @@ ROOMS = {
 STEPS = ("core", "collect", "run", "report", "orchestration")
 #: Rooms beside the steps: what each may import besides itself; only the orchestration imports them.
 BESIDE = {"publish": ("core",)}
+#: Packages whose ``__init__`` is their interface: from outside, a module imports the package, not its modules.
+#: (``autograder.run`` has none: its ``__init__`` imports nothing, see below.)
+INTERFACES = ("autograder.core", "autograder.collect", "autograder.report", "autograder.publish")
 MAX_EDGES = 107  # 135 before the rooms (issue 39)
 #: What the student process imports of the grader, and the modules that may come with it (standard library
 #: only, and nothing of the grader's side): its modules' top-level imports, and their packages' __init__.
@@ -147,6 +151,16 @@ def test_the_grader_imports_no_module_in_a_cycle():
 
 def test_no_room_imports_a_later_step_or_a_room_beside_the_steps():
     found = forbidden(edges())
+    assert not found, "\n".join(found)
+
+
+def test_a_room_with_an_interface_is_entered_through_it():
+    def within(module: str, package: str) -> bool:
+        return module == package or module.startswith(f"{package}.")
+
+    found = sorted(f"{importer} imports {target}, not {package}" for importer, target in edges()
+                   for package in INTERFACES if within(target, package) and target != package
+                   and not within(importer, package))
     assert not found, "\n".join(found)
 
 
