@@ -211,7 +211,7 @@ def grade_job(job: Job) -> NotebookResult:
 def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookResult) -> tuple[bytes, str | None]:
     """The feedback page, or a plain one and why, when nbconvert fails or runs out of time."""
     view = report.student_view(graded, job.chapter, result, {name: outcome.output for name, outcome in
-                                                              (run.outcomes.items() if run else ())})
+                                                            (run.outcomes.items() if run else ())})
     try:
         with time_limit(FEEDBACK_SECONDS, "rendering the feedback"):
             return report.render(view, result, job.chapter, job.references), None
