@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from autograder.bounds import MAX_PRINTED_MESSAGE_CHARS, Limits
 from autograder.collect import Layout
 from autograder.core import ROOT, CopyPolicy, OutputLayout
-from autograder.publish import ReleaseError, generate, placeholder_warning, stale_chapters, verify
+import autograder.publish.release as release
 
 if TYPE_CHECKING:
     from autograder.cluster import ClusterOptions
@@ -28,21 +28,21 @@ ENGINES = ("local", "dask")  # autograder.grade.Engine, which this module does n
 
 def _run_release(args: argparse.Namespace) -> int:
     try:
-        warning = placeholder_warning(args.root)
+        warning = release.placeholder_warning(args.root)
         if warning:
             print(f"autograder release: {warning}", file=sys.stderr)
         if args.dry_run:
-            differences = stale_chapters(args.root)
+            differences = release.stale_chapters(args.root)
             for line in differences:
                 print(line)
             print("chapters/ is up to date" if not differences else "run `autograder release` to regenerate")
             return 1 if differences else 0
-        for path in generate(args.chapters or None, root=args.root):
+        for path in release.generate(args.chapters or None, root=args.root):
             print(f"generated {path.relative_to(args.root)}")
         if not args.check:
             return 0
-        problems = verify(args.chapters or None, root=args.root, jobs=args.jobs, timeout=args.timeout)
-    except ReleaseError as error:
+        problems = release.verify(args.chapters or None, root=args.root, jobs=args.jobs, timeout=args.timeout)
+    except release.ReleaseError as error:
         print(f"autograder release: {error}", file=sys.stderr)
         return 2
     for problem in problems:

@@ -29,8 +29,9 @@ STEPS = ("core", "collect", "run", "report", "orchestration")
 #: Rooms beside the steps: what each may import besides itself; only the orchestration imports them.
 BESIDE = {"publish": ("core",)}
 #: Packages whose ``__init__`` is their interface: from outside, a module imports the package, not its modules.
-#: (``autograder.run`` has none: its ``__init__`` imports nothing, see below.)
-INTERFACES = ("autograder.core", "autograder.collect", "autograder.report", "autograder.publish")
+#: (``autograder.run`` and ``autograder.publish`` have none: their ``__init__`` imports nothing, the one for the
+#: student process, see below, the other for the book's extension, which imports its translations only.)
+INTERFACES = ("autograder.core", "autograder.collect", "autograder.report")
 MAX_EDGES = 107  # 135 before the rooms (issue 39)
 #: What the student process imports of the grader, and the modules that may come with it (standard library
 #: only, and nothing of the grader's side): its modules' top-level imports, and their packages' __init__.

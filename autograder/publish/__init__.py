@@ -6,10 +6,8 @@
 - ``myst_blocks``       MyST Markdown as translation units: blocks, and the markup a translation keeps
 - ``translated_book``   the translated book's build over ``chapters/LANG/`` and its language switch
 
-This room stands beside the grading steps and imports only the core. This module is its interface for
-the command (``autograder release``); the tools and the book's extension import its modules.
+This room stands beside the grading steps and imports only the core; only the command (``autograder
+release``) imports it. This package's ``__init__`` imports nothing, so that the book's extension
+(``_ext/language_switch.py``) and ``tools/translations.py``, which import the translation modules, do not
+import the release, and nbgrader with it: import the room's modules.
 """
-
-from autograder.publish.release import ReleaseError, generate, placeholder_warning, stale_chapters, verify
-
-__all__ = ["ReleaseError", "generate", "placeholder_warning", "stale_chapters", "verify"]
