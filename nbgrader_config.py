@@ -7,8 +7,8 @@ and registers the chapter in the gradebook, ``gradebook.db``; ``nbgrader autogra
 ``generate_feedback`` and ``export`` read ``submitted/`` and write ``autograded/``, ``feedback/`` and
 ``grades.csv``. The student notebooks of the book, ``chapters/``, are ``autograder release``'s: it
 runs generate_assignment with this configuration into a folder of its own, with a throwaway gradebook,
-and normalizes the result. Both fill the install cell with :class:`autograder.release.InstallCell`.
-``nbgrader autograde`` restores the test cells with :class:`autograder.release.OverwriteReleasedCells`,
+and normalizes the result. Both fill the install cell with :class:`autograder.publish.release.InstallCell`.
+``nbgrader autograde`` restores the test cells with :class:`autograder.publish.release.OverwriteReleasedCells`,
 which warns of a changed test cell only when it differs from the released one.
 """
 
@@ -39,15 +39,15 @@ c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'gradebook.db'}"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".jupyter_cache"]
-# The install cell filled first; "autograder.release.InstallCell" is imported when a command generates.
-c.GenerateAssignment.preprocessors = ["autograder.release.InstallCell",
+# The install cell filled first; "autograder.publish.release.InstallCell" is imported when a command generates.
+c.GenerateAssignment.preprocessors = ["autograder.publish.release.InstallCell",
                                       *GenerateAssignment.class_traits()["preprocessors"].default()]
 c.InstallCell.root = str(ROOT)
 # The test cells restored from the gradebook as by nbgrader's OverwriteCells, whose warning "Attribute
 # 'checksum' for cell test_... has changed!" is a false alarm on every cell with hidden tests
 # (jupyter/nbgrader#1961): the subclass warns only of a cell that differs from the released one.
 c.Autograde.sanitize_preprocessors = [
-    "autograder.release.OverwriteReleasedCells" if preprocessor is OverwriteCells else preprocessor
+    "autograder.publish.release.OverwriteReleasedCells" if preprocessor is OverwriteCells else preprocessor
     for preprocessor in Autograde.class_traits()["sanitize_preprocessors"].default()]
 # Seconds per cell when nbgrader executes a notebook (autograde, validate): chapter 07's pretraining
 # takes a minute on a quiet 2-core CPU; nbgrader's default, 30 s, would fail it.

@@ -1,7 +1,7 @@
 """Sphinx extension: on every page, a link to the same page in the book's other edition.
 
 The configuration value ``language_switch`` (``_config.yml``, ``sphinx.config``) says where the other
-edition is and how its pages are named (:class:`autograder.translated_book.LanguageSwitch`); the
+edition is and how its pages are named (:class:`autograder.publish.translated_book.LanguageSwitch`); the
 translated build's configuration, written by ``tools/translations.py build``, holds the switch back.
 The link is relative (``../../zh_CN/chapters/zh_CN/01_attention/01_attention.html``), so the two
 builds can be published side by side, the other edition in the folder ``root`` of this one's root. It
@@ -12,7 +12,7 @@ by ``static/language-switch.css``), and the page's head names the other edition 
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.translated_book import LanguageSwitch
+from autograder.publish.translated_book import LanguageSwitch
 
 HERE = Path(__file__).parent
 TEMPLATE = "language-switch.html"

@@ -1,29 +1,34 @@
 """autograder: releases the course's chapters and grades a class's submissions with nbgrader's formats.
 
-- ``autograder.cli``        the ``autograder`` command (``python -m autograder``): ``release`` and ``grade``
-- ``autograder.course``     the course's layout and cell vocabulary
-- ``autograder.chapters``   what each chapter tests, as the grader reads it from its solution notebook
-- ``autograder.release``    regenerates ``chapters/`` from ``solutions/`` and verifies both
-- ``autograder.translations`` the translation catalogues (``locale/``) and the translated chapters
-                            (``chapters/LANG/``); ``autograder.myst_blocks`` their units, MyST blocks
-- ``autograder.translated_book`` the translated book's build over ``chapters/LANG/`` and its language switch
+The grader is laid out by step (CONTRIBUTING.md, "Layout of the grader"): a room for each step above a
+shared core, and the orchestration on top. A room imports only the core and the rooms of earlier steps;
+``tests/test_layout.py`` holds them to it.
+
+- ``autograder.core``       the shared core: the course and its chapters (``course``, ``chapters``,
+                            ``instructor_context``, ``steps``), the run's records (``results``), the outputs kept
+                            (``cell_outputs``), citations, the output folder's paths (``output_layout``), files
+                            written whole (``files``) and nbgrader's gradebook (``nbgrader_adapter``)
+- ``autograder.bounds``     every bound of the grader (sizes, outputs, messages, time, resources), by threat,
+  ``autograder.text``       and the two rules of printable text: the core's, standard library only (the
+                            student process imports them)
+- ``autograder.collect``    collecting: what SUBMISSIONS holds, read without following links, and what was
+                            skipped (``submissions``)
+- ``autograder.run``        running a notebook once: the sandbox (``sandbox``, ``sandbox_inside``), the student
+                            process (``grader_side``, ``student_side``, ``wire``), the runner (``runner``), the
+                            references withheld (``stand_ins``) and the copies of them flagged (``reference_copies``)
+- ``autograder.report``     reporting: the graded notebook (``graded_notebook``), made inert (``sanitize``), the
+                            student's feedback page (``feedback``, ``feedback_exporter``, ``book_markdown``) and
+                            the class's gradebook (``gradebook``)
+- ``autograder.publish``    beside the steps: the release of ``chapters/`` from ``solutions/`` (``release``)
+                            and the translations (``translations``, ``myst_blocks``, ``translated_book``)
 - ``autograder.checks``     the checks that the chapters' hidden tests call, one module per topic
-- ``autograder.bounds``     every bound of the grader (sizes, outputs, messages, time, resources), by threat
 
-Grading, step by step (``autograder.grade`` runs them for a class):
+The orchestration, on top:
 
-- ``submissions``           what SUBMISSIONS holds, read without following links, and what was skipped
-- ``job``                   one (student, chapter) in a fresh worker: run, grade, graded notebook, feedback
-- ``runner``                the notebook run once: its cells in the student process, its tests in the grader
-- ``steps``                 the notebook as the runner replays it: code cells, test cells, instructor code
-- ``instructor_context``    the instructor code the tests need, sliced from the solution notebook
-- ``grader_side``, ``student_side``, ``wire``   the grader's side of the student process (which it
-  starts and asks about the student's objects), what runs inside that process, and the data between them
-- ``sandbox``               namespaces, the scratch space and the bounds the student's code runs in
-- ``cell_outputs``, ``graded_notebook``, ``feedback``   outputs kept, the instructor's notebook, the student's page
-- ``book_markdown``, ``citations``   the feedback's Markdown cells: math as MathML, citations from references.bib
-- ``reference_copies``      exercises whose code may be the reference's, flagged for the instructor
-- ``results``               typed results (statuses, causes), ``results.json``, the summary, signed result files
-- ``output_layout``         every path of the output folder and of a job's folder
-- ``nbgrader_adapter``      nbgrader's gradebook and feedback exporter
+- ``autograder.cli``        the ``autograder`` command (``python -m autograder``): ``release`` and ``grade``
+- ``autograder.grade``      a class's run: collect, prepare, reuse, grade the jobs, write the grades
+- ``autograder.job``        one (student, chapter) in a fresh worker process: run, grade, graded notebook,
+                            feedback; the job's process as both engines run it
+- ``autograder.cluster``    the jobs on a Dask cluster's workers
+- ``autograder.worker_preload``  what every worker would do for itself, done once by the workers' server
 """

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 # --------------------------------------------------------------------------------------------------
-# Submissions too large, too many or too deep (autograder.submissions, which reads SUBMISSIONS)
+# Submissions too large, too many or too deep (autograder.collect.submissions, which reads SUBMISSIONS)
 # --------------------------------------------------------------------------------------------------
 
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # of one notebook file or zip member, read no further
@@ -38,7 +38,7 @@ MAX_TIMESTAMP_REASON_CHARS = 40  # of why a timestamp.txt was ignored, in the no
 MAX_ID_CHARS = 64  # of a student id made from a folder's or a file's name
 
 # --------------------------------------------------------------------------------------------------
-# Replies of the student process too large or too deep to decode (autograder.wire, student_side)
+# Replies of the student process too large or too deep to decode (autograder.run.wire, student_side)
 # --------------------------------------------------------------------------------------------------
 
 MAX_REPLY_BYTES = 256 * 1024 * 1024  # of one reply, checked before it is read
@@ -85,7 +85,7 @@ MAX_NBGRADER_LOG_CHARS = 3_000
 MAX_PRINTED_MESSAGE_CHARS = 2_000
 
 # --------------------------------------------------------------------------------------------------
-# The grader's own work on a submission's text: reading its code for copies (autograder.reference_copies),
+# The grader's own work on a submission's text: reading its code for copies (autograder.run.reference_copies),
 # sanitizing its Markdown and HTML (sanitize, cell_outputs) and its feedback page (feedback)
 # --------------------------------------------------------------------------------------------------
 
@@ -134,7 +134,7 @@ WORKERLESS_SECONDS = 600.0  # the run stops (what was graded is kept) after so l
 SCHEDULER_SECONDS = 30  # to reach a running scheduler
 
 # --------------------------------------------------------------------------------------------------
-# Memory, processes, disk and CPU of the student's code (autograder.sandbox)
+# Memory, processes, disk and CPU of the student's code (autograder.run.sandbox)
 # --------------------------------------------------------------------------------------------------
 
 CPU_PERIOD = 0.2  # seconds between two looks at a sandbox's CPU time (without cgroup v2's cpu.max)

@@ -15,11 +15,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autograder import course, release
 from autograder.bounds import MAX_PRINTED_MESSAGE_CHARS, Limits
-from autograder.output_layout import OutputLayout
-from autograder.results import CopyPolicy
-from autograder.submissions import Layout
+from autograder.collect import Layout
+from autograder.core import ROOT, CopyPolicy, OutputLayout
+import autograder.publish.release as release
 
 if TYPE_CHECKING:
     from autograder.cluster import ClusterOptions
@@ -68,7 +67,7 @@ def add_release_command(subcommands) -> None:
                         help="write nothing; list what differs between chapters/ and a fresh generation "
                         "(exit status 1 when something does)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="notebooks executed at once by --check (default 1)")
-    parser.add_argument("--root", type=Path, default=course.ROOT, metavar="DIR",
+    parser.add_argument("--root", type=Path, default=ROOT, metavar="DIR",
                         help="the course repository (default: the one this package is installed from)")
     parser.add_argument("--timeout", type=int, default=600, metavar="S", help="time limit per cell for --check, in seconds (default 600)")
     parser.set_defaults(handler=_run_release)
@@ -78,7 +77,7 @@ def _cluster_options(args: argparse.Namespace) -> "ClusterOptions | None":
     """The Dask cluster the options name (None for the local engine); raises GradingError for options
     that do not go together."""
     from autograder.cluster import ClusterOptions, TlsFiles
-    from autograder.course import GradingError
+    from autograder.core import GradingError
     from autograder.grade import Engine
 
     tls = [args.tls_ca, args.tls_cert, args.tls_key]
@@ -95,9 +94,8 @@ def _cluster_options(args: argparse.Namespace) -> "ClusterOptions | None":
 
 
 def _run_grade(args: argparse.Namespace) -> int:
-    from autograder.course import GradingError
+    from autograder.core import GradingError, hidden_password
     from autograder.grade import Engine, Progress, grade
-    from autograder.nbgrader_adapter import hidden_password
     from autograder.text import printable
 
     limits = Limits(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout, memory_mb=args.memory)
@@ -147,7 +145,7 @@ def add_grade_command(subcommands) -> None:
                         help=f"memory of a submission, in MB (default {defaults.memory_mb}): of all its processes "
                         "where cgroup v2 is delegated, else per process; a Python with PyTorch takes about 1 GB")
     parser.add_argument("--db", metavar="URL", help="SQLAlchemy URL of the gradebook (default: DIR/gradebook.db)")
-    parser.add_argument("--root", type=Path, default=course.ROOT, metavar="DIR",
+    parser.add_argument("--root", type=Path, default=ROOT, metavar="DIR",
                         help="the course repository, whose solutions/ are graded against (default: this one)")
     parser.add_argument("--seed", type=int, metavar="N",
                         help="the seed of the hidden tests' inputs (default: a new random one for each run; "

@@ -3,14 +3,14 @@
 
 The jobs are the local engine's (:mod:`autograder.grade`). A Dask task (:func:`grade_parcel`) is a thin
 wrapper: on a worker it starts the same fresh job process as the local engine
-(:class:`autograder.grade.JobProcess`, with a main thread of its own, where the job's time limits work),
+(:class:`autograder.job.JobProcess`, with a main thread of its own, where the job's time limits work),
 which grades the student in the same sandbox, with this worker's paths (:func:`unpack`). No student code
 runs in a Dask worker's process. What travels:
 
 - to the worker, a :class:`Parcel`: the job without the instructor's paths, the submission's bytes, the
   chapter's folder of ``solutions/`` as bytes, and the instructor's private paths, which the sandboxes
   hide on that machine too (with the worker's own Dask folder and TLS files);
-- back, the result, the feedback page and the graded notebook (:class:`autograder.grade.Finished`):
+- back, the result, the feedback page and the graded notebook (:class:`autograder.job.Finished`):
   only the instructor's process signs and writes them, and writes the gradebook, ``results.json`` and
   ``grades.csv``. Workers never read the output folder, the gradebook or the key that signs the results.
 
@@ -59,17 +59,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from autograder import course
 from autograder.bounds import IN_FLIGHT_PER_SLOT, SCHEDULER_SECONDS, WORKERLESS_SECONDS, Limits
-from autograder.course import GradingError
-from autograder.grade import (
-    Finished, JobProcess, Report, grader_sources, job_seconds, kill_descendants, sandbox_options, source_digests,
+from autograder.collect import error_line
+from autograder.core import ROOT, GradingError, JobFolder, Report
+from autograder.job import (
+    Finished, Job, JobProcess, grader_sources, job_seconds, kill_descendants, sandbox_options, source_digests, work,
     worker_context)
-from autograder.job import Job, work
-from autograder.output_layout import JobFolder
-from autograder.sandbox import SandboxOptions, isolation_available, resource_bounds
-from autograder.stand_ins import Withholding, withhold
-from autograder.submissions import error_line
+from autograder.run.sandbox import SandboxOptions, isolation_available, resource_bounds
+from autograder.run.stand_ins import Withholding, withhold
 
 EXTRA = 'pip install -e ".[cluster]"'  # what installs Dask distributed for the grader
 # With Python's, the versions that decide a grade besides the grader's and the reference's sources: the
@@ -180,8 +177,8 @@ class Identity:
     """What a machine says of itself that decides whether it grades as the instructor's would."""
 
     host: str
-    sources: str  # autograder.grade.grader_sources(): the digest every fingerprint holds
-    files: dict[str, str]  # autograder.grade.source_digests(): the digest of each source file
+    sources: str  # autograder.job.grader_sources(): the digest every fingerprint holds
+    files: dict[str, str]  # autograder.job.source_digests(): the digest of each source file
     versions: dict[str, str]  # Python's and GRADE_PACKAGES'
     sandbox: str | None  # why the sandbox cannot start here; None where it can
     cpus: int
@@ -330,7 +327,7 @@ def unpack(parcel: Parcel, scratch: Path, threads: int, hide: tuple[str, ...]) -
                    else Withholding())
     return replace(job, folder=folder, submitted=str(submitted), chapter_source=str(source), chapter_files=str(files),
                    limits=replace(job.limits, threads=threads), withholding=withholding,
-                   sandbox=sandbox_options(course.ROOT, isolated, tuple(map(Path, hide))))
+                   sandbox=sandbox_options(ROOT, isolated, tuple(map(Path, hide))))
 
 
 # --------------------------------------------------------------------------------------------------

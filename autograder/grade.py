@@ -2,24 +2,25 @@
 
 The run, step by step (:func:`grade`):
 
-1. **Collect** (:mod:`autograder.submissions`): the submission that counts for each (student,
+1. **Collect** (:mod:`autograder.collect.submissions`): the submission that counts for each (student,
    chapter), and what was skipped, with why.
 2. **Prepare** a private nbgrader course under ``DIR/.work/course`` (``source/`` is a copy of
-   ``solutions/``) and the gradebook's knowledge of its chapters (:mod:`autograder.nbgrader_adapter`).
+   ``solutions/``) and the gradebook's knowledge of its chapters (:mod:`autograder.core.nbgrader_adapter`).
 3. **Reuse** what this grader graded before: a signed result whose fingerprint (the submission, the
    instructor's notebook, the limits, the grader's and the reference's sources) is the new one's
-   (:class:`autograder.results.ResultStore`). A submission older than the one graded is ignored, unless
+   (:class:`autograder.core.results.ResultStore`). A submission older than the one graded is ignored, unless
    the one graded is of a layout that ``prefer`` now passes over (:func:`grade`).
 4. **Grade** the rest, ``--jobs`` at a time, each in a fresh worker process that ends with its job
-   (:mod:`autograder.job`, :class:`JobProcess`), within a time limit per job (:func:`job_seconds`): on
-   this machine (:class:`Engine` ``local``), or on the workers of a Dask cluster (``dask``,
-   :mod:`autograder.cluster`), which send back what the job wrote (:class:`Finished`). The hidden tests'
-   inputs come from the run's seed, chosen here and recorded with each result.
+   (:mod:`autograder.job`, :class:`~autograder.job.JobProcess`), within a time limit per job
+   (:func:`~autograder.job.job_seconds`): on this machine (:class:`Engine` ``local``), or on the workers of
+   a Dask cluster (``dask``, :mod:`autograder.cluster`), which send back what the job wrote
+   (:class:`~autograder.job.Finished`). The hidden tests' inputs come from the run's seed, chosen here and
+   recorded with each result.
 5. **Write**, here only, each atomically (a temporary file, then ``os.replace``), as each job ends: the graded
    notebook (``DIR/.work/course/autograded``, for nbgrader's formgrader), the feedback page
    (``DIR/feedback/<student>/<chapter>/<notebook>.html``) and the signed result; at the end, from every
    result, the gradebook's scores (``DIR/gradebook.db`` or ``--db``), ``DIR/results.json`` and
-   ``DIR/grades.csv`` (:mod:`autograder.output_layout` names every path).
+   ``DIR/grades.csv`` (:mod:`autograder.core.output_layout` names every path).
 
 An interrupted run keeps what it finished; the next run resumes where it stopped. ``regrade`` grades
 every submission again, whatever was stored.
@@ -30,8 +31,6 @@ the graded notebooks and the stored results) by the instructor only (0600). An o
 the course's git repository is refused unless git ignores it: the grades must never be committed.
 """
 
-import contextlib
-import functools
 import hashlib
 import json
 import multiprocessing
@@ -40,51 +39,31 @@ import multiprocessing.forkserver
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autograder import course
-from autograder.bounds import (
-    FEEDBACK_SECONDS,
-    GIT_SECONDS,
-    JOB_MARGIN_SECONDS,
-    MAX_JOB_FAILURE_CHARS,
-    MAX_RESTARTS,
-    REAP_SECONDS,
-    STARTUP_SECONDS,
-    Limits,
-)
-from autograder.chapters import Chapter, load_chapters
-from autograder.citations import read_references
-from autograder.course import GradingError
-from autograder.feedback import plain_page
-from autograder.files import PRIVATE, SHARED, write_atomically
-from autograder.job import Job, work
-from autograder.gradebook import export_csv, write_grades
-from autograder.nbgrader_adapter import prepare_gradebook, quiet_nbgrader, register_chapters, without_password
-from autograder.output_layout import JobFolder, OutputLayout
-from autograder.results import (
-    GRADER_VERSION, UNSANDBOXED, Cause, ClassResults, CopyPolicy, NotebookResult, ResultStore, Skipped, Status,
-    TestResult)
-from autograder.sandbox import SandboxOptions, descendants, isolation_available, resource_bounds
-from autograder.stand_ins import Withholding, withhold
-from autograder.submissions import Layout, Submission, collect_submissions, error_line, look_alike_names
+from autograder.bounds import GIT_SECONDS, MAX_JOB_FAILURE_CHARS, Limits
+from autograder.collect import Layout, Submission, collect_submissions, error_line, look_alike_names
+from autograder.core import (
+    PRIVATE, ROOT, SHARED, SOLUTIONS, UNSANDBOXED, Cause, Chapter, ClassResults, CopyPolicy, GradingError,
+    NotebookResult, OutputLayout, Report, ResultStore, Skipped, Status, TestResult, load_chapters, prepare_gradebook,
+    quiet_nbgrader, read_references, register_chapters, without_password, write_atomically)
+from autograder.job import (
+    Finished, Job, JobProcess, grader_sources, job_seconds, sandbox_options, work, worker_context)
+from autograder.report import export_csv, plain_page, write_grades
+from autograder.run.sandbox import SandboxOptions, isolation_available, resource_bounds
+from autograder.run.stand_ins import Withholding, withhold
 from autograder.text import printable
 
 if TYPE_CHECKING:
     from autograder.cluster import ClusterOptions
 
-SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
-# Imported once by the server the workers are forked from, rather than by every worker; the last one
-# does the work of every job that depends on no submission.
-WORKER_MODULES = ["autograder.job", "IPython.core.inputtransformer2", "bertlab.data", "autograder.worker_preload"]
 SHARED_FOLDER = 0o755
 
 
@@ -103,40 +82,6 @@ class Engine(StrEnum):
     DASK = "dask"
 
 
-@dataclass
-class Report:
-    """What a grading run did."""
-
-    results: ClassResults
-    graded: int = 0  # (student, chapter) graded in this run
-    reused: int = 0  # already graded with the same submission, not graded again
-    failures: list[str] = field(default_factory=list)  # jobs the grader itself could not finish, and why
-    grader_errors: dict[tuple[str, str], NotebookResult] = field(default_factory=dict)  # their results
-    notes: list[str] = field(default_factory=list)
-    engine: str | None = None  # where a Dask run graded, in words (an unencrypted network named); None: here
-
-    @property
-    def exit_status(self) -> int:
-        return 1 if self.failures else 0
-
-
-@functools.cache
-def source_digests() -> dict[str, str]:
-    """The SHA-256 of each source file of the grader and the reference, by its path ("autograder/grade.py")."""
-    return {f"{package}/{path.relative_to(course.ROOT / package).as_posix()}":
-            hashlib.sha256(path.read_bytes()).hexdigest()
-            for package in SOURCES for path in sorted((course.ROOT / package).rglob("*.py"))}
-
-
-@functools.cache
-def grader_sources() -> str:
-    """A digest of the grader's and the reference's source files: a grade depends on both."""
-    digest = hashlib.sha256(GRADER_VERSION.encode())
-    for name, each in source_digests().items():
-        digest.update(f"{name}\0{each}\0".encode())
-    return digest.hexdigest()
-
-
 def fingerprint(submission: Submission, chapter: Chapter, limits: Limits, isolated: bool, copy_policy: CopyPolicy) -> str:
     """What a grade depends on: the submission, the instructor's notebook, the limits (not the number
     of threads, which only changes the speed), whether the sandbox confined the code, the copy
@@ -145,11 +90,6 @@ def fingerprint(submission: Submission, chapter: Chapter, limits: Limits, isolat
     parts = (grader_sources(), chapter.fingerprint, json.dumps(bounds, sort_keys=True), submission.problem or "",
              submission.digest, "sandboxed" if isolated else "unsandboxed", copy_policy)
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
-def job_seconds(limits: Limits) -> float:
-    """The time limit of one job: the notebook's, the student processes' starts, the feedback, a margin."""
-    return limits.notebook_timeout + (MAX_RESTARTS + 1) * STARTUP_SECONDS + FEEDBACK_SECONDS + JOB_MARGIN_SECONDS
 
 
 def _shared_folder(folder: Path, top: Path) -> None:
@@ -166,25 +106,11 @@ def _prepare_course(layout: OutputLayout, course_root: Path, chapter_names: list
     (which every job starts from) and the gradebook's knowledge of the chapters."""
     shutil.rmtree(layout.sources, ignore_errors=True)
     for name in chapter_names:
-        shutil.copytree(course_root / course.SOLUTIONS / name, layout.source(name),
+        shutil.copytree(course_root / SOLUTIONS / name, layout.source(name),
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         shutil.rmtree(layout.chapter_files(name), ignore_errors=True)
         shutil.copytree(layout.source(name), layout.chapter_files(name), ignore=shutil.ignore_patterns("*.ipynb"))
     register_chapters(layout.nbgrader_course, db_url, chapter_names)
-
-
-def sandbox_options(course_root: Path, isolated: bool, private: tuple[Path, ...]) -> SandboxOptions:
-    """Whether the sandboxes get namespaces, what every sandbox hides (should it bind a folder that
-    holds them: the course's ``solutions/`` and ``.git``, and the ``private`` folders and files, such
-    as the output and submissions folders) and may read: the course's data folder
-    (``bertlab.data.data_root``), read-only, when there is one."""
-    from bertlab.data import data_root
-
-    hide = (course_root / course.SOLUTIONS, course_root / ".git", *private)
-    data = data_root().resolve()  # a link's target: the sandbox binds the folder itself, where the variable points
-    share = (data,) if data.is_dir() else ()
-    return SandboxOptions(isolate=isolated, hide=hide, share=share,
-                          variables={"BERTLAB_DATA": str(data)} if share else {})
 
 
 def _data_note(options: SandboxOptions) -> str:
@@ -252,7 +178,7 @@ def grade(
     jobs: int = 1,
     limits: Limits | None = None,
     db: str | None = None,
-    course_root: Path = course.ROOT,
+    course_root: Path = ROOT,
     progress: Progress = Progress.NONE,
     seed: int | None = None,
     regrade: bool = False,
@@ -269,11 +195,11 @@ def grade(
     run seed of the hidden tests' inputs (default: a new random one); ``regrade`` grades every
     submission again, reusing no stored result. Where the sandbox cannot start, no student code runs
     (:class:`GradingError`) unless ``unsandboxed`` accepts running it with the grading user's rights;
-    the results then say so. ``copies`` is the copy policy (:class:`~autograder.results.CopyPolicy`): ``withhold``
+    the results then say so. ``copies`` is the copy policy (:class:`~autograder.core.results.CopyPolicy`): ``withhold``
     gives 0 points to a test whose exercise is certainly the reference's code, ``flag`` leaves the
     points; both flag every copy in results.json, grades.csv and the gradebook. ``prefer`` is the
     layout of SUBMISSIONS graded when a (student, chapter) is found in several (the others are reported
-    as not graded; :func:`autograder.submissions.collect_submissions`). ``engine`` says where the jobs
+    as not graded; :func:`autograder.collect.submissions.collect_submissions`). ``engine`` says where the jobs
     run: ``local``, ``jobs`` worker processes of this machine; ``dask``, the workers of a Dask cluster, a
     ``LocalCluster`` of ``jobs`` workers on this machine unless ``cluster`` names a running one
     (:class:`autograder.cluster.ClusterOptions`). Raises :class:`GradingError` when grading cannot
@@ -310,7 +236,7 @@ def grade(
             layout.gradebook.chmod(PRIVATE)
         chapters = load_chapters(course_root)
         if not chapters:
-            raise GradingError(f"no chapter to grade: {course_root / course.SOLUTIONS} has no notebooks")
+            raise GradingError(f"no chapter to grade: {course_root / SOLUTIONS} has no notebooks")
         found, skipped = collect_submissions(submissions, chapters, prefer)
         bounds = resource_bounds().describe(limits)  # a Dask run's are its workers' (autograder.cluster)
         report = Report(ClassResults([], skipped, bounds, sandbox, look_alike_names(found)),
@@ -375,7 +301,7 @@ def _write_class_results(layout: OutputLayout, db_url: str, chapters: dict[str, 
                          results: dict[tuple[str, str], NotebookResult], report: Report) -> None:
     """The gradebook, results.json and grades.csv, from every result (this run's and the stored ones,
     so that the next run heals one cut short before this step), each in time proportional to the class
-    (:mod:`autograder.gradebook`: what is unchanged in the gradebook is not written again); a record or a
+    (:mod:`autograder.report.gradebook`: what is unchanged in the gradebook is not written again); a record or a
     step that fails is reported in ``report.failures`` and the others are still written. The one place
     where grades reach the class's gradebook."""
     notebooks = [result for result in results.values() if result.chapter in chapters]
@@ -410,16 +336,6 @@ def _job(submission: Submission, chapter: Chapter, layout: OutputLayout, print_i
                chapter_source=str(layout.source(chapter.name)),
                chapter_files=str(layout.chapter_files(chapter.name)), limits=limits,
                sandbox=options, references=references, copy_policy=copy_policy, withholding=withholding)
-
-
-@dataclass(frozen=True)
-class Finished:
-    """What a job that ended with a result sends back to the instructor's process, from either engine:
-    the result, and the files it wrote into its folder, as bytes."""
-
-    result: NotebookResult
-    feedback: bytes  # the student's feedback page
-    graded: bytes  # the graded notebook, for the formgrader
 
 
 class _ProgressShown:
@@ -499,93 +415,6 @@ def grader_error_result(job: Job, why: str) -> NotebookResult:
                           notes=job.notes, tests=tuple(TestResult(test.grade_id, 0.0, test.points, Status.ERROR,
                                                                   message, Cause.GRADER_ERROR)
                                                        for test in job.chapter.tests))
-
-
-def worker_context():
-    """The multiprocessing context of the workers: each forked from a server that imported the grader."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(WORKER_MODULES)
-    return context
-
-
-
-def kill_descendants(pid: int) -> None:
-    """Kill every process that descends from the process ``pid``: a job's process's sandboxes. Their first
-    process also dies with its parent (``sandbox_inside.enter``); this ends, besides, a sandbox that the job's
-    process was still starting when it was killed."""
-    for each in descendants([pid]):
-        if each != pid:
-            with contextlib.suppress(OSError):
-                os.kill(each, signal.SIGKILL)
-
-
-class JobProcess:
-    """One job in a fresh worker process of its own, forked from the workers' server (:func:`worker_context`),
-    as both engines run it: ``target(*args, connection)`` grades the job into ``folder`` and sends its
-    result (or why it failed) on ``connection`` (:func:`autograder.job.work`); past ``seconds`` the
-    process is killed, with its sandboxes (:meth:`kill`). What it leaves (:meth:`outcome`) is read from
-    ``folder``, which is then deleted."""
-
-    def __init__(self, context, target, args: tuple, folder: JobFolder, seconds: float):
-        self.folder = folder
-        self.receiver, sender = context.Pipe(duplex=False)
-        self.process = context.Process(target=target, args=(*args, sender), daemon=True)
-        self.process.start()
-        sender.close()
-        self.deadline = time.monotonic() + seconds
-
-    @property
-    def sentinels(self) -> list:
-        """What :func:`multiprocessing.connection.wait` waits on: the result, or the process's end."""
-        return [self.receiver, self.process.sentinel]
-
-    def outcome(self) -> tuple[Finished | None, str | None] | None:
-        """``(what the job left, None)`` or ``(None, why it failed)`` once the job ended; None while it
-        works within its time limit."""
-        ended = self._ended()
-        if ended is None:
-            return None
-        self.receiver.close()
-        self.process.join(timeout=REAP_SECONDS)
-        result, failure = ended
-        try:
-            if result is None:
-                return None, failure
-            return Finished(result, self.folder.feedback.read_bytes(), self.folder.graded.read_bytes()), None
-        except OSError as error:
-            return None, f"the job's files cannot be read: {error}"
-        finally:
-            shutil.rmtree(self.folder.root, ignore_errors=True)
-
-    def wait(self) -> tuple[Finished | None, str | None]:
-        """The :meth:`outcome`, once the job ended or ran out of time."""
-        while (ended := self.outcome()) is None:
-            multiprocessing.connection.wait(self.sentinels, max(0.0, self.deadline - time.monotonic()))
-        return ended
-
-    def kill(self) -> None:
-        """Kill the job's process and every process it started: stopped first, so that it starts no other
-        while they are found. A process already reaped is left alone: its process id may be another's."""
-        if self.process.exitcode is None:
-            with contextlib.suppress(ProcessLookupError):  # it ended this instant
-                os.kill(self.process.pid, signal.SIGSTOP)
-            kill_descendants(self.process.pid)
-            self.process.kill()
-
-    def _ended(self) -> tuple[NotebookResult | None, str | None] | None:
-        """The process's (result, failure), or None while it still works within its time limit."""
-        if self.receiver.poll():
-            try:
-                status, value = self.receiver.recv()
-            except (EOFError, OSError):
-                return None, f"the worker process ended (exit status {self.process.exitcode})"
-            return (value, None) if status == "ok" else (None, value)
-        if not self.process.is_alive():
-            return None, f"the worker process ended without a result (exit status {self.process.exitcode})"
-        if time.monotonic() > self.deadline:
-            self.kill()
-            return None, "the job ran past its time limit and was stopped"
-        return None
 
 
 def _run_jobs(todo: list[Job], jobs: int, finish: _Finisher) -> None:

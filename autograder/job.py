@@ -1,19 +1,29 @@
 """One job: grade one (student, chapter), in a fresh worker process of its own.
 
-:func:`grade_job` reads the submission, runs it once (:func:`autograder.runner.run_notebook`: the
+:func:`grade_job` reads the submission, runs it once (:func:`autograder.run.runner.run_notebook`: the
 student's cells in a sandbox, the tests in the grader), grades each test cell (``tampered`` where
 the submission's copy of a test cell differs from the released one: the instructor's version is what
-ran), flags exercises that may be the reference's code (:mod:`autograder.reference_copies`) and
+ran), flags exercises that may be the reference's code (:mod:`autograder.run.reference_copies`) and
 applies the copy policy (:func:`withhold_copies`), and writes two files into the job's folder: the
 graded notebook for the instructor (made inert, as nbgrader's formgrader renders it unsanitized:
-:func:`autograder.sanitize.inert_notebook`) and the feedback page for the student, rendered within
+:func:`autograder.report.sanitize.inert_notebook`) and the feedback page for the student, rendered within
 ``FEEDBACK_SECONDS`` (:mod:`autograder.bounds`). It returns the result; the class run
 (:mod:`autograder.grade`) puts the files in place and records the grades.
 
-A worker runs one job and ends (:func:`work`): nothing of one student's run reaches the next.
+A worker runs one job and ends (:func:`work`): nothing of one student's run reaches the next. Both
+engines (the local one, :mod:`autograder.grade`, and Dask's, :mod:`autograder.cluster`) run a job the same
+way: in a fresh process forked from the workers' server (:func:`worker_context`), within its time limit
+(:func:`job_seconds`), killed with its sandboxes past it (:class:`JobProcess`), sending back what it left
+(:class:`Finished`). What every job's grade depends on besides its submission is here too: the grader's
+and the reference's sources (:func:`grader_sources`) and the options of its sandbox (:func:`sandbox_options`).
 """
 
+import contextlib
+import functools
 import gc
+import hashlib
+import multiprocessing
+import multiprocessing.connection
 import os
 import shutil
 import signal
@@ -24,22 +34,24 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import feedback, graded_notebook
-from autograder.bounds import FEEDBACK_SECONDS, MAX_FEEDBACK_PROBLEM_CHARS, MAX_WORKER_TRACEBACK_CHARS, Limits
-from autograder.chapters import Chapter
-from autograder.citations import Reference
-from autograder.course import grade_id
-from autograder.nbgrader_adapter import quiet_nbgrader
-from autograder.output_layout import JobFolder
-from autograder.reference_copies import find_copies
-from autograder.results import (
-    UNSANDBOXED, Cause, Certainty, CopyPolicy, NotebookResult, ReferenceCopy, Status, TestResult)
-from autograder.runner import NotebookRun, Outcome, run_notebook
-from autograder.sanitize import inert_notebook
-from autograder.sandbox import SandboxOptions
-from autograder.stand_ins import Withholding
-from autograder.steps import CodeStep, SubmissionStep, TestStep
-from autograder.submissions import error_line, read_notebook
+from autograder import report
+from autograder.bounds import (
+    FEEDBACK_SECONDS, JOB_MARGIN_SECONDS, MAX_FEEDBACK_PROBLEM_CHARS, MAX_RESTARTS, MAX_WORKER_TRACEBACK_CHARS,
+    REAP_SECONDS, STARTUP_SECONDS, Limits)
+from autograder.collect import error_line, read_notebook
+from autograder.core import (
+    GRADER_VERSION, ROOT, SOLUTIONS, UNSANDBOXED, Cause, Certainty, Chapter, CodeStep, CopyPolicy, JobFolder,
+    NotebookResult, NotebookRun, Outcome, Reference, ReferenceCopy, Status, SubmissionStep, TestResult, TestStep,
+    grade_id, quiet_nbgrader)
+from autograder.run.reference_copies import find_copies
+from autograder.run.runner import run_notebook
+from autograder.run.sandbox import SandboxOptions, descendants
+from autograder.run.stand_ins import Withholding
+
+SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
+# Imported once by the server the workers are forked from, rather than by every worker; the last one
+# does the work of every job that depends on no submission.
+WORKER_MODULES = ["autograder.job", "IPython.core.inputtransformer2", "bertlab.data", "autograder.worker_preload"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,7 +170,7 @@ def withhold_copies(tests: tuple[TestResult, ...], copies: tuple[ReferenceCopy, 
 
 def grade_job(job: Job) -> NotebookResult:
     """Grade one (student, chapter); write the graded notebook and the feedback into the job's folder
-    (:class:`autograder.output_layout.JobFolder`); return the result."""
+    (:class:`autograder.core.output_layout.JobFolder`); return the result."""
     start = time.perf_counter()
     folder, chapter = job.folder, job.chapter
     notebook, problem = (None, job.problem) if job.problem else read_notebook(Path(job.submitted).read_bytes())
@@ -184,8 +196,8 @@ def grade_job(job: Job) -> NotebookResult:
         student=job.student, chapter=chapter.name, origin=job.origin, timestamp=job.timestamp,
         fingerprint=job.fingerprint, seed=job.seed, problem=problem, notes=unsandboxed + notes, copies=copies,
         tests=tests, timed_out_cells=tuple(index + 1 for index in run.timed_out) if run else ())
-    graded = graded_notebook.build(notebook, instructor, chapter, run, result)
-    nbformat.write(inert_notebook(graded, job.references), folder.graded)  # for the formgrader
+    graded = report.build_graded_notebook(notebook, instructor, chapter, run, result)
+    nbformat.write(report.inert_notebook(graded, job.references), folder.graded)  # for the formgrader
     before_feedback = time.perf_counter()
     page, page_problem = _feedback_page(job, graded, run, result)
     folder.feedback.write_bytes(page)
@@ -198,15 +210,15 @@ def grade_job(job: Job) -> NotebookResult:
 
 def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookResult) -> tuple[bytes, str | None]:
     """The feedback page, or a plain one and why, when nbconvert fails or runs out of time."""
-    view = feedback.student_view(graded, job.chapter, result, {name: outcome.output for name, outcome in
-                                                              (run.outcomes.items() if run else ())})
+    view = report.student_view(graded, job.chapter, result, {name: outcome.output for name, outcome in
+                                                            (run.outcomes.items() if run else ())})
     try:
         with time_limit(FEEDBACK_SECONDS, "rendering the feedback"):
-            return feedback.render(view, result, job.chapter, job.references), None
+            return report.render(view, result, job.chapter, job.references), None
     except Exception as error:  # noqa: BLE001 -- whatever nbconvert raises, the student gets a page
         problem = f"the feedback page is a plain one: {error if isinstance(error, StageTimeout) else error_line(error)}"
         problem = problem[:MAX_FEEDBACK_PROBLEM_CHARS]
-        return feedback.plain_page(result, problem), problem
+        return report.plain_page(result, problem), problem
 
 
 def work(job: Job, connection) -> None:
@@ -236,3 +248,145 @@ def work(job: Job, connection) -> None:
         connection.send(("error", f"{type(error).__name__}: {error}\n{end}"))
     finally:
         connection.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# What a job's grade depends on besides its submission, and what its sandbox gets
+# --------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def source_digests() -> dict[str, str]:
+    """The SHA-256 of each source file of the grader and the reference, by its path ("autograder/grade.py")."""
+    return {f"{package}/{path.relative_to(ROOT / package).as_posix()}":
+            hashlib.sha256(path.read_bytes()).hexdigest()
+            for package in SOURCES for path in sorted((ROOT / package).rglob("*.py"))}
+
+
+@functools.cache
+def grader_sources() -> str:
+    """A digest of the grader's and the reference's source files: a grade depends on both."""
+    digest = hashlib.sha256(GRADER_VERSION.encode())
+    for name, each in source_digests().items():
+        digest.update(f"{name}\0{each}\0".encode())
+    return digest.hexdigest()
+
+
+def sandbox_options(course_root: Path, isolated: bool, private: tuple[Path, ...]) -> SandboxOptions:
+    """Whether the sandboxes get namespaces, what every sandbox hides (should it bind a folder that
+    holds them: the course's ``solutions/`` and ``.git``, and the ``private`` folders and files, such
+    as the output and submissions folders) and may read: the course's data folder
+    (``bertlab.data.data_root``), read-only, when there is one."""
+    from bertlab.data import data_root
+
+    hide = (course_root / SOLUTIONS, course_root / ".git", *private)
+    data = data_root().resolve()  # a link's target: the sandbox binds the folder itself, where the variable points
+    share = (data,) if data.is_dir() else ()
+    return SandboxOptions(isolate=isolated, hide=hide, share=share,
+                          variables={"BERTLAB_DATA": str(data)} if share else {})
+
+
+# --------------------------------------------------------------------------------------------------
+# The job's process, as both engines run it
+# --------------------------------------------------------------------------------------------------
+
+
+def job_seconds(limits: Limits) -> float:
+    """The time limit of one job: the notebook's, the student processes' starts, the feedback, a margin."""
+    return limits.notebook_timeout + (MAX_RESTARTS + 1) * STARTUP_SECONDS + FEEDBACK_SECONDS + JOB_MARGIN_SECONDS
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a job that ended with a result sends back to the instructor's process, from either engine:
+    the result, and the files it wrote into its folder, as bytes."""
+
+    result: NotebookResult
+    feedback: bytes  # the student's feedback page
+    graded: bytes  # the graded notebook, for the formgrader
+
+
+def worker_context():
+    """The multiprocessing context of the workers: each forked from a server that imported the grader."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(WORKER_MODULES)
+    return context
+
+
+def kill_descendants(pid: int) -> None:
+    """Kill every process that descends from the process ``pid``: a job's process's sandboxes. Their first
+    process also dies with its parent (``sandbox_inside.enter``); this ends, besides, a sandbox that the job's
+    process was still starting when it was killed."""
+    for each in descendants([pid]):
+        if each != pid:
+            with contextlib.suppress(OSError):
+                os.kill(each, signal.SIGKILL)
+
+
+class JobProcess:
+    """One job in a fresh worker process of its own, forked from the workers' server (:func:`worker_context`),
+    as both engines run it: ``target(*args, connection)`` grades the job into ``folder`` and sends its
+    result (or why it failed) on ``connection`` (:func:`autograder.job.work`); past ``seconds`` the
+    process is killed, with its sandboxes (:meth:`kill`). What it leaves (:meth:`outcome`) is read from
+    ``folder``, which is then deleted."""
+
+    def __init__(self, context, target, args: tuple, folder: JobFolder, seconds: float):
+        self.folder = folder
+        self.receiver, sender = context.Pipe(duplex=False)
+        self.process = context.Process(target=target, args=(*args, sender), daemon=True)
+        self.process.start()
+        sender.close()
+        self.deadline = time.monotonic() + seconds
+
+    @property
+    def sentinels(self) -> list:
+        """What :func:`multiprocessing.connection.wait` waits on: the result, or the process's end."""
+        return [self.receiver, self.process.sentinel]
+
+    def outcome(self) -> tuple[Finished | None, str | None] | None:
+        """``(what the job left, None)`` or ``(None, why it failed)`` once the job ended; None while it
+        works within its time limit."""
+        ended = self._ended()
+        if ended is None:
+            return None
+        self.receiver.close()
+        self.process.join(timeout=REAP_SECONDS)
+        result, failure = ended
+        try:
+            if result is None:
+                return None, failure
+            return Finished(result, self.folder.feedback.read_bytes(), self.folder.graded.read_bytes()), None
+        except OSError as error:
+            return None, f"the job's files cannot be read: {error}"
+        finally:
+            shutil.rmtree(self.folder.root, ignore_errors=True)
+
+    def wait(self) -> tuple[Finished | None, str | None]:
+        """The :meth:`outcome`, once the job ended or ran out of time."""
+        while (ended := self.outcome()) is None:
+            multiprocessing.connection.wait(self.sentinels, max(0.0, self.deadline - time.monotonic()))
+        return ended
+
+    def kill(self) -> None:
+        """Kill the job's process and every process it started: stopped first, so that it starts no other
+        while they are found. A process already reaped is left alone: its process id may be another's."""
+        if self.process.exitcode is None:
+            with contextlib.suppress(ProcessLookupError):  # it ended this instant
+                os.kill(self.process.pid, signal.SIGSTOP)
+            kill_descendants(self.process.pid)
+            self.process.kill()
+
+    def _ended(self) -> tuple[NotebookResult | None, str | None] | None:
+        """The process's (result, failure), or None while it still works within its time limit."""
+        if self.receiver.poll():
+            try:
+                status, value = self.receiver.recv()
+            except (EOFError, OSError):
+                return None, f"the worker process ended (exit status {self.process.exitcode})"
+            return (value, None) if status == "ok" else (None, value)
+        if not self.process.is_alive():
+            return None, f"the worker process ended without a result (exit status {self.process.exitcode})"
+        if time.monotonic() > self.deadline:
+            self.kill()
+            return None, "the job ran past its time limit and was stopped"
+        return None

@@ -1,14 +1,14 @@
 """What every grading worker would do for itself, done once by the server the workers are forked from.
 
 The class run (:mod:`autograder.grade`) forks each job's worker from a server that imports
-:data:`autograder.grade.WORKER_MODULES`, this module last. Importing it does, once, the part of every
+:data:`autograder.job.WORKER_MODULES`, this module last. Importing it does, once, the part of every
 job that depends on no submission, so that each worker inherits it done (the CPU it cost each job, on
 a 2-core machine):
 
 - the imports that jobs made on first use: ``torch.testing.assert_close`` imports
-  ``torch.distributed.tensor``, and sympy with it (0.6 s), :mod:`autograder.reference_copies` every
+  ``torch.distributed.tensor``, and sympy with it (0.6 s), :mod:`autograder.run.reference_copies` every
   ``bertlab`` module (0.06 s);
-- the feedback pages' exporter (:func:`autograder.feedback.exporter`), its Jinja template compiled, and
+- the feedback pages' exporter (:func:`autograder.report.feedback.exporter`), its Jinja template compiled, and
   what a first page builds (the Python lexer, the notebook schema's validator, the parsers of Markdown,
   HTML and TeX), by rendering a sample page and the sample's notebook for the formgrader (0.3 s).
 
@@ -21,11 +21,9 @@ import sys
 
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from autograder import feedback, reference_copies
-from autograder.chapters import Chapter
-from autograder.citations import Reference
-from autograder.results import NotebookResult
-from autograder.sanitize import inert_notebook
+from autograder import report
+from autograder.core import Chapter, NotebookResult, Reference
+from autograder.run.reference_copies import reference_modules
 
 SAMPLE_MARKDOWN = ("# A sample\n\nAs {cite:t}`sample` write, $\\frac{QK^T}{\\sqrt{d_k}}$ weighs the values:\n\n"
                    "$$\\begin{aligned} a &= b \\\\ c &= d \\end{aligned}$$\n\n"
@@ -49,13 +47,13 @@ def prepare() -> None:
     import torch
 
     torch.testing.assert_close(torch.zeros(1), torch.zeros(1))
-    reference_copies.reference_modules()
+    reference_modules()
     references = {"sample": Reference("Vaswani et al.", "2017")}
     chapter = Chapter("sample", "sample", tests=(), grade_ids=frozenset(), exercises=(), context=(), fingerprint="")
     result = NotebookResult("sample", "sample", tests=())
     graded = sample_notebook()
-    inert_notebook(graded, references)
-    feedback.render(feedback.student_view(graded, chapter, result, {}), result, chapter, references)
+    report.inert_notebook(graded, references)
+    report.render(report.student_view(graded, chapter, result, {}), result, chapter, references)
 
 
 try:

@@ -4,7 +4,7 @@ build folder, the Chinese one after the English one (the order of ``tools/transl
     python benchmarks/book_builds.py [--output DIR] [--out benchmarks/results/book-builds.json]
 
 The English build executes every chapter (``execute_notebooks: cache``) into a fresh execution cache;
-the Chinese build (:mod:`autograder.translated_book`) reads the same cache, since its code cells are
+the Chinese build (:mod:`autograder.publish.translated_book`) reads the same cache, since its code cells are
 the English ones, and executes nothing. The course's target (issue 41): both builds together at most
 1.3 times the English one alone. The record says the seconds of each, their ratio, and whether the
 Chinese build executed any notebook (it must not). Timings depend on the machine and its load (both
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autograder import translated_book  # noqa: E402  (after the repository is on the path)
+from autograder.publish import translated_book  # noqa: E402  (after the repository is on the path)
 
 TARGET_RATIO = 1.3
 LANGUAGE = "zh_CN"

@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 import torch
 
-from autograder import release
+from autograder.publish import release
 from bertlab.utils import resolve_device
 
 ROOT = release.ROOT

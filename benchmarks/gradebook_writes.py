@@ -45,11 +45,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from unittest import mock
 
-from autograder import course, grade
-from autograder.chapters import load_chapters
-from autograder.nbgrader_adapter import prepare_gradebook, quiet_nbgrader
-from autograder.output_layout import OutputLayout
-from autograder.results import (
+from autograder import grade
+from autograder.core import course
+from autograder.core.chapters import load_chapters
+from autograder.core.nbgrader_adapter import prepare_gradebook, quiet_nbgrader
+from autograder.core.output_layout import OutputLayout
+from autograder.core.results import (
     Certainty, ClassResults, NotebookResult, ReferenceCopy, ResultStore, Status, TestResult)
 
 ROOT = Path(__file__).resolve().parents[1]

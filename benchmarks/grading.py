@@ -47,12 +47,13 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell
 
-from autograder import course, release
 from autograder.bounds import Limits
-from autograder.course import grade_id, is_solution
+from autograder.core import course
+from autograder.core.course import grade_id, is_solution
+from autograder.core.results import ClassResults
 from autograder.grade import Engine, grade
-from autograder.results import ClassResults
-from autograder.sandbox import isolation_available, resource_bounds
+from autograder.publish import release
+from autograder.run.sandbox import isolation_available, resource_bounds
 
 ROOT = course.ROOT
 

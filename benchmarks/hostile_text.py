@@ -45,12 +45,12 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
-from autograder import course
 from autograder.bounds import MAX_CELLS, Limits
-from autograder.course import grade_id, is_solution
+from autograder.core import course
+from autograder.core.course import grade_id, is_solution
+from autograder.core.results import ClassResults, NotebookResult
 from autograder.grade import grade
-from autograder.results import ClassResults, NotebookResult
-from autograder.sandbox import isolation_available
+from autograder.run.sandbox import isolation_available
 
 ROOT = course.ROOT
 
@@ -157,12 +157,12 @@ def _peak_kb(pid: int) -> int:
 def text_work(chapter: str, submitted: Path, result: NotebookResult) -> float:
     """Seconds of what a job does with a submission besides running it (see the module's docstring), for the
     submission at ``submitted`` and its ``result``, in this process."""
-    from autograder import feedback, graded_notebook
-    from autograder.chapters import load_chapters
-    from autograder.citations import read_references
-    from autograder.reference_copies import find_copies
-    from autograder.sanitize import inert_notebook
-    from autograder.submissions import read_notebook
+    from autograder.collect.submissions import read_notebook
+    from autograder.core.chapters import load_chapters
+    from autograder.core.citations import read_references
+    from autograder.report import feedback, graded_notebook
+    from autograder.report.sanitize import inert_notebook
+    from autograder.run.reference_copies import find_copies
 
     graded_chapter = load_chapters(ROOT)[chapter]
     references = read_references(ROOT / "references.bib")

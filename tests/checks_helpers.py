@@ -38,15 +38,15 @@ def run_solution_cells(notebook: Path, namespace: dict) -> dict:
 
 def run_in_grader(steps: list[tuple[str, str]], tests: dict[str, str], exercises, limits, *, context: str = "import torch",
                   graded: dict[str, str] | None = None, seed: int = 0) -> dict:
-    """Run a notebook as the grader does (autograder.runner): ``steps`` are ("code", source) cells of the
+    """Run a notebook as the grader does (autograder.run.runner): ``steps`` are ("code", source) cells of the
     student's and ("test", name) where a test cell of ``tests`` (name -> source) stands; ``exercises``
     are the names the test cells take from the student's process; ``context`` is the instructor code
     they need; ``graded`` maps a test to the exercise it grades (for ``missing``). Returns each test's
     Outcome."""
-    from autograder.chapters import Chapter, TestCell
-    from autograder.runner import run_notebook
-    from autograder.sandbox import Sandbox
-    from autograder.steps import CodeStep, ContextStep, TestStep
+    from autograder.core.chapters import Chapter, TestCell
+    from autograder.core.steps import CodeStep, ContextStep, TestStep
+    from autograder.run.runner import run_notebook
+    from autograder.run.sandbox import Sandbox
 
     graded = graded or {}
     chapter = Chapter("checks", "checks", tuple(TestCell(name, 1.0, source, source, graded.get(name))

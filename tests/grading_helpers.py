@@ -16,9 +16,9 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograder.course import grade_id as course_grade_id, is_graded_test
-from autograder.nbgrader_adapter import create_gradebook, register_chapters
-from autograder.results import ClassResults, NotebookResult
+from autograder.core.course import grade_id as course_grade_id, is_graded_test
+from autograder.core.nbgrader_adapter import create_gradebook, register_chapters
+from autograder.core.results import ClassResults, NotebookResult
 
 CHAPTERS = ("01_tiny", "02_tiny", "03_tiny")
 ADD = "def add(x, *rest):\n    return x + rest[0]"
@@ -214,7 +214,7 @@ def alive(pid: int) -> bool:
 
 
 def nbgrader_export_csv(db_url: str, path: Path, results: list[NotebookResult]) -> None:
-    """nbgrader's own CSV export of the gradebook (its API: what autograder.gradebook.export_csv must equal),
+    """nbgrader's own CSV export of the gradebook (its API: what autograder.report.gradebook.export_csv must equal),
     with a last column ``reference_copies``: each exercise of
     that (student, chapter) flagged as a copy of the reference, with how sure and what was done
     (``results``' copies); written atomically, readable by its owner only (it holds the students' grades)."""

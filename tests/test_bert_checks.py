@@ -854,7 +854,7 @@ class TestBertChecks(MutationTests):
 
 @pytest.mark.slow
 def test_embedding_check_grades_a_class_in_the_student_process():
-    from autograder.sandbox import Limits
+    from autograder.run.sandbox import Limits
 
     solution = dict(solution_cells(SOLUTION))["BertEmbeddings"]
     wrong = solution.replace("nn.LayerNorm(H, eps=config.layer_norm_eps)", "nn.LayerNorm(H)")

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from bs4 import BeautifulSoup
 
-from autograder import release, translated_book, translations
+from autograder.publish import release, translated_book, translations
 
 ROOT = Path(__file__).resolve().parents[1]
 LANGUAGE = "zh_CN"

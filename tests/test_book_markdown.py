@@ -1,4 +1,4 @@
-"""The feedback pages' Markdown (autograder/book_markdown.py, autograder/citations.py): math as MathML,
+"""The feedback pages' Markdown (autograder/report/book_markdown.py, autograder/core/citations.py): math as MathML,
 TeX that cannot be converted shown as written, citations as text, and nothing active through MathML.
 Every formula of the solution notebooks converts."""
 
@@ -10,11 +10,11 @@ import nbformat
 import pytest
 from nbconvert.filters.markdown_mistune import MarkdownWithMath
 
-from autograder import book_markdown
-from autograder.citations import Reference, cite, read_references
-from autograder.course import GradingError
-from autograder.feedback import markdown_text
-from autograder.sanitize import sanitized_html
+from autograder.core.citations import Reference, cite, read_references
+from autograder.core.course import GradingError
+from autograder.report import book_markdown
+from autograder.report.feedback import markdown_text
+from autograder.report.sanitize import sanitized_html
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCES = {"vaswani2017attention": Reference("Vaswani et al.", "2017"), "ba2016layer": Reference("Ba and Hinton", "2016")}

@@ -7,7 +7,7 @@ refused in one line, before any job; a worker killed mid-job takes its job's san
 job is graded once, on the worker that took its place; an interrupted run keeps what it graded and leaves
 no process behind. The clusters here are LocalClusters on 127.0.0.1.
 
-The end of a run writes the whole class into the gradebook in bulk (autograder/gradebook.py): what it
+The end of a run writes the whole class into the gradebook in bulk (autograder/report/gradebook.py): what it
 writes is what nbgrader's own API writes, result by result, and an unchanged class writes nothing.
 """
 
@@ -28,10 +28,11 @@ from tests.conftest import free_port, wait_until_listening
 from grading_helpers import (ADD, CHAPTERS, DOUBLE, SOFTMAX, alive, build_course, descendants, nbgrader_export_csv,
                              notebooks, put, records, with_cells)
 
-from autograder import cli, results
+from autograder import cli
 from autograder.bounds import Limits
+from autograder.core import results
+from autograder.core.results import Certainty, Cause, NotebookResult, ReferenceCopy, Status
 from autograder.grade import Engine, grade
-from autograder.results import Certainty, Cause, NotebookResult, ReferenceCopy, Status
 
 distributed = pytest.importorskip("distributed", reason='Dask is not installed (pip install -e ".[cluster]")')
 
@@ -237,7 +238,7 @@ def _sandboxes(out: Path) -> set[int]:
             line = (entry / "cmdline").read_bytes().decode(errors="replace") if entry.name.isdigit() else ""
         except OSError:
             continue
-        if "autograder/sandbox_inside.py" in line and str(out) in line:
+        if "autograder/run/sandbox_inside.py" in line and str(out) in line:
             found.add(int(entry.name))
     return found
 
@@ -345,7 +346,8 @@ def _gradebook_rows(db_url: str) -> dict:
 def test_the_class_reaches_the_gradebook_as_nbgrader_s_api_writes_it_and_an_unchanged_class_writes_nothing(tmp_path):
     from nbgrader.api import Gradebook
 
-    from autograder import gradebook, nbgrader_adapter
+    from autograder.core import nbgrader_adapter
+    from autograder.report import gradebook
 
     build_course(tmp_path / "course")
     shutil.copytree(tmp_path / "course" / "solutions", tmp_path / "generation" / "source")

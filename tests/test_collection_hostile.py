@@ -24,12 +24,12 @@ import nbformat
 import pytest
 from grading_helpers import ADD, DOUBLE, build_course, put, with_cells
 
-from autograder import submissions
 from autograder.bounds import MAX_ZIP_DIRECTORY_BYTES
-from autograder.chapters import load_chapters
-from autograder.course import GradingError, grade_id
-from autograder.results import ClassResults, Skipped
-from autograder.submissions import Layout, collect_submissions, look_alike_names, read_notebook, student_id
+from autograder.collect import submissions
+from autograder.collect.submissions import Layout, collect_submissions, look_alike_names, read_notebook, student_id
+from autograder.core.chapters import load_chapters
+from autograder.core.course import GradingError, grade_id
+from autograder.core.results import ClassResults, Skipped
 
 HONEST_TIME = datetime(2024, 1, 5, 10, 20, 30, tzinfo=timezone.utc)
 

@@ -440,7 +440,7 @@ def test_pytorch_built_ins_are_allowed_in_the_loss():
 
 @pytest.mark.slow
 def test_checks_grade_functions_and_models_in_the_student_process():
-    from autograder.sandbox import Limits
+    from autograder.run.sandbox import Limits
 
     cells = dict(solution_cells(SOLUTION))
     sharing = '''

@@ -17,21 +17,23 @@ from nbconvert.exporters import HTMLExporter
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 from traitlets.config import Config
 
-from autograder import book_markdown, cell_outputs, feedback, graded_notebook
-from autograder.chapters import load_chapters
+from autograder import report
+from autograder.bounds import Limits
 from autograder.checks import visible_check
 from autograder.checks.attention import SOFTMAX_MISTAKES, check_softmax
-from autograder.citations import read_references
-from autograder.course import chapter_names, grade_id, is_solution
-from autograder.feedback_exporter import MISSING_ALT, FeedbackExporter, add_missing_alt
+from autograder.core import cell_outputs
+from autograder.core.chapters import load_chapters
+from autograder.core.citations import read_references
+from autograder.core.course import chapter_names, grade_id, is_solution
+from autograder.core.nbgrader_adapter import (
+    create_gradebook, nbgrader_api, quiet_nbgrader, register_chapters, store_grades)
+from autograder.core.output_layout import JobFolder
+from autograder.core.results import Certainty, Cause, NotebookResult, NotebookRun, Outcome, ReferenceCopy, Status
 from autograder.job import Job, _feedback_page, grade_of, withhold_copies
-from autograder.nbgrader_adapter import create_gradebook, nbgrader_api, quiet_nbgrader, register_chapters, store_grades
-from autograder.output_layout import JobFolder
-from autograder.bounds import Limits
-from autograder.results import Certainty, Cause, NotebookResult, ReferenceCopy, Status
-from autograder.runner import NotebookRun, Outcome
-from autograder.sandbox import SandboxOptions
-from autograder.sanitize import inert_notebook, sanitized_html
+from autograder.report import book_markdown, feedback, graded_notebook
+from autograder.report.feedback_exporter import MISSING_ALT, FeedbackExporter, add_missing_alt
+from autograder.report.sanitize import inert_notebook, sanitized_html
+from autograder.run.sandbox import SandboxOptions
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -244,7 +246,7 @@ def test_a_page_that_cannot_be_rendered_is_a_plain_one_that_says_why(chapters, r
     def broken(*args):
         raise KeyError("book_markdown")
 
-    monkeypatch.setattr(feedback, "render", broken)
+    monkeypatch.setattr(report, "render", broken)  # the page the job renders through the report's interface
     page, problem = _feedback_page(job, graded, NotebookRun(outcomes=outcomes), result)
     assert problem == "the feedback page is a plain one: KeyError: 'book_markdown'"
     assert b"the feedback page is a plain one: KeyError" in page and b"01_attention: 9 / 9 points" in page

@@ -576,7 +576,7 @@ WRONG_VERSIONS = {  # a typical mistake in each solution cell, and a word of the
 def test_checks_grade_code_in_the_student_process():
     """A model passed to the student's function is a copy in another process: the checks must read what
     comes back. The solution passes every test cell; each typical mistake fails with its hint."""
-    from autograder.sandbox import Limits
+    from autograder.run.sandbox import Limits
 
     setup = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\nimport bertlab.bert"
     steps, tests = [("code", setup)], {}

@@ -26,15 +26,18 @@ from grading_helpers import (
     student_outputs, with_cells)
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 
-from autograder import cell_outputs, feedback, graded_notebook, reference_copies
 from autograder.bounds import (
     MAX_CELLS, MAX_COPY_READ_CELL_CHARS, MAX_COPY_READ_CHARS, MAX_FEEDBACK_PAGE_BYTES, MAX_HTML_TAGS,
     MAX_NOTEBOOK_HTML_TAGS, MAX_NOTEBOOK_OUTPUTS, MAX_RUN_CELL_CHARS, MAX_SHOWN_CELL_CHARS, MAX_SHOWN_CELLS,
     MAX_SHOWN_CHARS, Limits)
-from autograder.chapters import load_chapters
+from autograder.collect.submissions import read_notebook
+from autograder.core import cell_outputs
+from autograder.core.cell_outputs import start_tags
+from autograder.core.chapters import load_chapters
 from autograder.grade import grade
-from autograder.sanitize import inert_notebook, sanitized_html, start_tags
-from autograder.submissions import read_notebook
+from autograder.report import feedback, graded_notebook
+from autograder.report.sanitize import inert_notebook, sanitized_html
+from autograder.run import reference_copies
 
 LIMITS = Limits(cell_timeout=20, notebook_timeout=240, memory_mb=3072, processes=32, scratch_mb=64, scratch_files=2000)
 DIVS = "<div>" * 60_000

@@ -27,11 +27,13 @@ from grading_helpers import (
     ADD, DOUBLE, HIDDEN_LINES, build_course, feedback_pages, graded_notebook, insert_after, notebooks, put, records,
     tiny_solutions, with_cells, without)
 
-from autograder import cli, course, translations
+from autograder import cli
 from autograder.bounds import Limits
+from autograder.collect.submissions import read_notebook, student_id
+from autograder.core import course
 from autograder.grade import grade
-from autograder.submissions import read_notebook, student_id
-from autograder.wire import UnreadableReply, decode, dumps_reply
+from autograder.publish import translations
+from autograder.run.wire import UnreadableReply, decode, dumps_reply
 
 REPO = Path(__file__).resolve().parents[1]
 LIMITS = Limits(cell_timeout=20, notebook_timeout=300, memory_mb=3072)

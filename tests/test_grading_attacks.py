@@ -39,13 +39,14 @@ from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from autograder import cli
 from autograder.bounds import MAX_DECODED_ITEMS, MAX_ZIP_MEMBERS, Limits
-from autograder.course import GradingError
-from autograder.grade import grade, job_seconds
+from autograder.collect.submissions import collect_submissions
+from autograder.core.course import GradingError
+from autograder.core.output_layout import OutputLayout
+from autograder.core.results import ResultStore
+from autograder.grade import grade
+from autograder.job import job_seconds
 from autograder.job import StageTimeout, time_limit
-from autograder.output_layout import OutputLayout
-from autograder.results import ResultStore
-from autograder.submissions import collect_submissions
-from autograder.wire import UnreadableReply, decode
+from autograder.run.wire import UnreadableReply, decode
 
 ATTACK_LIMITS = Limits(cell_timeout=20, notebook_timeout=240, memory_mb=3072, processes=32, scratch_mb=64,
                        scratch_files=2000)
@@ -123,8 +124,8 @@ XSS_ADD = """def add(x, *rest):
     raise ValueError("<script>alert('message')</script><img src=x onerror=alert(5)>")"""
 XSS_NAME = "<img src=x onerror=alert(6)>"
 BOMB = """import pickle
-import autograder.student_side as student_side
-import autograder.wire as wire
+import autograder.run.student_side as student_side
+import autograder.run.wire as wire
 def add(x, *rest):
     node = []
     for _ in range(64):  # a few hundred bytes that decode into 2**64 values
@@ -258,7 +259,7 @@ def test_objects_posing_as_the_grader_s_own_stay_handles_on_the_student_s():
                       "class Module(types.ModuleType):\n    pass\n"
                       "def modules():\n    return types.ModuleType('builtins'), types.ModuleType('os'), Module('torch')"),
              ("test", "test_handles")]
-    test = ("import builtins\nfrom autograder.grader_side import Remote\n"
+    test = ("import builtins\nfrom autograder.run.grader_side import Remote\n"
             "assert isinstance(impostor, Remote) and impostor is not builtins.exec\n"
             "assert isinstance(impostor('print(1)'), Remote)\n"
             "assert all(isinstance(module, Remote) for module in modules())")
@@ -284,7 +285,8 @@ COPIERS = {  # each reaches for the reference in a way the student's process can
     "threaded": "it uses bertlab.attention.softmax",
     "reexec": "builds code at run time from bertlab.attention.softmax",
 }
-COPIERS_CAUSE = {  # what each gets: the sandbox's bertlab holds a stand-in, not the reference (autograder.stand_ins)
+# What each gets: the sandbox's bertlab holds a stand-in, not the reference (autograder.run.stand_ins).
+COPIERS_CAUSE = {
     "guard_off": ("failed", "reference unavailable"),  # the stand-in, reached from the student's softmax, refuses
     "threaded": ("error", "crash"),  # the stand-in refuses in the thread, which leaves no result
     "reexec": ("error", "crash"),  # the source re-executed is the stand-in's, which needs its module
@@ -483,7 +485,7 @@ def test_a_file_given_as_submissions_is_refused_with_what_is_expected(attacked, 
 
 def test_zip_files_are_read_member_by_member_within_limits(attacked, tmp_path):
     root = attacked[0]
-    from autograder.chapters import load_chapters
+    from autograder.core.chapters import load_chapters
 
     chapters = load_chapters(root)
     folder = tmp_path / "class"
@@ -505,7 +507,7 @@ def test_a_file_named_after_a_student_in_a_chapter_s_folder_does_not_replace_the
     (full marks became 0). Honest's own folder counts, and the file is reported, with both origins and the
     option, ``--prefer``, with which the instructor may grade it instead; back to the default, honest's own
     is graded again, though older than the file graded in between."""
-    from autograder.results import Skipped
+    from autograder.core.results import Skipped
 
     root, folder, out = tmp_path / "course", tmp_path / "class", tmp_path / "out"
     root.mkdir()

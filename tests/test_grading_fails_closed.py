@@ -31,7 +31,7 @@ from autograder import cli
 from autograder import grade as grade_module
 from autograder.bounds import Limits
 from autograder.grade import grade
-from autograder.sandbox import isolation_available
+from autograder.run.sandbox import isolation_available
 
 LIMITS = Limits(cell_timeout=20, notebook_timeout=240, memory_mb=3072)
 ISOLATED, WHY = isolation_available()

@@ -17,9 +17,10 @@ import pytest
 from grading_helpers import ADD, DOUBLE, build_course, feedback_pages, notebooks, put, tiny_solutions, with_cells
 from nbformat.v4 import new_markdown_cell
 
-from autograder import cli, results
+from autograder import cli
 from autograder.bounds import SUMMARY_MESSAGE_CHARS, Limits
-from autograder.results import Cause, NotebookResult, Status
+from autograder.core import results
+from autograder.core.results import Cause, NotebookResult, Status
 
 BIB = """@inproceedings{vaswani2017attention,
   author = {Ashish Vaswani and Noam Shazeer and Niki Parmar},
@@ -161,8 +162,9 @@ def test_a_data_folder_given_through_a_link_is_the_one_the_sandbox_reads(tmp_pat
     names that folder, where the student's code finds the data; the run's notes say which folder."""
     import sys
 
-    from autograder.grade import _data_note, sandbox_options
-    from autograder.sandbox import isolation_available
+    from autograder.grade import _data_note
+    from autograder.job import sandbox_options
+    from autograder.run.sandbox import isolation_available
 
     data = tmp_path / "datasets"
     (data / "rt-polarity").mkdir(parents=True)

@@ -40,9 +40,9 @@ from torch import nn
 
 import autograder.checks
 import test_visible_hints
-from autograder.chapters import load_chapters
 from autograder.checks.framework import CheckFailed, use_run_seed, visible_check
-from autograder.sandbox import Limits
+from autograder.core.chapters import load_chapters
+from autograder.run.sandbox import Limits
 from checks_helpers import run_in_grader
 
 REPO = Path(__file__).resolve().parents[1]

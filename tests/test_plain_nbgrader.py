@@ -22,7 +22,7 @@ import nbformat
 import pytest
 from grading_helpers import ADD, DOUBLE, put, tiny_solutions, with_cells
 
-from autograder.release import BOOK_HIDDEN_TAG, INSTALL_TAG
+from autograder.publish.release import BOOK_HIDDEN_TAG, INSTALL_TAG
 
 REPO = Path(__file__).resolve().parents[1]
 URL = "https://example.org/course"

@@ -1,4 +1,4 @@
-"""The grader's static reading of a submission for the reference's code (autograder.reference_copies).
+"""The grader's static reading of a submission for the reference's code (autograder.run.reference_copies).
 
 Each case has an honest student and a blank one beside the copier: only the copier is flagged."""
 
@@ -9,7 +9,7 @@ import textwrap
 
 import bertlab.attention
 import bertlab.norm
-from autograder.reference_copies import find_copies, normalized
+from autograder.run.reference_copies import find_copies, normalized
 
 BLANK = "def {name}(*args, **kwargs):\n    raise NotImplementedError()\n"
 

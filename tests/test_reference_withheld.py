@@ -1,4 +1,4 @@
-"""The graded chapter's references are out of the student's reach (autograder.stand_ins), end to end.
+"""The graded chapter's references are out of the student's reach (autograder.run.stand_ins), end to end.
 
 A class of attackers, each taking the reference of the tiny course's ``softmax`` (chapter 03_tiny,
 whose hidden test is chapter 01's real check, so its reference is ``bertlab.attention.softmax``) in
@@ -19,12 +19,13 @@ from nbformat.v4 import new_code_cell
 
 from autograder.bounds import Limits
 from autograder.grade import grade
-from autograder.grader_side import Release, WithheldReference, _dumps
-from autograder.stand_ins import ReferenceUnavailable, Withheld, Withholding, call_own, stand_in_source, withhold
+from autograder.run.grader_side import Release, WithheldReference, _dumps
+from autograder.run.stand_ins import ReferenceUnavailable, Withheld, Withholding, call_own, stand_in_source, withhold
 
 LIMITS = Limits(cell_timeout=20, notebook_timeout=240, memory_mb=3072, processes=32, scratch_mb=64)
-GUARD_OFF = ("import contextlib, functools, importlib, sys, torch\nimport autograder.student_side\nimport bertlab.attention\n"
-             "autograder.student_side._SERVER.forbidden_calls = lambda forbidden: contextlib.nullcontext()\n")
+GUARD_OFF = ("import contextlib, functools, importlib, sys, torch\nimport autograder.run.student_side\n"
+             "import bertlab.attention\n"
+             "autograder.run.student_side._SERVER.forbidden_calls = lambda forbidden: contextlib.nullcontext()\n")
 ATTACKS = {  # each binds softmax to the reference, after switching the forbidden-call guard off
     "in_a_list": "REFERENCES = [bertlab.attention.softmax]\ndef softmax(x, dim=-1):\n    return REFERENCES[0](x, dim)",
     "lambda": "softmax = lambda x, dim=-1: bertlab.attention.softmax(x, dim)",
@@ -156,7 +157,7 @@ def test_a_reference_is_released_only_after_the_test_of_its_exercise(tmp_path):
 
 
 def test_the_sandbox_shows_the_stand_ins_and_no_compiled_copy(tmp_path):
-    from autograder.sandbox import Sandbox, isolation_available
+    from autograder.run.sandbox import Sandbox, isolation_available
 
     if not isolation_available()[0]:
         pytest.skip("no namespaces here")

@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import release
 from autograder.cli import main
+from autograder.publish import release
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = release.chapter_names(ROOT)

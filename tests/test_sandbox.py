@@ -1,4 +1,4 @@
-"""The sandbox that student code runs in (autograder/sandbox.py): what it can see, write, reach and use.
+"""The sandbox that student code runs in (autograder/run/sandbox.py): what it can see, write, reach and use.
 
 Each test runs a short Python program in a sandbox and checks what it could do. The isolation tests
 need Linux user namespaces and are skipped where they are not available; the resource limits are
@@ -24,7 +24,7 @@ import pytest
 from grading_helpers import FORK_CHAINS, alive, descendants
 
 from autograder.bounds import Limits
-from autograder.sandbox import Sandbox, isolation_available, resource_bounds
+from autograder.run.sandbox import Sandbox, isolation_available, resource_bounds
 
 REPO = Path(__file__).resolve().parents[1]
 ISOLATED, WHY = isolation_available()
@@ -355,10 +355,10 @@ def test_interrupt_reaches_the_code_even_when_the_grader_ignores_it():
 # more prefix of this kind, bound like a virtual environment's).
 PROBE = textwrap.dedent("""
     import json, os, sys
-    from autograder.sandbox import Sandbox, isolation_available
+    from autograder.run.sandbox import Sandbox, isolation_available
     isolated, why = isolation_available()
     folders = [path for path in sys.path if path and os.path.isdir(path)]
-    code = ("import json, os, sys, torch, bertlab.attention, autograder.wire, " + sys.argv[1] + "; "
+    code = ("import json, os, sys, torch, bertlab.attention, autograder.run.wire, " + sys.argv[1] + "; "
             "print(json.dumps([sys.prefix, [path for path in " + repr(folders) + " if not os.path.isdir(path)]]))")
     with Sandbox() as box:
         result = box.run([sys.executable, "-c", code], timeout=120)
@@ -504,7 +504,7 @@ def test_a_child_seen_and_then_reaped_is_counted_once():
     """A child's time is counted while it runs, then added to its parent's when the parent reaps it:
     the share counts it once (it counted it twice before), beside the exact figure from the parent."""
     from autograder.bounds import CPU_PERIOD
-    from autograder.sandbox import CpuShare
+    from autograder.run.sandbox import CpuShare
 
     process = subprocess.Popen([sys.executable, "-c", REAPED_CHILD.format(period=CPU_PERIOD)],
                                stdout=subprocess.PIPE, text=True)

@@ -522,7 +522,7 @@ def test_dependencies_are_replaced_in_the_student_process():
     """Through the grader the student's class lives in a sandboxed process, where the check rebuilds it
     (``__with_dependencies__``): the solution's MultiHeadAttention, which calls super().__init__() and a
     broken scaled_dot_product_attention of the notebook, passes with the reference in its place."""
-    from autograder.sandbox import Limits
+    from autograder.run.sandbox import Limits
 
     solution = dict(solution_cells(SOLUTION))["MultiHeadAttention"]
     broken = "def scaled_dot_product_attention(q, k, v, mask=None):\n    raise AssertionError('not isolated')"

@@ -13,8 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import release, translated_book, translations
-from autograder.myst_blocks import (
+from autograder.publish import release, translated_book, translations
+from autograder.publish.myst_blocks import (
     LINK,
     NOT_RELATIVE,
     blocks,

@@ -24,11 +24,11 @@ import pytest
 import torch
 
 import test_transformer_checks
-from autograder.chapters import load_chapters
 from autograder.checks import exercises_by_chapter
 from autograder.checks.framework import Exercise, Mistake, allowed
-from autograder.course import grade_id, is_graded_test, is_solution, python_source
-from autograder.steps import ContextStep
+from autograder.core.chapters import load_chapters
+from autograder.core.course import grade_id, is_graded_test, is_solution, python_source
+from autograder.core.steps import ContextStep
 from checks_helpers import MutationTests, solution_cells
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -297,7 +297,7 @@ GRADED_MISTAKES = {
 def graded(tmp_path_factory):
     """One grading run of a class whose students each made one mistake (:data:`GRADED_MISTAKES`)."""
     from autograder.grade import grade
-    from autograder.sandbox import Limits
+    from autograder.run.sandbox import Limits
 
     submissions = tmp_path_factory.mktemp("hints")
     codes = {f"attention{number}": {exercise: code} for number, (exercise, code, _) in enumerate(STUDENT_MISTAKES)}

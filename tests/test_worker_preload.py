@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 from autograder.bounds import Limits
-from autograder.chapters import load_chapters
-from autograder.grade import WORKER_MODULES
-from autograder.job import Job
-from autograder.output_layout import JobFolder
-from autograder.sandbox import SandboxOptions
+from autograder.core.chapters import load_chapters
+from autograder.core.output_layout import JobFolder
+from autograder.job import WORKER_MODULES, Job
+from autograder.run.sandbox import SandboxOptions
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER = f"""
@@ -22,7 +21,8 @@ import json, sys
 for name in {WORKER_MODULES!r}:  # as the workers' server imports them
     __import__(name)
 import torch
-from autograder import feedback, reference_copies
+from autograder.report import feedback
+from autograder.run import reference_copies
 print(json.dumps({{
     "template compiled": feedback.exporter()._template_cached is not None,
     "bertlab modules": sorted(module.__name__ for module in reference_copies.reference_modules()),

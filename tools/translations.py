@@ -17,7 +17,7 @@
   book in each language over ``chapters/LANG/`` (``DIR/_build/LANG/_build/html``), with the English
   build's execution cache: the code cells are the same, so nothing runs twice. Publish the second in
   the folder ``LANG/`` of the first: the language switch on every page links there and back
-  (``autograder/translated_book.py``, ``_ext/language_switch.py``). Options after ``--`` go to
+  (``autograder/publish/translated_book.py``, ``_ext/language_switch.py``). Options after ``--`` go to
   ``jupyter-book build`` (``-- -W -n --keep-going``).
 
 Then ``autograder release`` writes the translated student notebooks to ``chapters/LANG/``.
@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autograder import translated_book, translations  # noqa: E402  (after the repository is on the path)
-from autograder.course import ROOT  # noqa: E402
+from autograder.core import ROOT  # noqa: E402  (after the repository is on the path)
+from autograder.publish import translated_book, translations  # noqa: E402
 
 
 def _languages(args: argparse.Namespace) -> list[str]:

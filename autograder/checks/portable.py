@@ -1,7 +1,7 @@
 """What the checks hand to the student's code: functions and classes the student's process can import.
 
 While a chapter is graded, the topic modules of checks cannot be imported in the student's process
-(:mod:`autograder.stand_ins`), and a function or a class travels there by its name. So what a case
+(:mod:`autograder.run.stand_ins`), and a function or a class travels there by its name. So what a case
 passes to the student's code (a sublayer that prints as its code, the loss function of a training
 epoch) is defined here, in a module the sandbox keeps, and holds no reference of an exercise.
 """

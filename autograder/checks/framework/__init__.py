@@ -22,7 +22,7 @@ known mistake, a hint about that mistake. Its parts, a module each, each built o
   profile hook, so aliases captured before the check (``from torch.nn.functional import softmax as
   f``) are caught. This is a hint for honest mistakes, not a security measure: the rule runs in the
   student's own process, where the student's code can switch it off; the grader flags copies of the
-  reference for the instructor instead (:mod:`autograder.reference_copies`).
+  reference for the instructor instead (:mod:`autograder.run.reference_copies`).
 - ``dependencies``: :func:`with_dependencies` runs the student's function with the reference versions
   of the earlier exercises it builds on, so one mistake is not punished twice; :func:`visible_check`
   runs a check on its fixed, visible cases (:func:`visible_cases`), for the visible test cells: the

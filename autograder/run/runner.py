@@ -1,13 +1,13 @@
 """The grader's run of one notebook: the student's cells once, in the sandbox; every test cell in the grader.
 
-The student process (:class:`autograder.grader_side.StudentProcess`) executes the student's code cells,
+The student process (:class:`autograder.run.grader_side.StudentProcess`) executes the student's code cells,
 in the notebook's order, and reports what they showed; it never receives a test cell. Where a test
 cell stands, the grader runs the instructor's version of it (hidden tests included) in a namespace of
-its own: the instructor code the tests need (:mod:`autograder.instructor_context`), run in the grader,
+its own: the instructor code the tests need (:mod:`autograder.core.instructor_context`), run in the grader,
 and the exercises the cell uses, looked up in the student process as handles
-(:class:`autograder.grader_side.Remote`). Nothing else of the student's enters that namespace.
+(:class:`autograder.run.grader_side.Remote`). Nothing else of the student's enters that namespace.
 
-The graded chapter's references are withheld from the student process (:mod:`autograder.stand_ins`);
+The graded chapter's references are withheld from the student process (:mod:`autograder.run.stand_ins`);
 a check may release one into it only once the test of its exercise has run. So the tests run in the
 instructor's order: before a test, the tests that come before it in the instructor's notebook and
 have not run yet (a student who moved or deleted a test cell) run first.
@@ -20,17 +20,15 @@ Each test cell's outcome is ``passed`` (no exception), ``failed`` (an assertion,
 ``CheckFailed``), ``error`` (any other exception: ``NotImplementedError``, the memory limit, the
 student process ending), ``timeout`` or ``missing`` (the exercise it grades is not defined); an error's
 cause is ``blank`` (NotImplementedError) or ``crash``, and a failure's is ``reference unavailable``
-when the student's code reached the withheld reference (:class:`autograder.results.Status`,
-:data:`autograder.results.CAUSES`).
+when the student's code reached the withheld reference (:class:`autograder.core.results.Status`,
+:data:`autograder.core.results.CAUSES`).
 """
 
 import contextlib
 import io
 import time
 import traceback
-from dataclasses import dataclass, field
 
-from autograder import cell_outputs
 from autograder.bounds import (
     MAX_CONTEXT_ERROR_CHARS,
     MAX_OUTCOME_MESSAGE_CHARS,
@@ -39,37 +37,15 @@ from autograder.bounds import (
     MAX_TEST_OUTPUT_CHARS,
     Limits,
 )
-from autograder.chapters import Chapter
-from autograder.course import hidden_test_lines, python_source
-from autograder.grader_side import StudentProcess, StudentProcessEnded, StudentTimeout
-from autograder.instructor_context import free_names
-from autograder.results import Cause, Status
-from autograder.sandbox import Sandbox
-from autograder.stand_ins import ReferenceUnavailable, Withholding
-from autograder.steps import CodeStep, ContextStep, SubmissionStep, TestStep
+from autograder.core import (
+    Cause, Chapter, CodeStep, ContextStep, NotebookRun, Outcome, OutputBudget, Status, SubmissionStep, TestStep, clean,
+    free_names, hidden_test_lines, python_source)
+from autograder.run.grader_side import StudentProcess, StudentProcessEnded, StudentTimeout
+from autograder.run.sandbox import Sandbox
+from autograder.run.stand_ins import ReferenceUnavailable, Withholding
 from autograder.text import printable
 
 CELL_TIMEOUT = "CellTimeout"  # the name of the error output of a cell stopped at its time limit
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What the grader's own run of one test cell gave."""
-
-    status: Status  # passed, failed, error, timeout or missing
-    message: str = ""
-    output: str = ""  # what the cell printed (the checks print a summary)
-    cause: Cause = Cause.NONE  # of an error or a missing exercise (autograder.results.CAUSES)
-
-
-@dataclass
-class NotebookRun:
-    """The student's cells' outputs (by index in the submission) and the test cells' outcomes."""
-
-    outputs: dict[int, list] = field(default_factory=dict)
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
-    truncated: bool = False  # the outputs reached their cap
-    timed_out: list[int] = field(default_factory=list)  # the code cells (by index in the submission) past their limit
 
 
 class _Students:
@@ -215,7 +191,7 @@ def run_notebook(steps: list[SubmissionStep], chapter: Chapter, sandbox: Sandbox
     steps = [*steps, *(TestStep(test.grade_id) for test in chapter.tests if test.grade_id not in placed)]
     students = _Students(sandbox, limits, deadline, withholding)
     tests = _TestCells(chapter, students)
-    budget = cell_outputs.OutputBudget()
+    budget = OutputBudget()
     run = NotebookRun()
     try:
         with use_run_seed(seed):
@@ -224,7 +200,7 @@ def run_notebook(steps: list[SubmissionStep], chapter: Chapter, sandbox: Sandbox
                     raw = _run_code_cell(students, step.source, deadline)
                     if any(output.get("ename") == CELL_TIMEOUT for output in raw):
                         run.timed_out.append(step.index)
-                    run.outputs[step.index] = cell_outputs.clean(raw, budget)
+                    run.outputs[step.index] = clean(raw, budget)
                 elif chapter.test(step.grade_id) is not None:
                     for test in _in_order(chapter, step.grade_id):
                         if test.grade_id not in run.outcomes:

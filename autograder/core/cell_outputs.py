@@ -7,19 +7,52 @@ notebook to ``MAX_NOTEBOOK_OUTPUT_CHARS`` (:mod:`autograder.bounds`; after which
 error is kept) and ``MAX_NOTEBOOK_OUTPUTS`` outputs (after which none); what is cut is replaced by a note
 saying so. A feedback page cleans them again within its own bounds. HTML and Markdown outputs, which the grader
 sanitizes and renders, are kept as such within ``MAX_RICH_OUTPUT_CHARS`` characters and the tags of a
-:class:`autograder.sanitize.TagBudget`; past them, their text is kept, with a note that says why.
+:class:`TagBudget`; past them, their text is kept, with a note that says why.
+
+The sanitizer parses HTML in a time that grows with the square of how its elements nest, so what it is handed
+is bounded by start tags (:class:`TagBudget`): here for a notebook's HTML outputs, and on a feedback page
+for its Markdown (:mod:`autograder.report.sanitize`).
 """
+
+import re
 
 from nbformat.v4 import new_output
 
 from autograder.bounds import (
-    MAX_ERROR_NAME_CHARS, MAX_IMAGE_CHARS, MAX_NOTEBOOK_OUTPUT_CHARS, MAX_NOTEBOOK_OUTPUTS, MAX_OUTPUT_CHARS,
-    MAX_RICH_OUTPUT_CHARS)
-from autograder.sanitize import TagBudget
+    MAX_ERROR_NAME_CHARS, MAX_HTML_TAGS, MAX_IMAGE_CHARS, MAX_NOTEBOOK_HTML_TAGS, MAX_NOTEBOOK_OUTPUT_CHARS,
+    MAX_NOTEBOOK_OUTPUTS, MAX_OUTPUT_CHARS, MAX_RICH_OUTPUT_CHARS)
 from autograder.text import printable
 
 KEPT_MIMETYPES = ("text/plain", "text/html", "text/markdown", "text/latex", "image/png", "image/jpeg")
 RICH_MIMETYPES = ("text/html", "text/markdown")  # sanitized and rendered as HTML
+START_TAG = re.compile(r"<[A-Za-z]")  # what html5lib may make an element of
+
+
+def start_tags(text: str) -> int:
+    """How many start tags ``text`` has: each may become an element of html5lib's tree, one level deeper or one
+    more sibling."""
+    return len(START_TAG.findall(text))
+
+
+class TagBudget:
+    """What is left of the ``MAX_NOTEBOOK_HTML_TAGS`` start tags the sanitizer parses of one whole (a page's
+    Markdown cells, a notebook's HTML outputs); of one part (a cell, an output), ``MAX_HTML_TAGS``."""
+
+    def __init__(self, whole: str):
+        self.whole = whole  # what the budget is of, for the reasons: "the page", "the notebook's outputs"
+        self.left = MAX_NOTEBOOK_HTML_TAGS
+
+    def admit(self, html_text: str) -> str | None:
+        """None when the sanitizer may parse ``html_text``, whose tags are then taken from what is left; else why
+        it may not."""
+        tags = start_tags(html_text)
+        if tags > MAX_HTML_TAGS:
+            return (f"its HTML has {tags:,} tags, more than the {MAX_HTML_TAGS:,} the grader renders of one cell or "
+                    "output")
+        if tags > self.left:
+            return f"the HTML of {self.whole} reached the {MAX_NOTEBOOK_HTML_TAGS:,} tags the grader renders"
+        self.left -= tags
+        return None
 
 
 class OutputBudget:

@@ -1,6 +1,6 @@
 """Feedback for a student: the graded notebook without any hidden test, sanitized and bounded, in a locked page.
 
-:func:`student_view` turns the graded notebook (:mod:`autograder.graded_notebook`) into what the
+:func:`student_view` turns the graded notebook (:mod:`autograder.report.graded_notebook`) into what the
 student may see: every test cell holds the released source (the hidden tests removed, as the
 student received it) and, as its only output, the grader's outcome; a summary of the grades opens
 the notebook. The hidden tests never ran in the student's process, so no output of the student's
@@ -9,20 +9,20 @@ code can hold them.
 Everything in it that comes from the submission is treated as hostile: :func:`student_view` runs nbconvert's
 HTML sanitizer on the outputs (HTML, Markdown and SVG cleaned, JavaScript and other active outputs dropped);
 :func:`render` renders the page with nbgrader's feedback exporter with sanitizing on, each Markdown cell
-rendered and sanitized as the notebook kept for the formgrader is (:mod:`autograder.sanitize`), escapes what
+rendered and sanitized as the notebook kept for the formgrader is (:mod:`autograder.report.sanitize`), escapes what
 the grader writes itself (messages, names), and puts a Content-Security-Policy in the page that allows no
 script, no remote resource and no form: whatever slipped through would not run.
 
 The page is bounded (:mod:`autograder.bounds`), and so is the grader's work on it: it shows at most
 ``MAX_SHOWN_CELL_CHARS`` characters of one cell's source, ``MAX_SHOWN_CHARS`` of all and ``MAX_SHOWN_CELLS``
 cells, cut before they are highlighted or rendered, each cut with a line that says how much
-(:class:`autograder.sanitize.SourceBudget`), at most ``MAX_SHOWN_OUTPUT_CHARS`` characters and
+(:class:`autograder.report.sanitize.SourceBudget`), at most ``MAX_SHOWN_OUTPUT_CHARS`` characters and
 ``MAX_SHOWN_OUTPUTS`` outputs of the cells' outputs, and its Markdown's HTML is parsed within a
-:class:`autograder.sanitize.TagBudget`. A page still larger than ``MAX_FEEDBACK_PAGE_BYTES`` is not written
+:class:`autograder.core.cell_outputs.TagBudget`. A page still larger than ``MAX_FEEDBACK_PAGE_BYTES`` is not written
 (:class:`PageTooLarge`): the job writes the plain page of the grades instead.
 
 Since no script runs, the Markdown cells' math is rendered to MathML and their citations to text on
-the grader (:mod:`autograder.book_markdown`); the page loads no MathJax.
+the grader (:mod:`autograder.report.book_markdown`); the page loads no MathJax.
 """
 
 import copy
@@ -34,14 +34,10 @@ import re
 from jinja2 import pass_context
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograder import cell_outputs
 from autograder.bounds import MAX_FEEDBACK_PAGE_BYTES, MAX_SHOWN_OUTPUT_CHARS, MAX_SHOWN_OUTPUTS
-from autograder.chapters import Chapter
-from autograder.citations import Reference
-from autograder.course import grade_id
-from autograder.graded_notebook import MARKS, outcome_text
-from autograder.results import NotebookResult, Status
-from autograder.sanitize import SourceBudget, TagBudget, markdown_html, output_sanitizer, sanitized_html
+from autograder.core import Chapter, NotebookResult, OutputBudget, Reference, Status, TagBudget, clean, grade_id
+from autograder.report.graded_notebook import MARKS, outcome_text
+from autograder.report.sanitize import SourceBudget, markdown_html, output_sanitizer, sanitized_html
 
 CONTENT_SECURITY_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
                            "base-uri 'none'; form-action 'none'")
@@ -77,11 +73,11 @@ def student_view(graded, chapter: Chapter, result: NotebookResult, printed: dict
     """The graded notebook as the student may see it (see the module's docstring): a new notebook, whose
     cells' sources are cut to what the page shows of them (the cells it has no room for replaced, a run of them
     at a time, by a line that says so), and whose outputs are cleaned again within what the page shows of outputs
-    (:func:`autograder.cell_outputs.clean`), then sanitized. A raw cell becomes a Markdown cell: a page shows both
+    (:func:`autograder.core.cell_outputs.clean`), then sanitized. A raw cell becomes a Markdown cell: a page shows both
     as HTML, which the Markdown cells' filters render and sanitize. Test cells are always shown."""
     sanitizer = output_sanitizer()
     shown = SourceBudget()
-    outputs = cell_outputs.OutputBudget(MAX_SHOWN_OUTPUT_CHARS, MAX_SHOWN_OUTPUTS, "the page")
+    outputs = OutputBudget(MAX_SHOWN_OUTPUT_CHARS, MAX_SHOWN_OUTPUTS, "the page")
     tests = {test.grade_id: test for test in result.tests}
 
     def view(cell):
@@ -93,7 +89,7 @@ def student_view(graded, chapter: Chapter, result: NotebookResult, printed: dict
         if cell.cell_type == "code":
             source = shown.code(cell.source)
             return None if source is None else new_code_cell(source, metadata=metadata, outputs=(
-                sanitizer.sanitize_code_outputs(cell_outputs.clean(cell.outputs, outputs))))
+                sanitizer.sanitize_code_outputs(clean(cell.outputs, outputs))))
         source = shown.markdown(cell.source)
         return None if source is None else new_markdown_cell(source, metadata=metadata)
 
@@ -121,19 +117,19 @@ def lock(page: bytes) -> bytes:
 
 @functools.cache
 def exporter():
-    """This process's exporter of feedback pages (:func:`autograder.nbgrader_adapter.feedback_exporter`),
+    """This process's exporter of feedback pages (:func:`autograder.report.feedback_exporter.feedback_exporter`),
     made once: the class run forks each job's worker from a server that made it and compiled its
     template (:mod:`autograder.worker_preload`), so that no job does it again."""
-    from autograder.nbgrader_adapter import feedback_exporter
+    from autograder.report.feedback_exporter import feedback_exporter
 
     return feedback_exporter({"book_markdown": _book_markdown, "sanitized_html": sanitized_html})
 
 
 @pass_context
 def _book_markdown(context, source: str) -> str:
-    """The template's filter ``book_markdown``: a Markdown cell's HTML (:func:`autograder.sanitize.markdown_html`),
-    with the citations of the page's ``references`` and within the page's ``tags`` (resources of the page: the
-    exporter serves every page)."""
+    """The template's filter ``book_markdown``: a Markdown cell's HTML
+    (:func:`~autograder.report.sanitize.markdown_html`), with the citations of the page's ``references`` and
+    within the page's ``tags`` (resources of the page: the exporter serves every page)."""
     resources = context["resources"]
     return markdown_html(source, resources["references"], resources["tags"])
 
@@ -142,14 +138,48 @@ def render(view, result: NotebookResult, chapter: Chapter, references: dict[str,
     """The feedback page of a student's view, rendered as nbgrader's feedback converter renders it and
     locked; ``references`` are the course's, for the citations of its Markdown cells. Raises
     :class:`PageTooLarge` for a page of more than ``MAX_FEEDBACK_PAGE_BYTES``."""
-    from autograder.nbgrader_adapter import render_feedback
-
     resources = {"references": references, "tags": TagBudget("the page")}
     page = lock(render_feedback(exporter(), view, result, chapter.notebook, resources).encode())
     if len(page) > MAX_FEEDBACK_PAGE_BYTES:
         raise PageTooLarge(f"the page would be {len(page) / 1e6:.1f} MB, more than the limit of "
                            f"{MAX_FEEDBACK_PAGE_BYTES / 1e6:g} MB")
     return page
+
+
+def render_feedback(exporter, notebook, result: NotebookResult, notebook_name: str, resources: dict) -> str:
+    """nbgrader's feedback page of ``notebook`` (the graded notebook as the student may see it), rendered by
+    ``exporter`` (:func:`~autograder.report.feedback_exporter.feedback_exporter`) as nbgrader's feedback
+    converter renders it: with the resources the converter gives the exporter (and ``resources``, for the
+    template's filters) and the grades its ``GetGrades`` preprocessor reads from a gradebook holding ``result``
+    (:func:`~autograder.core.nbgrader_adapter.store_grades`), which :func:`graded_cells` puts into the notebook
+    itself."""
+    nbgrader_resources = {"student": result.student, "assignment": result.chapter, "notebook": notebook_name,
+                          "score": result.score, "max_score": result.max_score, "late_penalty": 0}
+    page, _ = exporter.from_notebook_node(graded_cells(notebook, result), {
+        "unique_key": notebook_name, "output_files_dir": f"{notebook_name}_files", "nbgrader": nbgrader_resources,
+        "metadata": {"name": notebook_name}, **resources})
+    return page
+
+
+def graded_cells(notebook, result: NotebookResult):
+    """A copy of ``notebook`` whose nbgrader cells hold what nbgrader's ``GetGrades`` reads from a
+    gradebook holding ``result``: a grade cell its score (its test's points; 0 without a test, as a
+    grade nobody scored) and its maximum, a solution or task cell its automatic comment (the flag of
+    a copy of the reference, else none). The notebook's score and maximum are the result's: the
+    chapters' graded cells are their test cells (:class:`autograder.core.chapters.Chapter`)."""
+    points = {test.grade_id: test.points for test in result.tests}
+    flags = {flag.exercise: f"Possible {flag.describe()}" for flag in result.copies}
+    notebook = copy.deepcopy(notebook)
+    for cell in notebook.cells:
+        nbgrader = cell.metadata.get("nbgrader")
+        if nbgrader is None:
+            continue
+        if nbgrader.get("solution", False) or nbgrader.get("task", False):
+            nbgrader["comment"] = flags.get(nbgrader["grade_id"])
+        if nbgrader.get("grade", False) or nbgrader.get("task", False):
+            nbgrader["score"] = points.get(nbgrader["grade_id"], 0.0)
+            nbgrader["points"] = float(nbgrader["points"])
+    return notebook
 
 
 def plain_page(result: NotebookResult, why: str) -> bytes:

@@ -9,9 +9,10 @@ terminal).
 
 The sanitizer (bleach, on html5lib) works for a time that grows with the square of how deep or how wide
 the elements of its HTML nest (60,000 unclosed ``<div>`` took it minutes), so it is handed at most
-``MAX_HTML_TAGS`` start tags of one cell and ``MAX_NOTEBOOK_HTML_TAGS`` of one page (:class:`TagBudget`,
-:func:`markdown_html`); and a page shows at most ``MAX_SHOWN_CELL_CHARS`` characters of one cell's source,
-``MAX_SHOWN_CHARS`` of all and ``MAX_SHOWN_CELLS`` cells (:class:`SourceBudget`). A Markdown cell longer
+``MAX_HTML_TAGS`` start tags of one cell and ``MAX_NOTEBOOK_HTML_TAGS`` of one page
+(:class:`autograder.core.cell_outputs.TagBudget`, :func:`markdown_html`); and a page shows at most
+``MAX_SHOWN_CELL_CHARS`` characters of one cell's source, ``MAX_SHOWN_CHARS`` of all and ``MAX_SHOWN_CELLS``
+cells (:class:`SourceBudget`). A Markdown cell longer
 than that, or whose HTML has more tags, is shown as written (:func:`as_written`): escaped, cut, under a line
 that says why and how much was cut (the bounds are in :mod:`autograder.bounds`).
 """
@@ -19,47 +20,15 @@ that says why and how much was cut (the bounds are in :mod:`autograder.bounds`).
 import copy
 import functools
 import html
-import re
 
-from autograder import book_markdown
-from autograder.bounds import (
-    MAX_HTML_TAGS, MAX_NOTEBOOK_HTML_TAGS, MAX_SHOWN_CELL_CHARS, MAX_SHOWN_CELLS, MAX_SHOWN_CHARS)
-from autograder.citations import Reference
+from autograder.bounds import MAX_SHOWN_CELL_CHARS, MAX_SHOWN_CELLS, MAX_SHOWN_CHARS
+from autograder.core import Reference, TagBudget, start_tags
+import autograder.report.book_markdown as book_markdown
 
 SAFE_TAGS = {"a", "abbr", "b", "blockquote", "br", "code", "dd", "del", "div", "dl", "dt", "em", "h1", "h2", "h3", "h4",
              "h5", "h6", "hr", "i", "li", "ol", "p", "pre", "span", "strong", "sub", "sup", "table", "tbody", "td",
              "th", "thead", "tr", "ul"}
 SAFE_ATTRIBUTES = {"a": ["href", "title", "class"], "*": ["id", "class"], "th": ["align"], "td": ["align"]}
-START_TAG = re.compile(r"<[A-Za-z]")  # what html5lib may make an element of
-
-
-def start_tags(text: str) -> int:
-    """How many start tags ``text`` has: each may become an element of html5lib's tree, one level deeper or one
-    more sibling."""
-    return len(START_TAG.findall(text))
-
-
-class TagBudget:
-    """What is left of the ``MAX_NOTEBOOK_HTML_TAGS`` start tags the sanitizer parses of one whole (a page's
-    Markdown cells, a notebook's HTML outputs); of one part (a cell, an output), ``MAX_HTML_TAGS``."""
-
-    def __init__(self, whole: str):
-        self.whole = whole  # what the budget is of, for the reasons: "the page", "the notebook's outputs"
-        self.left = MAX_NOTEBOOK_HTML_TAGS
-
-    def admit(self, html_text: str) -> str | None:
-        """None when the sanitizer may parse ``html_text``, whose tags are then taken from what is left; else why
-        it may not."""
-        tags = start_tags(html_text)
-        if tags > MAX_HTML_TAGS:
-            return (f"its HTML has {tags:,} tags, more than the {MAX_HTML_TAGS:,} the grader renders of one cell or "
-                    "output")
-        if tags > self.left:
-            return f"the HTML of {self.whole} reached the {MAX_NOTEBOOK_HTML_TAGS:,} tags the grader renders"
-        self.left -= tags
-        return None
-
-
 def note_html(text: str) -> str:
     """A line of the grader's in a page, in brackets and italics: HTML, and Markdown too (an HTML block)."""
     return f"<p><em>[{html.escape(text)}]</em></p>\n"
@@ -119,7 +88,7 @@ class SourceBudget:
 
 
 def markdown_html(source: str, references: dict[str, Reference], tags: TagBudget) -> str:
-    """A Markdown cell's HTML, not yet sanitized (:func:`autograder.book_markdown.render`, with the citations of
+    """A Markdown cell's HTML, not yet sanitized (:func:`autograder.report.book_markdown.render`, with the citations of
     ``references``); the cell as written (:func:`as_written`) when ``tags`` does not admit its HTML, unless that
     HTML has no more tags than the cell as written (a line of the grader's, a cell already shown as written)."""
     rendered = book_markdown.render(source, references)
@@ -157,7 +126,8 @@ def output_sanitizer():
 def inert_notebook(notebook, references: dict[str, Reference]):
     """A copy of ``notebook`` that runs no script wherever it is rendered: each Markdown or raw cell
     becomes its sanitized HTML (math as MathML, citations of ``references`` as text, no Markdown left
-    for a renderer to read again), within a page's bounds (:class:`SourceBudget`, :class:`TagBudget`), and the
+    for a renderer to read again), within a page's bounds (:class:`SourceBudget`,
+    :class:`~autograder.core.cell_outputs.TagBudget`), and the
     outputs of code cells go through nbconvert's sanitizer (HTML, Markdown and SVG cleaned, JavaScript and
     other active outputs dropped). Code cells' sources are kept: they are text, never rendered as HTML."""
     sanitizer = output_sanitizer()

@@ -14,7 +14,7 @@ It trusts nothing in the folder, and no one file stops the collection of the oth
 
 - Only regular files are read, and links are never followed: a symbolic link (a notebook, a folder,
   a zip member), a pipe or a device is skipped, with why.
-- Every folder and file it does not grade is reported (:class:`autograder.results.Skipped`): hidden
+- Every folder and file it does not grade is reported (:class:`autograder.core.results.Skipped`): hidden
   files, other kinds of files, a student folder without a notebook.
 - Each file and each zip member is read on its own: whatever goes wrong with one (a folder that cannot
   be listed, a zip file that cannot be opened, a member whose data is corrupt) is reported for that
@@ -74,9 +74,7 @@ from autograder.bounds import (
     MAX_ZIP_MEMBERS,
     TIMESTAMP_SLACK,
 )
-from autograder.chapters import Chapter
-from autograder.course import GradingError, grade_id
-from autograder.results import Skipped
+from autograder.core import Chapter, GradingError, Skipped, grade_id
 from autograder.text import printable
 
 UNKNOWN_CHAPTER = "(unknown)"

@@ -15,7 +15,7 @@ change, and flags an exercise (:func:`find_copies`) when
   ``inspect.getsource``, ``__code__``, ``types.FunctionType``, ...), or the notebook does so at its
   top level (which could define any exercise).
 
-Each flag states its certainty (:class:`autograder.results.Certainty`). Certain: the
+Each flag states its certainty (:class:`autograder.core.results.Certainty`). Certain: the
 exercise's code, or a helper it uses, names the reference, its name is bound to it, or the notebook
 builds code at run time from something that names it (``exec(inspect.getsource(reference))``): the
 code that ran is the reference's. Suspected: the code is the reference's up to names (the solution
@@ -42,8 +42,7 @@ import types
 from IPython.core.inputtransformer2 import TRANSFORM_LOOP_LIMIT
 
 from autograder.bounds import MAX_COPY_READ_CELL_CHARS, MAX_COPY_READ_CHARS, MAX_REBOUND_SOURCE_CHARS
-from autograder.course import python_source
-from autograder.results import Certainty, ReferenceCopy
+from autograder.core import Certainty, ReferenceCopy, python_source
 
 DYNAMIC_NAMES = {"exec", "eval", "compile", "__import__"}
 DYNAMIC_ATTRIBUTES = {"getsource", "getsourcelines", "getsourcefile", "__code__", "FunctionType", "CodeType",

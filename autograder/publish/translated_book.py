@@ -13,7 +13,7 @@ table of contents (:func:`write_build_files`), in ``_build/LANG/``:
 
 - its table of contents is the English one, each page replaced by its translation where that exists
   (the English page otherwise) and each part's caption translated where the catalogue has it
-  (:func:`autograder.translations.book_words`);
+  (:func:`autograder.publish.translations.book_words`);
 - its configuration is the English one with ``language: LANG``, the translated title, the switch back
   to English, ``chapters/LANG/`` no longer excluded, the paths of local extensions made absolute, and
   the English build's execution cache: the translated notebooks have the English code cells, so
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import yaml
 
-from autograder.course import CHAPTERS
-from autograder.translations import TranslationError, book_words, read_yaml
+from autograder.core import CHAPTERS
+from autograder.publish.translations import TranslationError, book_words, read_yaml
 
 CONFIG = "_config.yml"
 TOC = "_toc.yml"

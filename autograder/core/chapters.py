@@ -1,6 +1,6 @@
 """What a chapter tests, read from its solution notebook: its test cells (with and without their hidden
 tests), the exercises (the names its solution cells define), the instructor code its tests need
-(:mod:`autograder.instructor_context`) and a fingerprint of the notebook (:func:`load_chapters`).
+(:mod:`autograder.core.instructor_context`) and a fingerprint of the notebook (:func:`load_chapters`).
 """
 
 import ast
@@ -8,10 +8,10 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.course import (
+from autograder.core.course import (
     SOLUTIONS, GradingError, chapter_names, grade_id, is_graded_test, is_solution, python_source, strip_hidden_tests)
-from autograder.instructor_context import plan
-from autograder.steps import PlanStep
+from autograder.core.instructor_context import plan
+from autograder.core.steps import PlanStep
 
 
 def defined_names(source: str) -> list[str]:

@@ -1,11 +1,11 @@
 """The student process: runs the student's code cells in a sandbox and answers the grader's requests.
 
-Started by :class:`autograder.grader_side.StudentProcess` (``serve(requests_fd, replies_fd)`` in a
+Started by :class:`autograder.run.grader_side.StudentProcess` (``serve(requests_fd, replies_fd)`` in a
 sandboxed Python), it executes the student's code cells in an IPython shell, one request each, and
 replies with what the cell showed (streams, displays, its result, its error: nbformat outputs). It
 never receives a test cell. Then the grader asks about the exercises: look up this name, call this
-object, read this attribute. Whatever stays here travels as a :class:`autograder.wire.Handle` (a
-number), values as plain data (:mod:`autograder.wire`).
+object, read this attribute. Whatever stays here travels as a :class:`autograder.run.wire.Handle` (a
+number), values as plain data (:mod:`autograder.run.wire`).
 
 Objects of the grader's (tensors, modules, optimizers) arrive pickled and keep their identity across
 requests (:class:`_ReceivedObjects`); after a call, what the student's code changed of them is sent
@@ -32,8 +32,8 @@ import torch
 from autograder.bounds import (
     MAX_CELL_OUTPUT_CHARS, MAX_ENCODED_DEPTH, MAX_ERROR_LINE_CHARS, MAX_ERROR_LINES, MAX_ERROR_NAME_CHARS,
     MAX_LABEL_CHARS, MAX_LIST_ITEMS)
+from autograder.run.wire import GraderObject, Handle, dumps_reply, read_frame, version, write_frame
 from autograder.text import printable, safe_str
-from autograder.wire import GraderObject, Handle, dumps_reply, read_frame, version, write_frame
 
 
 class _Outputs:
@@ -194,7 +194,7 @@ class _Server:
         return self.objects[rest[0]] if kind == "remote" else _GraderFunction(self, rest[0])
 
     def released(self, module: str, qualname: str, digest: str, source: str | None):
-        """A reference the grader released (:mod:`autograder.stand_ins`): from its module's source, run once
+        """A reference the grader released (:mod:`autograder.run.stand_ins`): from its module's source, run once
         into a module object of its own (``sys.modules`` keeps the stand-ins)."""
         if digest not in self.released_modules:
             namespace = types.ModuleType(module)
@@ -311,7 +311,8 @@ class _Server:
     def describe_error(self, error: BaseException) -> dict:
         kind = type(error)
         frames = traceback.extract_tb(error.__traceback__)
-        student_frames = [frame for frame in frames if not frame.filename.startswith(os.path.dirname(__file__))]
+        grader = os.path.dirname(os.path.dirname(__file__))  # the autograder package, every room of it
+        student_frames = [frame for frame in frames if not frame.filename.startswith(grader)]
         return {
             "type": f"{kind.__module__}.{kind.__qualname__}",
             "args": self.encode(error.args),
@@ -322,7 +323,7 @@ class _Server:
 
 class _ReceivedObjects:
     """The student process's copies of the grader's objects, by the grader's numbers (see
-    :class:`autograder.grader_side.SentObjects`), and what the student's code changed of them."""
+    :class:`autograder.run.grader_side.SentObjects`), and what the student's code changed of them."""
 
     def __init__(self):
         self.objects: dict[int, object] = {}

@@ -1,9 +1,9 @@
-"""The program that runs inside a sandbox's new namespaces (:mod:`autograder.sandbox` starts it as
-``python -I -S autograder/sandbox_inside.py CONFIG -- argv``): it builds the new root, drops privileges,
+"""The program that runs inside a sandbox's new namespaces (:mod:`autograder.run.sandbox` starts it as
+``python -I -S autograder/run/sandbox_inside.py CONFIG -- argv``): it builds the new root, drops privileges,
 refuses a few system calls, sets the resource limits, and executes ``argv`` (:func:`enter`).
 
 It runs as a script with the standard library only, before anything of the course can be imported:
-CONFIG (JSON, written by :meth:`autograder.sandbox.Sandbox.config`) says everything it needs.
+CONFIG (JSON, written by :meth:`autograder.run.sandbox.Sandbox.config`) says everything it needs.
 """
 
 import ctypes

@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-STAND_IN_IMPORT = "from autograder.stand_ins import call_own as _call_own  # noqa: E402 (a stand-in's)\n"
+STAND_IN_IMPORT = "from autograder.run.stand_ins import call_own as _call_own  # noqa: E402 (a stand-in's)\n"
 CHECKS_ONLY = ("raise ImportError('{module} is part of the grader: the checks run in the grader, not in the process '\n"
                "                  'that runs your notebook')\n")
 
@@ -163,9 +163,9 @@ def _source_file(module: str) -> Path:
 
 def chapter_references(chapter_name: str, exercises: tuple[str, ...]) -> tuple[Withheld, ...]:
     """The references of a chapter's exercises: the ``bertlab`` functions and classes of their names
-    (as :mod:`autograder.reference_copies` finds them) and the reference of each exercise's check."""
+    (as :mod:`autograder.run.reference_copies` finds them) and the reference of each exercise's check."""
     from autograder.checks import exercises_by_chapter
-    from autograder.reference_copies import references
+    from autograder.run.reference_copies import references
 
     records = {record.name: record.reference for record in exercises_by_chapter().get(chapter_name, (None, ()))[1]}
     found = []
@@ -196,9 +196,3 @@ def withhold(chapter_name: str, exercises: tuple[str, ...], folder: Path) -> Wit
         source.write_text(text, encoding="utf-8")
         covers.append(Cover(_source_file(module), source))
     return Withholding(withheld, tuple(covers))
-
-
-def compiled_copies(packages: list[str]) -> list[Path]:
-    """The ``__pycache__`` folders under the folders ``packages``, which the sandbox hides: a compiled
-    copy of a withheld module would hold the reference's code."""
-    return sorted(path for package in packages for path in Path(package).rglob("__pycache__") if path.is_dir())

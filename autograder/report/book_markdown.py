@@ -8,9 +8,9 @@ cell as nbconvert does (mistune, with nbconvert's math parser), except that
 - math (``$...$``, ``$$...$$``, LaTeX environments) becomes MathML (:func:`tex_to_mathml`, with
   latex2mathml), which browsers draw themselves; TeX it cannot convert is shown as written, as code;
 - ``{cite:t}`key``` and ``{cite:p}`key``` become "Author (year)" and "(Author, year)"
-  (:mod:`autograder.citations`).
+  (:mod:`autograder.core.citations`).
 
-The HTML is then sanitized (:func:`autograder.sanitize.sanitized_html`): MathML's presentation
+The HTML is then sanitized (:func:`autograder.report.sanitize.sanitized_html`): MathML's presentation
 elements and attributes are allowed there (:data:`MATHML_TAGS`, :data:`MATHML_ATTRIBUTES`), and
 nothing else of MathML (no ``href``, no ``style``, no HTML inside ``annotation-xml``).
 """
@@ -21,7 +21,7 @@ from xml.etree import ElementTree
 
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath, MathInlineParser
 
-from autograder.citations import Reference, cite
+from autograder.core import Reference, cite
 
 MATHML_TAGS = frozenset({
     "math", "mrow", "mi", "mo", "mn", "ms", "mtext", "mspace", "msub", "msup", "msubsup", "munder", "mover",

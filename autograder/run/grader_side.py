@@ -1,12 +1,12 @@
 """The grader's side of the student process: start it, send it requests, and stand for its objects.
 
-:class:`StudentProcess` starts :func:`autograder.student_side.serve` in a sandbox and exchanges frames with
-it (:mod:`autograder.wire`). A reply is plain data, decoded with bounds; an object that stays in the
+:class:`StudentProcess` starts :func:`autograder.run.student_side.serve` in a sandbox and exchanges frames with
+it (:mod:`autograder.run.wire`). A reply is plain data, decoded with bounds; an object that stays in the
 student process comes back as a :class:`Remote`, whose calls, attribute reads and ``with`` blocks
 are new requests. A Remote has no comparison or truth value of its own (``assert remote == 5``
 cannot be faked), prints as ``<remote ...>`` and its ``__exit__`` never swallows the grader's
 exception. No name the student process sends selects a grader object: a handle is a number, and an
-exception is rebuilt only as one of the built-in types of :data:`autograder.wire.EXCEPTION_TYPES`.
+exception is rebuilt only as one of the built-in types of :data:`autograder.run.wire.EXCEPTION_TYPES`.
 
 The test's objects keep their identity as in one kernel (:class:`SentObjects`): a tensor is sent once
 while unchanged, what the student's code returns of the test's objects is the test's own object, and
@@ -14,7 +14,7 @@ after a call what it changed of them (tensors' data, ``requires_grad`` and gradi
 training flag, optimizers' and schedulers' state) is copied back. A function of the test that cannot
 travel by name (a lambda passed as an argument) is called back in the grader.
 
-The graded chapter's references are withheld from the student process (:mod:`autograder.stand_ins`):
+The graded chapter's references are withheld from the student process (:mod:`autograder.run.stand_ins`):
 where a check sends one (a dependency, an object of a reference class), it travels as its module's
 source, and only once the test of its exercise has run (:class:`Release`); in a list of forbidden
 functions it travels as its name, which the stand-in of the sandbox bears.
@@ -35,7 +35,6 @@ import weakref
 
 import torch
 
-from autograder import student_side
 from autograder.bounds import (
     INTERRUPT_GRACE_SECONDS,
     MAX_EXCEPTION_TYPE_CHARS,
@@ -46,10 +45,10 @@ from autograder.bounds import (
     STARTUP_SECONDS,
     Limits,
 )
-from autograder.sandbox import Sandbox, interrupt, kill
-from autograder.stand_ins import ReferenceUnavailable, Withholding
-from autograder.text import printable, safe_str
-from autograder.wire import (
+from autograder.run.sandbox import Sandbox, interrupt, kill
+from autograder.run.stand_ins import ReferenceUnavailable, Withholding
+import autograder.run.student_side as student_side
+from autograder.run.wire import (
     EXCEPTION_TYPES,
     GraderObject,
     Handle,
@@ -59,6 +58,7 @@ from autograder.wire import (
     version,
     write_frame,
 )
+from autograder.text import printable, safe_str
 
 
 class StudentTimeout(BaseException):
@@ -381,7 +381,8 @@ class StudentProcess:
         self.log_path = sandbox.runtime / f"student-process-{time.monotonic_ns()}.log"
         with open(self.log_path, "wb") as log:
             self.process = sandbox.start(
-                [sys.executable, "-c", f"from autograder.student_side import serve; serve({to_student}, {to_grader})"],
+                [sys.executable, "-c",
+                 f"from autograder.run.student_side import serve; serve({to_student}, {to_grader})"],
                 pass_fds=(to_student, to_grader), stdout=subprocess.DEVNULL, stderr=log,
             )
         os.close(to_student)
@@ -528,7 +529,7 @@ class StudentProcess:
             return StudentTimeout(f"the time limit of {self.limits.cell_timeout:g} s per call was reached")
         if kind == f"{CheckFailed.__module__}.{CheckFailed.__qualname__}":
             error = CheckFailed(message)
-        elif kind == "autograder.stand_ins.ReferenceUnavailable":  # forged, it only costs the student
+        elif kind == "autograder.run.stand_ins.ReferenceUnavailable":  # forged, it only costs the student
             error = ReferenceUnavailable(message)
         elif kind in EXCEPTION_TYPES:
             args = info.get("args")

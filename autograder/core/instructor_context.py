@@ -1,6 +1,6 @@
 """The instructor code that a chapter's test cells need, found by reading the instructor's notebook.
 
-The grader runs the test cells itself, in a namespace of its own (:mod:`autograder.runner`): the
+The grader runs the test cells itself, in a namespace of its own (:mod:`autograder.run.runner`): the
 names a test cell uses are the exercises (the student's objects, as handles) and what the
 instructor's notebook defines before it (``import torch``, a helper ``attention_state_from_torch``, a
 ``tokenizer`` trained in a demonstration cell). :func:`plan` selects, statement by statement, the
@@ -13,8 +13,8 @@ trainings the tests do not use. A statement that calls a method of a needed obje
 import ast
 import builtins
 
-from autograder.course import grade_id, is_graded_test, is_solution, python_source
-from autograder.steps import ContextStep, PlanStep, TestStep
+from autograder.core.course import grade_id, is_graded_test, is_solution, python_source
+from autograder.core.steps import ContextStep, PlanStep, TestStep
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,

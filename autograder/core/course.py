@@ -8,13 +8,13 @@
   install cell carries the tag :data:`INSTALL_TAG`; the hidden tests of a test cell sit between
   nbgrader's markers (:data:`HIDDEN_TESTS_BEGIN`, :data:`HIDDEN_TESTS_END`, :func:`strip_hidden_tests`).
 
-What a chapter tests, as the grader reads it from these, is :mod:`autograder.chapters`.
+What a chapter tests, as the grader reads it from these, is :mod:`autograder.core.chapters`.
 """
 
 import functools
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = "solutions"
 CHAPTERS = "chapters"
 INSTALL_TAG = "install"

@@ -5,7 +5,7 @@
   notebooks so that generating twice gives identical bytes: no outputs, no execution counts, only
   the metadata the notebook needs. Into ``chapters/`` it writes only the files whose bytes changed,
   each replaced in one step, and deletes nothing. For each language with translation catalogues
-  (``locale/LANG/LC_MESSAGES``, :mod:`autograder.translations`) it also writes ``chapters/LANG/``: the
+  (``locale/LANG/LC_MESSAGES``, :mod:`autograder.publish.translations`) it also writes ``chapters/LANG/``: the
   same notebooks with their Markdown translated, code cells, ids, metadata and outputs unchanged, and
   the translated pages of the book (``chapters/LANG/intro.md``), the root of the translated book;
   their relative links are rewritten to reach the same files from one folder deeper.
@@ -35,19 +35,10 @@ from nbgrader.api import MissingEntry
 from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
 from traitlets import Unicode
 
-from autograder import translations
-from autograder.course import (
-    CHAPTERS,
-    INSTALL_TAG,
-    ROOT,
-    SOLUTIONS,
-    chapter_names,
-    grade_id,
-    is_graded_test,
-    strip_hidden_tests,
-)
-from autograder.files import SHARED, replace_if_changed, write_if_changed
-from autograder.nbgrader_adapter import create_gradebook
+from autograder.core import (
+    CHAPTERS, INSTALL_TAG, ROOT, SHARED, SOLUTIONS, chapter_names, create_gradebook, grade_id, is_graded_test,
+    replace_if_changed, strip_hidden_tests, write_if_changed)
+import autograder.publish.translations as translations
 
 URL_PLACEHOLDER = "{repository_url}"
 #: ``repository.url`` of the course template's ``_config.yml``: to be replaced by the course's own.
@@ -217,7 +208,7 @@ def generate(names=None, *, root: Path = ROOT, output: Path | None = None) -> li
 
 def _write_translations(root: Path, name: str, generated: Path, output: Path) -> list[Path]:
     """Write the chapter ``name``, generated into ``generated``, in each language with catalogues, into
-    ``output/LANG/name``: its notebooks with their Markdown translated (:mod:`autograder.translations`),
+    ``output/LANG/name``: its notebooks with their Markdown translated (:mod:`autograder.publish.translations`),
     its other files as they are. Only the files whose bytes change are written."""
     written = []
     for language in translations.languages(root):
@@ -238,7 +229,7 @@ def _write_translations(root: Path, name: str, generated: Path, output: Path) ->
 
 
 def _write_translated_pages(root: Path, output: Path) -> list[Path]:
-    """Write each page of the book with a catalogue (:data:`autograder.translations.PAGES`), in each
+    """Write each page of the book with a catalogue (:data:`autograder.publish.translations.PAGES`), in each
     language, into ``output/LANG/``. Only the files whose bytes change are written."""
     written = []
     for language in translations.languages(root):

@@ -1,6 +1,6 @@
 """The class's grades into nbgrader's gradebook, and nbgrader's CSV export of it, for a whole class at once.
 
-:func:`autograder.nbgrader_adapter.store_grades` writes one result through nbgrader's API (a few queries
+:func:`autograder.core.nbgrader_adapter.store_grades` writes one result through nbgrader's API (a few queries
 and a commit each), and nbgrader's ``CsvExportPlugin`` asks for each chapter and student's submission
 apart (a query each, whose score sums the grade table again): the end of a run would grow faster than
 the class. Here it takes time in proportion to the class (``benchmarks/gradebook_writes.py``):
@@ -23,8 +23,7 @@ from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
-from autograder.files import PRIVATE, write_atomically
-from autograder.results import NotebookResult
+from autograder.core import PRIVATE, NotebookResult, write_atomically
 
 CSV_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email", "raw_score",
                "late_submission_penalty", "score", "max_score")  # nbgrader's CsvExportPlugin's

@@ -1,4 +1,4 @@
-"""nbgrader, as the grader uses it: its gradebook, its course layout and its feedback exporter.
+"""nbgrader, as the grader uses it: its gradebook and its course layout.
 
 The grader does not run nbgrader's autograde (which executes a notebook, hidden tests and all, in
 the student's kernel); it writes what autograde would have written, so that nbgrader's own tools
@@ -9,12 +9,11 @@ the student's kernel); it writes what autograde would have written, so that nbgr
   reaches, that knows the chapters' cells (nbgrader's generate_assignment); a database that cannot be
   reached is named in one line, without its password (:func:`hidden_password`).
 - :func:`store_grades`: a graded notebook's points, as nbgrader's auto scores, and its flagged copies as comments.
-- :func:`feedback_exporter`, :func:`render_feedback`: a feedback page as nbgrader's generate_feedback
-  renders it (its exporter, configured as its converter configures it, with nbconvert's HTML sanitizer
-  on and the template ``autograder/templates/sanitized_feedback``), with the grades of a result.
+
+A feedback page as nbgrader's generate_feedback renders it is the report's
+(:func:`autograder.report.feedback_exporter.feedback_exporter`, :func:`autograder.report.feedback.render_feedback`).
 """
 
-import copy
 import logging
 import warnings
 from datetime import datetime
@@ -23,8 +22,8 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 
 from autograder.bounds import CONNECT_SECONDS, MAX_GRADEBOOK_ERROR_CHARS, MAX_NBGRADER_LOG_CHARS
-from autograder.course import GradingError
-from autograder.results import NotebookResult
+from autograder.core.course import GradingError
+from autograder.core.results import NotebookResult
 
 
 def quiet_nbgrader() -> None:
@@ -163,70 +162,3 @@ def store_grades(gradebook, result: NotebookResult, notebook: str) -> None:
     for comment in gradebook.find_submission_notebook(notebook, result.chapter, result.student).comments:
         comment.auto_comment = flags.get(comment.name)
     gradebook.db.commit()
-
-
-def feedback_exporter(filters: dict):
-    """An exporter of feedback pages configured as nbgrader's feedback converter (``GenerateFeedback``)
-    configures the one it makes for each page: :class:`~autograder.feedback_exporter.FeedbackExporter`
-    (nbconvert's HTMLExporter without its second pass over the page), nbconvert's HTML sanitizer on
-    (``sanitize_html``), no default preprocessors, the stylesheets of nbgrader's formgrader, and the
-    template ``autograder/templates/sanitized_feedback`` (nbgrader's feedback template whose Markdown
-    cells are rendered by the filter ``book_markdown`` and sanitized by ``sanitized_html``, two of the
-    template's ``filters``). One exporter renders any number of pages (:func:`render_feedback`); it
-    compiles its template once, with its first page."""
-    import nbgrader
-    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-    from traitlets.config import Config
-
-    from autograder.feedback_exporter import FeedbackExporter
-
-    formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
-    config = Config()
-    config.Exporter.default_preprocessors = []
-    config.HTMLExporter.sanitize_html = True
-    config.HTMLExporter.template_name = "sanitized_feedback"
-    config.HTMLExporter.template_file = "sanitized_feedback.html.j2"
-    config.HTMLExporter.extra_template_basedirs = [str(Path(__file__).parent / "templates"),
-                                                   str(formgrader / "templates")]
-    config.HTMLExporter.extra_template_paths = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist"
-                                                    / "css")]
-    config.HTMLExporter.filters = filters
-    exporter = FeedbackExporter(config=config)
-    exporter.register_preprocessor(CSSHTMLHeaderPreprocessor)  # as the converter does (it stays disabled)
-    return exporter
-
-
-def render_feedback(exporter, notebook, result: NotebookResult, notebook_name: str, resources: dict) -> str:
-    """nbgrader's feedback page of ``notebook`` (the graded notebook as the student may see it), rendered by
-    ``exporter`` (:func:`feedback_exporter`) as nbgrader's feedback converter renders it: with the
-    resources the converter gives the exporter (and ``resources``, for the template's filters) and the
-    grades its ``GetGrades`` preprocessor reads from a gradebook holding ``result``
-    (:func:`store_grades`), which :func:`graded_cells` puts into the notebook itself."""
-    nbgrader_resources = {"student": result.student, "assignment": result.chapter, "notebook": notebook_name,
-                          "score": result.score, "max_score": result.max_score, "late_penalty": 0}
-    page, _ = exporter.from_notebook_node(graded_cells(notebook, result), {
-        "unique_key": notebook_name, "output_files_dir": f"{notebook_name}_files", "nbgrader": nbgrader_resources,
-        "metadata": {"name": notebook_name}, **resources})
-    return page
-
-
-def graded_cells(notebook, result: NotebookResult):
-    """A copy of ``notebook`` whose nbgrader cells hold what nbgrader's ``GetGrades`` reads from a
-    gradebook holding ``result``: a grade cell its score (its test's points; 0 without a test, as a
-    grade nobody scored) and its maximum, a solution or task cell its automatic comment (the flag of
-    a copy of the reference, else none). The notebook's score and maximum are the result's: the
-    chapters' graded cells are their test cells (:class:`autograder.chapters.Chapter`)."""
-    points = {test.grade_id: test.points for test in result.tests}
-    flags = {flag.exercise: f"Possible {flag.describe()}" for flag in result.copies}
-    notebook = copy.deepcopy(notebook)
-    for cell in notebook.cells:
-        nbgrader = cell.metadata.get("nbgrader")
-        if nbgrader is None:
-            continue
-        if nbgrader.get("solution", False) or nbgrader.get("task", False):
-            nbgrader["comment"] = flags.get(nbgrader["grade_id"])
-        if nbgrader.get("grade", False) or nbgrader.get("task", False):
-            nbgrader["score"] = points.get(nbgrader["grade_id"], 0.0)
-            nbgrader["points"] = float(nbgrader["points"])
-    return notebook
-

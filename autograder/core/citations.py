@@ -1,13 +1,13 @@
 """The book's citations as text: ``{cite:t}`key``` reads "Vaswani et al. (2017)" and ``{cite:p}`key```
 "(Vaswani et al., 2017)", as the book's author-year style cites them, from the course's
 ``references.bib`` (:func:`read_references`, :func:`cite`). The feedback pages use them
-(:mod:`autograder.book_markdown`), where the book's Sphinx extension does not run.
+(:mod:`autograder.report.book_markdown`), where the book's Sphinx extension does not run.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.course import GradingError
+from autograder.core.course import GradingError
 
 
 @dataclass(frozen=True)

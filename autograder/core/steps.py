@@ -2,7 +2,7 @@
 
 A submission is a sequence of :class:`CodeStep` (a code cell of the student's, run in the student
 process) and :class:`TestStep` (where a test cell stands, run in the grader): :data:`SubmissionStep`.
-The instructor code the tests need (:func:`autograder.instructor_context.plan`) is a sequence of
+The instructor code the tests need (:func:`autograder.core.instructor_context.plan`) is a sequence of
 :class:`ContextStep` and :class:`TestStep` (:data:`PlanStep`): the statements run in the grader before
 the test that follows them.
 """

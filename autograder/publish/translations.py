@@ -1,7 +1,7 @@
 """Translations of the course: gettext catalogues of the English Markdown, and the translated notebooks.
 
 English is the single source. For each language ``LANG`` (a folder ``locale/LANG/LC_MESSAGES``) a
-catalogue ``<domain>.po`` holds one message per Markdown block (:mod:`autograder.myst_blocks`) of a
+catalogue ``<domain>.po`` holds one message per Markdown block (:mod:`autograder.publish.myst_blocks`) of a
 chapter's Markdown cells (domain: the chapter, e.g. ``01_attention``) or of ``intro.md`` (domain
 ``intro``); a message's context (``msgctxt``) is its cell's id (``intro`` for ``intro.md``). The domain
 ``book`` holds the book's own words: its title (``_config.yml``, context ``title``) and the captions of
@@ -11,13 +11,13 @@ the parts of its table of contents (``_toc.yml``, context ``caption``).
 - :func:`update_catalogue` merges a template into a catalogue with ``msgmerge --previous``: a message
   whose English changed becomes fuzzy (the old English beside it), a new one untranslated.
 - :func:`counts` and :func:`catalogue_problems`: the fuzzy and untranslated messages, and what
-  ``msgfmt --check`` and :func:`autograder.myst_blocks.markup_differences` find wrong.
+  ``msgfmt --check`` and :func:`autograder.publish.myst_blocks.markup_differences` find wrong.
 - :func:`translate_notebook`: a notebook with each Markdown block replaced by its translation
   (untranslated and fuzzy messages stay English); every code cell, cell id and metadata as they were.
-  Its relative links are rewritten for its folder (:func:`autograder.myst_blocks.relocate_links`): a
+  Its relative links are rewritten for its folder (:func:`autograder.publish.myst_blocks.relocate_links`): a
   translation lives one folder deeper than its English.
 - :func:`translated_page_text`: the same for a page of :data:`PAGES`; :func:`book_words`: the
-  translated title and captions, for the translated book (:mod:`autograder.translated_book`).
+  translated title and captions, for the translated book (:mod:`autograder.publish.translated_book`).
 
 ``tools/translations.py`` (update, report, check) and ``autograder release`` (the translated student
 notebooks and pages in ``chapters/LANG/``) use them.
@@ -33,9 +33,9 @@ import nbformat
 import polib
 import yaml
 
-from autograder.course import ROOT, SOLUTIONS, chapter_names
-from autograder.files import replace_if_changed
-from autograder.myst_blocks import blocks, is_translatable, join_blocks, markup_differences, relocate_links, split_blocks
+from autograder.core import ROOT, SOLUTIONS, chapter_names, replace_if_changed
+from autograder.publish.myst_blocks import (
+    blocks, is_translatable, join_blocks, markup_differences, relocate_links, split_blocks)
 
 LOCALE = "locale"
 MESSAGES = "LC_MESSAGES"
@@ -332,7 +332,7 @@ def translate_notebook(notebook: nbformat.NotebookNode, catalogue: dict[tuple[st
 
 def translated_notebook_text(english: Path, catalogue: Path, move: Move) -> str:
     """The text of the translation of the notebook file ``english`` (nbformat's layout, as
-    :func:`autograder.release.write_notebook` writes it)."""
+    :func:`autograder.publish.release.write_notebook` writes it)."""
     notebook = nbformat.read(english, as_version=4)
     return nbformat.writes(translate_notebook(notebook, translations(catalogue), move)) + "\n"
 

@@ -6,7 +6,7 @@
     feedback/<student>/<chapter>/<notebook>.html    each student's feedback page (handed to them)
     .work/                                          the grader's own
         lock                                        one grading run at a time
-        key, results/<student>/<chapter>.json       the signed results (autograder.results.ResultStore)
+        key, results/<student>/<chapter>.json       the signed results (autograder.core.results.ResultStore)
         files/<chapter>/                            the chapter's files but its notebook (data it reads)
         course/                                     the private nbgrader course
             source/<chapter>/                       a copy of solutions/<chapter>
@@ -92,7 +92,7 @@ class OutputLayout:
         return self.work / "files" / chapter
 
     def stand_ins(self, chapter: str) -> Path:
-        """The files a sandbox of the chapter shows in place of its references (autograder.stand_ins)."""
+        """The files a sandbox of the chapter shows in place of its references (autograder.run.stand_ins)."""
         return self.work / "stand-ins" / chapter
 
     @property

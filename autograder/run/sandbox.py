@@ -3,9 +3,9 @@
 A sandboxed process is started with ``Sandbox.start(argv)``. The command that really runs is
 
     setpriv --pdeathsig KILL -- unshare [--user --map-root-user] --mount --net --pid --ipc --uts
-        --fork --kill-child --mount-proc -- python -I -S autograder/sandbox_inside.py CONFIG -- argv
+        --fork --kill-child --mount-proc -- python -I -S autograder/run/sandbox_inside.py CONFIG -- argv
 
-and :mod:`autograder.sandbox_inside`, run as a script with the standard library only, builds the
+and :mod:`autograder.run.sandbox_inside`, run as a script with the standard library only, builds the
 sandbox inside the new namespaces before it executes ``argv``; this module is the grader's side. What
 is enforced where namespaces work (Linux; :func:`isolation_available` tries it once), within the
 :class:`~autograder.bounds.Limits` of the notebook:
@@ -13,7 +13,7 @@ is enforced where namespaces work (Linux; :func:`isolation_available` tries it o
 - Files: the process sees a new root (``pivot_root``) holding read-only binds of the system
   (``/usr``, a few files of ``/etc``), the Python installation, the course packages (``bertlab``,
   ``autograder``; without their compiled copies, and with the graded chapter's references replaced
-  by stand-ins: :mod:`autograder.stand_ins`), ``/proc`` of its own PID namespace, ``/sys``, a
+  by stand-ins: :mod:`autograder.run.stand_ins`), ``/proc`` of its own PID namespace, ``/sys``, a
   handful of devices, and its scratch space. ``solutions/``, the gradebook, the output and submission
   folders, other students' files, ``$HOME`` and the rest of the machine do not exist in there.
 - Writes: only the scratch space, one memory file system (tmpfs) of ``Limits.scratch_mb`` and
@@ -75,7 +75,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from autograder import sandbox_inside
 from autograder.bounds import (
     CGROUP_REMOVAL_SECONDS,
     CPU_BURST,
@@ -86,7 +85,7 @@ from autograder.bounds import (
     SANDBOX_PROBE_SECONDS,
     Limits,
 )
-from autograder.stand_ins import compiled_copies
+import autograder.run.sandbox_inside as sandbox_inside
 
 # Files of /etc that programs need (dynamic linker, user names, fonts, time zone); not shadow files.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "hosts",
@@ -123,7 +122,7 @@ class Sandbox:
     invisible even if they lie inside something the sandbox binds (the course's ``solutions/``, the
     output folder): they are covered by empty file systems. ``share`` lists folders the code may read
     (a dataset), bound read-only; ``variables`` adds to its environment. ``covers`` lists files of the
-    course's packages and what the sandbox shows in their place (:class:`autograder.stand_ins.Cover`:
+    course's packages and what the sandbox shows in their place (:class:`autograder.run.stand_ins.Cover`:
     the graded chapter's references withheld); the compiled copies of those packages (``__pycache__``)
     are always hidden. Use as a context manager:
     leaving it kills every process it started and deletes its folders and cgroup.
@@ -296,7 +295,7 @@ def isolation_available() -> tuple[bool, str]:
     if not (shutil.which("unshare") and shutil.which("setpriv")):
         return False, "the util-linux tools unshare and setpriv are not installed"
     with Sandbox(isolate=True) as sandbox:
-        probe = ("import os, torch, bertlab, autograder.wire; "
+        probe = ("import os, torch, bertlab, autograder.run.wire; "
                  "print(os.getuid() != 0, sum(name.isdigit() for name in os.listdir('/proc')) < 5)")
         result = sandbox.run([sys.executable, "-c", probe], timeout=SANDBOX_PROBE_SECONDS)
     if result.returncode != 0 or result.stdout.split() != ["True", "True"]:
@@ -643,6 +642,12 @@ def _mount_plan(share: tuple[str, ...]) -> list[list[str]]:
             plan.append(["bind", path, ""])
     plan += [["bind", path, ""] for path in share if os.path.isdir(path)]
     return sorted(plan, key=lambda entry: entry[1].count("/"))
+
+
+def compiled_copies(packages: list[str]) -> list[Path]:
+    """The ``__pycache__`` folders under the folders ``packages``, which the sandbox hides: a compiled
+    copy of a withheld module would hold the reference's code (:mod:`autograder.run.stand_ins`)."""
+    return sorted(path for package in packages for path in Path(package).rglob("__pycache__") if path.is_dir())
 
 
 def _site_directories() -> list[str]:

@@ -7,9 +7,11 @@ page, for pages whose template (nbgrader's feedback, on nbconvert's classic temp
 JupyterLab cells. :class:`FeedbackExporter` renders with the same filters and template and adds the
 same ``alt`` text to the ``<img>`` tags that lack one; nothing else differs, the sanitizer included
 (``sanitize_html`` and the template's own filters run while the template renders).
+:func:`feedback_exporter` configures one as nbgrader's feedback converter configures its own.
 """
 
 import re
+from pathlib import Path
 
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
@@ -37,3 +39,32 @@ class FeedbackExporter(HTMLExporter):
                                                                        parent=self, resources=resources))
         page, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
         return add_missing_alt(page), resources
+
+
+def feedback_exporter(filters: dict):
+    """An exporter of feedback pages configured as nbgrader's feedback converter (``GenerateFeedback``)
+    configures the one it makes for each page: :class:`~autograder.report.feedback_exporter.FeedbackExporter`
+    (nbconvert's HTMLExporter without its second pass over the page), nbconvert's HTML sanitizer on
+    (``sanitize_html``), no default preprocessors, the stylesheets of nbgrader's formgrader, and the
+    template ``autograder/templates/sanitized_feedback`` (nbgrader's feedback template whose Markdown
+    cells are rendered by the filter ``book_markdown`` and sanitized by ``sanitized_html``, two of the
+    template's ``filters``). One exporter renders any number of pages
+    (:func:`autograder.report.feedback.render_feedback`); it compiles its template once, with its first page."""
+    import nbgrader
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from traitlets.config import Config
+
+    formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
+    config = Config()
+    config.Exporter.default_preprocessors = []
+    config.HTMLExporter.sanitize_html = True
+    config.HTMLExporter.template_name = "sanitized_feedback"
+    config.HTMLExporter.template_file = "sanitized_feedback.html.j2"
+    config.HTMLExporter.extra_template_basedirs = [str(Path(__file__).parents[1] / "templates"),
+                                                   str(formgrader / "templates")]
+    config.HTMLExporter.extra_template_paths = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist"
+                                                    / "css")]
+    config.HTMLExporter.filters = filters
+    exporter = FeedbackExporter(config=config)
+    exporter.register_preprocessor(CSSHTMLHeaderPreprocessor)  # as the converter does (it stays disabled)
+    return exporter

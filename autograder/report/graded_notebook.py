@@ -1,7 +1,7 @@
 """The graded notebook, as nbgrader's autograde would have left it, built by the grader.
 
 The submission's cells in their order, each code cell with the outputs it gave in the student
-process (:class:`autograder.runner.NotebookRun`), and each test cell with the instructor's source
+process (:class:`autograder.core.results.NotebookRun`), and each test cell with the instructor's source
 (hidden tests included: this notebook is the instructor's) and the grader's outcome as its output: a
 stream with the status, points and message, and an error output when the test did not pass (so that
 nbgrader's own tools read the same grade). Graded cells get the instructor's nbgrader metadata back;
@@ -13,10 +13,7 @@ import copy
 
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
 
-from autograder.chapters import Chapter
-from autograder.course import grade_id
-from autograder.results import NotebookResult, Status, TestResult
-from autograder.runner import NotebookRun
+from autograder.core import Chapter, NotebookResult, NotebookRun, Status, TestResult, grade_id
 
 MARKS = {Status.PASSED: "✔", Status.FAILED: "✘", Status.ERROR: "✘", Status.TIMEOUT: "⧗", Status.TAMPERED: "⚠",
          Status.MISSING: "∅"}

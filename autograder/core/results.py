@@ -1,6 +1,8 @@
-"""What grading produces, as typed records: one :class:`NotebookResult` per (student, chapter), what
-the collector skipped (:class:`Skipped`), and the class's :class:`ClassResults`, which
-``results.json`` holds and whose :meth:`ClassResults.summary` the command prints.
+"""What grading produces, as typed records: the run of a notebook (:class:`NotebookRun`, each test cell's
+:class:`Outcome`), one :class:`NotebookResult` per (student, chapter), what the collector skipped
+(:class:`Skipped`), and the class's :class:`ClassResults`, which ``results.json`` holds and whose
+:meth:`ClassResults.summary` the command prints; a grading run's :class:`Report` holds them with what the
+run did.
 
 ``results.json``::
 
@@ -15,7 +17,7 @@ the collector skipped (:class:`Skipped`), and the class's :class:`ClassResults`,
      "skipped": [{"path", "student", "reason"}, ...]}
 
 ``skipped`` holds at most ``MAX_SKIPPED_KEPT_PER_STUDENT`` entries per student (``student`` null counts
-as one), then one entry that counts the rest (:mod:`autograder.submissions`); a submission not graded
+as one), then one entry that counts the rest (:mod:`autograder.collect.submissions`); a submission not graded
 because the same (student, chapter) was found in another layout comes first, with the one graded and
 the ``--prefer`` that would grade it instead. The summary lists ``MAX_SKIPPED_SHOWN_PER_STUDENT`` of
 each student's entries and how many more there are.
@@ -42,7 +44,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from autograder.bounds import MAX_NAME_CHARS, MAX_SKIPPED_SHOWN_PER_STUDENT, SUMMARY_HINT_CHARS, SUMMARY_MESSAGE_CHARS
-from autograder.output_layout import OutputLayout
+from autograder.core.output_layout import OutputLayout
 from autograder.text import printable
 
 GRADER_VERSION = "3"  # with the grader's and the reference's sources, part of every fingerprint
@@ -77,7 +79,7 @@ CAUSES = {Status.ERROR: (Cause.BLANK, Cause.CRASH, Cause.UNREADABLE, Cause.GRADE
           Status.MISSING: (Cause.NOT_DEFINED, Cause.NO_SUBMISSION), Status.FAILED: (Cause.REFERENCE_COPY, Cause.REFERENCE_UNAVAILABLE)}
 
 class Certainty(StrEnum):
-    """How sure the grader is that an exercise is the reference's code (:mod:`autograder.reference_copies`)."""
+    """How sure the grader is that an exercise is the reference's code (:mod:`autograder.run.reference_copies`)."""
 
     CERTAIN = "certain"
     SUSPECTED = "suspected"
@@ -91,6 +93,26 @@ class CopyPolicy(StrEnum):
 
 UNSANDBOXED = ("WARNING: graded WITHOUT the sandbox (--unsandboxed): the students' code ran with the grading "
                "user's rights (files, network); only time and memory limits applied")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the grader's own run of one test cell gave."""
+
+    status: Status  # passed, failed, error, timeout or missing
+    message: str = ""
+    output: str = ""  # what the cell printed (the checks print a summary)
+    cause: Cause = Cause.NONE  # of an error or a missing exercise (CAUSES)
+
+
+@dataclass
+class NotebookRun:
+    """The student's cells' outputs (by index in the submission) and the test cells' outcomes."""
+
+    outputs: dict[int, list] = field(default_factory=dict)
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    truncated: bool = False  # the outputs reached their cap
+    timed_out: list[int] = field(default_factory=list)  # the code cells (by index in the submission) past their limit
 
 
 @dataclass(frozen=True)
@@ -288,6 +310,23 @@ class ClassResults:
         return "\n".join(lines)
 
 
+@dataclass
+class Report:
+    """What a grading run did."""
+
+    results: ClassResults
+    graded: int = 0  # (student, chapter) graded in this run
+    reused: int = 0  # already graded with the same submission, not graded again
+    failures: list[str] = field(default_factory=list)  # jobs the grader itself could not finish, and why
+    grader_errors: dict[tuple[str, str], NotebookResult] = field(default_factory=dict)  # their results
+    notes: list[str] = field(default_factory=list)
+    engine: str | None = None  # where a Dask run graded, in words (an unencrypted network named); None: here
+
+    @property
+    def exit_status(self) -> int:
+        return 1 if self.failures else 0
+
+
 def _text(value: str) -> str:
     """A name or message of a submission, safe to print: one line, no control characters."""
     return printable(str(value).replace("\n", " "), MAX_NAME_CHARS)
@@ -307,7 +346,7 @@ def _cell(value: str) -> str:
 
 class ResultStore:
     """The graded notebooks' results under ``.work/results``, signed with the key ``.work/key`` of the
-    output folder (:class:`autograder.output_layout.OutputLayout`)."""
+    output folder (:class:`autograder.core.output_layout.OutputLayout`)."""
 
     def __init__(self, layout: OutputLayout):
         self.layout = layout
