@@ -389,12 +389,51 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     logits (B, N, V), labels (B, N): the input ids themselves (the shift happens here, as in Hugging
     Face), -100 where nothing is predicted (padding). The softmax is computed in float32.
     """
-    if labels.shape != logits.shape[:2]:
-        raise ValueError(f"labels must have the shape of input_ids, {tuple(logits.shape[:2])}, "
-                         f"got {tuple(labels.shape)}")
+    _check_labels(logits, labels)
     shifted_logits = logits[:, :-1].flatten(0, 1).float()  # (B (N - 1), V)
     shifted_labels = labels[:, 1:].flatten()  # (B (N - 1),)
     return F.cross_entropy(shifted_logits, shifted_labels, ignore_index=IGNORE_INDEX)
+
+
+def _check_labels(logits: torch.Tensor, labels: torch.Tensor) -> None:
+    if labels.shape != logits.shape[:2]:
+        raise ValueError(f"labels must have the shape of input_ids, {tuple(logits.shape[:2])}, "
+                         f"got {tuple(labels.shape)}")
+
+
+def next_token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The negative log-likelihood of each next token, and which ones are predicted.
+
+        nll_{b,i} = -log softmax(logits_{b,i})[y_{b,i+1}],   counted_{b,i} = (y_{b,i+1} != -100)
+
+    logits (B, N, V), labels (B, N) as for :func:`causal_lm_loss` -> nll (B, N - 1) in nats, float32,
+    0 where not counted, and counted (B, N - 1), boolean. ``nll[counted].mean()`` is the causal loss.
+    """
+    _check_labels(logits, labels)
+    shifted_labels = labels[:, 1:]  # (B, N - 1)
+    counted = shifted_labels != IGNORE_INDEX  # (B, N - 1)
+    log_probs = logits[:, :-1].float().log_softmax(dim=-1)  # (B, N - 1, V)
+    nll = -log_probs.gather(-1, shifted_labels.clamp(min=0)[..., None]).squeeze(-1)  # (B, N - 1)
+    return nll.masked_fill(~counted, 0.0), counted
+
+
+def perplexity(nll: torch.Tensor, counted: torch.Tensor | None = None) -> torch.Tensor:
+    """Perplexity: e to the mean negative log-likelihood per predicted token,
+
+        PPL = exp( (1 / |P|) sum_{t in P} -log p(x_t | x_<t) )
+
+    over the tokens P where ``counted`` is True (all of them when None); nll (...) in nats, counted (...)
+    boolean of the same shape -> a scalar. The mean is over all the tokens of a text or corpus at once: the
+    mean of per-batch perplexities, or e to the summed loss, is another number. A uniform guess over V
+    tokens has perplexity V, a perfect predictor 1.
+    """
+    if counted is None:
+        counted = torch.ones_like(nll, dtype=torch.bool)
+    if counted.shape != nll.shape:
+        raise ValueError(f"counted must have the shape of nll, {tuple(nll.shape)}, got {tuple(counted.shape)}")
+    if not counted.any():
+        raise ValueError("perplexity of no tokens: counted holds no True")
+    return nll.float()[counted].mean().exp()
 
 
 @dataclasses.dataclass

@@ -19,6 +19,8 @@ from bertlab.gpt import (
     KVCache,
     apply_temperature,
     causal_lm_loss,
+    next_token_nll,
+    perplexity,
     count_gpt_parameters,
     filter_logits,
     generate,
@@ -231,6 +233,31 @@ def test_causal_loss_is_the_shifted_mean_over_labelled_positions(hf_model, input
     torch.testing.assert_close(causal_lm_loss(logits, labels), hf_loss)
     with pytest.raises(ValueError, match="shape of input_ids"):
         causal_lm_loss(logits, labels[:, 1:])
+
+
+def test_next_token_nll_gives_the_causal_loss_and_perplexity_equals_torchmetrics(input_ids):
+    from torchmetrics.text import Perplexity
+
+    logits = torch.randn(3, 11, TINY["vocab_size"], generator=torch.Generator().manual_seed(3))
+    labels = input_ids.clone()
+    labels[1, 3] = labels[2, 8:] = -100
+    nll, counted = next_token_nll(logits, labels)
+    assert nll.shape == counted.shape == (3, 10) and counted.sum() == 30 - 1 - 3
+    assert (nll[~counted] == 0).all()
+    torch.testing.assert_close(nll[counted].mean(), causal_lm_loss(logits, labels))
+    metric = Perplexity(ignore_index=-100)  # predictions at i, targets at i + 1: shifted by hand here
+    metric.update(logits[:, :-1], labels[:, 1:])
+    torch.testing.assert_close(perplexity(nll, counted), metric.compute())
+    assert perplexity(nll, counted) != nll.sum().exp()  # the summed loss is another number
+
+
+def test_perplexity_of_a_uniform_guess_is_the_vocabulary_size_and_bad_masks_are_refused():
+    nll = torch.full((2, 5), math.log(50.0))
+    torch.testing.assert_close(perplexity(nll), torch.tensor(50.0))
+    with pytest.raises(ValueError, match="shape of nll"):
+        perplexity(nll, torch.ones(5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="no tokens"):
+        perplexity(nll, torch.zeros(2, 5, dtype=torch.bool))
 
 
 # --------------------------------------------------------------------------------------------------
