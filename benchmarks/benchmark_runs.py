@@ -253,6 +253,12 @@ def computed_in(device: torch.device, args: argparse.Namespace) -> str:
     return "float32" if dtype is None else str(dtype).removeprefix("torch.")
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a timer read next measures it (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def machine(device: torch.device) -> dict:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     return {"device": str(device), "device_name": name, "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),

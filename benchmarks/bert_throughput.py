@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from benchmark_runs import synchronize
 from bertlab.bert import PRESETS, BertConfig, BertForPreTraining
 from bertlab.utils import autocast, autocast_dtype, resolve_device, seed_everything
 
@@ -70,11 +71,6 @@ def make_step(model: torch.nn.Module, loss_fn, device: torch.device):
         optimizer.step()
 
     return step
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def load_average() -> list[float] | None:

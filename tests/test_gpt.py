@@ -19,12 +19,12 @@ from bertlab.gpt import (
     KVCache,
     apply_temperature,
     causal_lm_loss,
-    next_token_nll,
-    perplexity,
     count_gpt_parameters,
     filter_logits,
     generate,
     next_token,
+    next_token_nll,
+    perplexity,
     top_k_filter,
     top_p_filter,
 )
@@ -32,6 +32,7 @@ from bertlab.pretraining import PackedSegments, PretrainingDataset, PretrainingR
 from bertlab.pretraining_data import CausalLMDataset
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import cpu_computes_bfloat16
+from tests.benchmark_helpers import benchmark_script
 from tests.conftest import run_cli
 
 transformers = pytest.importorskip("transformers")
@@ -696,3 +697,22 @@ def test_pretrain_command_sizes_each_objective_with_its_own_presets(packed, tmp_
         assert status == 2 and f"--preset {preset} is not a size of the model of --objective {objective}" in err
     assert len(models) == 2
 
+
+
+# --------------------------------------------------------------------------------------------------
+# The benchmark of generation with and without the cache (benchmarks/generation.py)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_the_generation_benchmark_times_both_ways_on_the_same_tokens(tmp_path, capsys):
+    generation = benchmark_script("generation")
+    out = tmp_path / "generation.json"
+    assert generation.main(["--device", "cpu", "--preset", "course", "--new-tokens", "3", "--prompt-tokens", "2", "--repeats", "2",
+                            "--threads", "1", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["same_tokens"] and result["new_tokens"] == 3
+    assert set(result["seconds"]) == set(generation.WAYS) and all(len(v) == 2 for v in result["seconds"].values())
+    assert len(result["paired_ratios_recompute_over_cached"]) == 2
+    assert "recomputing / cached" in capsys.readouterr().out
+    assert generation.main(["--device", "cpu", "--new-tokens", "600"]) == 2  # more tokens than the 512 positions: a clear error
+    assert "exceed the 512 positions" in capsys.readouterr().err

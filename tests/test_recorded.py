@@ -3,7 +3,6 @@ the paired significance of a recorded comparison (``benchmarks/benchmark_runs.py
 
 import dataclasses
 import fnmatch
-import importlib.util
 import json
 import random
 import subprocess
@@ -13,6 +12,7 @@ import tomllib
 import pytest
 
 from bertlab import recorded
+from tests.benchmark_helpers import benchmark_script
 from tests.conftest import REPO_ROOT
 
 
@@ -213,19 +213,6 @@ def test_a_chapter_run_outside_the_repository_prints_the_recorded_tables(chapter
 # --------------------------------------------------------------------------------------------------
 # The paired significance of a recorded comparison (benchmarks/benchmark_runs.py)
 # --------------------------------------------------------------------------------------------------
-
-
-def benchmark_script(name: str):
-    """The module of ``benchmarks/<name>.py``, imported as running it as a script does: with its folder on
-    the import path (it imports benchmark_runs)."""
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO_ROOT / "benchmarks"))
-    return module
 
 
 @pytest.fixture(scope="module")
