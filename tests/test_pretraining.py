@@ -6,6 +6,7 @@
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -23,7 +24,8 @@ from transformers import BertTokenizer as HFBertTokenizer
 from transformers import BertTokenizerFast as HFBertTokenizerFast
 from transformers import DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
 
-from bertlab import pretraining, pretraining_loop
+from bertlab import cli, pretraining, pretraining_loop
+from bertlab.course_model import COURSE_BERT_FOLDER
 from bertlab.bert import BertConfig, BertForPreTraining
 from bertlab.data import pretraining_corpus
 from bertlab.pretraining import (
@@ -825,3 +827,27 @@ def test_a_recorded_run_of_other_weights_is_not_shown_as_the_course_berts(tmp_pa
     chapter.mkdir(parents=True)
     recorded = pretraining.read_course_bert_results("bert-cpu.json", {"classification": ["course_bert"]}, start=chapter)
     assert recorded["classification"]["course_bert"] == 0.75
+
+
+def tool_module(name: str):
+    """The module of ``tools/<name>.py``, imported as running it as a script does: with its folder on the path."""
+    tools = str(REPO_ROOT / "tools")
+    sys.path.insert(0, tools)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(tools)
+
+
+def test_the_course_bert_tool_runs_the_command_its_model_card_records(tmp_path, monkeypatch):
+    course_bert = tool_module("course_bert")
+    ran = []
+    monkeypatch.setattr(cli, "main", lambda argv: ran.append(argv) or 0)
+    work = tmp_path / "run"
+    work.mkdir()
+    assert course_bert.main(course_bert.COURSE_BERT, ["pretrain", "--packed", "x.npz", "--work", str(work),
+                                                      "--device", "cuda"]) == 0
+    command = " ".join(course_bert.placeholders(ran[0]))
+    card = (COURSE_BERT_FOLDER / "README.md").read_text()
+    assert f"    bertlab {command}\n" in card, command
+    assert json.loads((work / "command.json").read_text()) == ran[0]

@@ -39,9 +39,7 @@ masked-token loss and MR dev accuracy; the number of steps by the sweep's calibr
 import argparse
 import json
 import math
-import platform
 import shutil
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -59,93 +57,22 @@ from bertlab.pretraining import (
     PLOT_FILE,
     SETTINGS_FILE,
     TOKEN_COUNTS_FILE,
-    PackedSegments,
     PretrainingRecipe,
     evaluate_masked_lm,
-    load_metrics,
     plot_metrics,
     token_frequencies,
     unigram_masked_lm,
 )
 from bertlab.tokenization import BertTokenizer
+from course_models import COMMAND_FILE, REPO_ROOT, CourseModel, logged_arguments, main, placeholders, training_machine
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_FOLDER = REPO_ROOT / "bertlab" / "course_bert"
 RESULTS_FILE = REPO_ROOT / "benchmarks" / "results" / "course-bert.json"
-PACKED_FILE = REPO_ROOT / "runs" / "imdb-train-128.npz"
-COMMAND_FILE = "command.json"  # the bertlab arguments of a run, written by pretrain, read by export
-
-SEQ_LEN = 128
-LOG_EVERY = 50
-PRETRAIN_ARGUMENTS = [
-    "pretrain", "--preset", "mini", "--no-nsp", "--masking", "dynamic", "--seq-len", str(SEQ_LEN),
-    "--batch-size", "256", "--dropout", "0", "--seed", "0", "--log-every", str(LOG_EVERY), "--checkpoint-every",
-    "500", "--no-progress",
-]
+PRETRAIN_ARGUMENTS = logged_arguments(["pretrain", "--preset", "mini", "--no-nsp", "--masking", "dynamic"], 256)
 STEPS = 11350  # what 387 s of an H200 held, two runs side by side (sweep's calibration)
 LEARNING_RATE = 2e-3  # the sweep's better held-out masked-token loss, of 1e-3 and 2e-3
-CALIBRATION_STEPS = 150  # three log lines: the first holds the start-up, the two others time the steps
 FINETUNING_DROPOUT = 0.1  # BERT's, in the shipped config.json: what fine-tuning uses
 CLASSIFIER_POOLING = "mean"  # chosen on MR dev by benchmarks/mr_pooling.py, in the shipped config.json
-
-
-def pack(args: argparse.Namespace) -> int:
-    start = time.perf_counter()
-    documents = imdb_documents(args.data_root)
-    packed = PackedSegments.pack(BertTokenizer(PACKAGE_FOLDER / "vocab.txt"), documents, SEQ_LEN)
-    args.packed.parent.mkdir(parents=True, exist_ok=True)
-    packed.save(args.packed)
-    print(f"wrote {args.packed}: {len(documents)} reviews, {len(packed)} segments, {len(packed.ids)} tokens "
-          f"({args.packed.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - start:.0f} s)")
-    return 0
-
-
-def pretrain(args: argparse.Namespace) -> int:
-    argv = [*PRETRAIN_ARGUMENTS, "--packed", str(args.packed), "--steps", str(args.steps), "--lr", f"{args.lr:g}",
-            "--output", str(args.work), "--device", args.device]
-    print("bertlab " + " ".join(argv), flush=True)
-    status = cli.main(argv)
-    if status == 0:  # the command of a run that exists, for export's model card
-        (args.work / COMMAND_FILE).write_text(json.dumps(argv) + "\n")
-    return status
-
-
-def run_side_by_side(args: argparse.Namespace, folder: Path, steps: int) -> list[Path]:
-    """``pretrain`` once per learning rate, the processes side by side; the run folders, in --lrs order."""
-    runs = [folder / f"lr-{lr:g}" for lr in args.lrs]
-    processes = [subprocess.Popen([sys.executable, __file__, "pretrain", "--packed", str(args.packed),
-                                   "--work", str(run), "--lr", f"{lr:g}", "--steps", str(steps),
-                                   "--device", args.device])
-                 for lr, run in zip(args.lrs, runs)]
-    failed = [str(run) for run, process in zip(runs, processes) if process.wait() != 0]
-    if failed:
-        sys.exit(f"sweep: the runs in {', '.join(failed)} failed (their output is above)")
-    return runs
-
-
-def sweep(args: argparse.Namespace) -> int:
-    start = time.perf_counter()
-    calibration = run_side_by_side(args, args.work / "calibration", CALIBRATION_STEPS)
-    rates = []  # steps per second of each run, the first log line (the start-up) left out
-    for run in calibration:
-        records = load_metrics(run / METRICS_FILE)
-        rates.append((records[-1]["step"] - records[0]["step"]) / sum(record["seconds"] for record in records[1:]))
-    seconds_left = args.seconds - (time.perf_counter() - start)
-    steps = max(LOG_EVERY, int(min(rates) * seconds_left) // LOG_EVERY * LOG_EVERY)
-    print(f"sweep: {min(rates):.1f} steps/s side by side, {steps} steps in the {seconds_left:.0f} s left", flush=True)
-    runs = run_side_by_side(args, args.work, steps)
-    (args.work / "sweep.json").write_text(json.dumps({
-        "lrs": args.lrs, "seconds": args.seconds, "steps_per_second_side_by_side": rates, "steps": steps,
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor(),
-        "runs": [str(run) for run in runs], "wall_seconds": time.perf_counter() - start,
-    }, indent=2) + "\n")
-    return 0
-
-
-def placeholders(command: list[str]) -> list[str]:
-    """The command with the paths of one machine (after --packed and --output) as FILE and DIR."""
-    names = {"--packed": "FILE", "--output": "DIR"}
-    return [names.get(previous, argument) for previous, argument in zip(["", *command], command)]
 
 
 def card(recipe: PretrainingRecipe, config: dict, history: list[dict], scores: dict, machine: str,
@@ -222,65 +149,21 @@ In *Proceedings of ICML 2023*.
 """
 
 
-def finished_run(work: Path) -> tuple[list[dict], dict]:
-    """The metrics log and recipe of the finished run in ``work``; exits with a message otherwise."""
-    history = load_metrics(work / METRICS_FILE)
-    recipe = PretrainingRecipe.read(work)
-    if not history or history[-1]["step"] != recipe.max_steps:
-        sys.exit(f"{work} holds no finished run (last logged step {history[-1]['step'] if history else None} "
-                 f"of {recipe.max_steps}): run 'python tools/course_bert.py pretrain' until it ends")
-    return history, recipe
-
-
-def held_out_scores(model, tokenizer, data_root: Path, seq_len: int):
+def held_out_scores(model: BertForPreTraining, tokenizer: BertTokenizer, data_root: Path, seq_len: int) -> dict:
     """The model's masked-token loss and accuracy on the held-out test reviews (fixed masks)."""
-    held_out = held_out_reviews(data_root)
-    return evaluate_masked_lm(model, tokenizer, held_out, seq_len=seq_len, seed=EVALUATION_SEED), held_out
+    return vars(evaluate_masked_lm(model, tokenizer, held_out_reviews(data_root), seq_len=seq_len,
+                                   seed=EVALUATION_SEED))
 
 
-def score(args: argparse.Namespace) -> int:
-    _, recipe = finished_run(args.work)
-    model = BertForPreTraining.from_pretrained(args.work).eval()
-    scores, _ = held_out_scores(model, BertTokenizer(args.work / "vocab.txt"), args.data_root, recipe.seq_len)
-    (args.work / "held_out.json").write_text(json.dumps(vars(scores), indent=2) + "\n")
-    print(f"{args.work}: held-out MLM {scores}")
-    return 0
-
-
-def record(args: argparse.Namespace) -> int:
-    """The candidates of a sweep, side by side: each run's command, training time and losses and its held-out
-    scores (``score``'s ``held_out.json``), with the sweep's calibration, into ``--out``."""
-    runs = []
-    for work in args.work:
-        history, recipe = finished_run(work)
-        held_out = work / "held_out.json"
-        if not held_out.is_file():
-            sys.exit(f"{work} has no held_out.json: run 'python tools/course_bert.py score --work {work}' first")
-        runs.append({"folder": work.name, "command": placeholders(json.loads((work / COMMAND_FILE).read_text())),
-                     "settings": recipe.settings(), "training_seconds": sum(record["seconds"] for record in history),
-                     "final_train_mlm_loss": history[-1]["mlm_loss"],
-                     "final_train_mlm_accuracy": history[-1]["mlm_accuracy"],
-                     "held_out": json.loads(held_out.read_text())})
-    sweeps = [json.loads((work / "sweep.json").read_text()) for work in args.work if (work / "sweep.json").is_file()]
-    args.out.write_text(json.dumps({
-        "command": "python tools/course_bert.py record --work " + " ".join(str(work) for work in args.work),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "sweep": sweeps[0] if sweeps else None, "runs": runs,
-        "held_out_reviews": 2 * HELD_OUT_REVIEWS, "evaluation_seed": EVALUATION_SEED,
-    }, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 0
-
-
-def export(args: argparse.Namespace) -> int:
+def export(args: argparse.Namespace, history: list[dict], recipe: PretrainingRecipe) -> int:
     work = args.work
-    history, recipe = finished_run(work)
     model = BertForPreTraining.from_pretrained(work).eval()
     tokenizer = BertTokenizer(work / "vocab.txt")
     command = json.loads((work / COMMAND_FILE).read_text())
 
     start = time.perf_counter()
-    model_scores, held_out = held_out_scores(model, tokenizer, args.data_root, recipe.seq_len)
+    held_out = held_out_reviews(args.data_root)
+    model_scores = evaluate_masked_lm(model, tokenizer, held_out, seq_len=recipe.seq_len, seed=EVALUATION_SEED)
     counts = token_frequencies(tokenizer, imdb_documents(args.data_root))
     unigram_scores = unigram_masked_lm(counts, tokenizer, held_out, seq_len=recipe.seq_len, seed=EVALUATION_SEED)
     print(f"held-out MLM: model {model_scores}, unigram {unigram_scores}, "
@@ -305,7 +188,7 @@ def export(args: argparse.Namespace) -> int:
     for name in (METRICS_FILE, SETTINGS_FILE):
         shutil.copy(work / name, PACKAGE_FOLDER / name)
     plot_metrics(work / METRICS_FILE, PACKAGE_FOLDER / PLOT_FILE)
-    machine = args.machine or f"{platform.machine()} CPU, {torch.get_num_threads()} threads, PyTorch {torch.__version__}"
+    machine = training_machine(args)
     scores = {"parameters": sum(p.numel() for p in model.parameters()),
               "held_out_reviews": 2 * HELD_OUT_REVIEWS,
               "model": vars(model_scores), "unigram": vars(unigram_scores),
@@ -325,38 +208,13 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    steps = parser.add_subparsers(dest="step", required=True)
-    pack_parser = steps.add_parser("pack", help="tokenize the training reviews into packed segments")
-    pretrain_parser = steps.add_parser("pretrain", help="pretrain on the packed segments (re-run to resume)")
-    sweep_parser = steps.add_parser("sweep", help="pretrain with several learning rates side by side, in a time budget")
-    score_parser = steps.add_parser("score", help="a finished run's masked-token scores on held-out reviews")
-    record_parser = steps.add_parser("record", help="the scored runs of a sweep, side by side, in one JSON file")
-    export_parser = steps.add_parser("export", help="score a finished run and write bertlab/course_bert/")
-    for step in (pack_parser, score_parser, export_parser):
-        step.add_argument("--data-root", type=Path, required=True, help="folder holding aclImdb/")
-    for step in (pack_parser, pretrain_parser, sweep_parser):
-        step.add_argument("--packed", type=Path, default=PACKED_FILE,
-                          help=f"the packed segments (default: {PACKED_FILE.relative_to(REPO_ROOT)})")
-    for step in (pretrain_parser, sweep_parser):
-        step.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    for step, folder in [(pretrain_parser, "course-bert"), (sweep_parser, "course-bert-sweep"),
-                         (score_parser, "course-bert"), (export_parser, "course-bert")]:
-        step.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / folder,
-                          help=f"the run's folder: checkpoint, metrics, final weights (default: runs/{folder})")
-    pretrain_parser.add_argument("--lr", type=float, default=LEARNING_RATE, help=f"default: {LEARNING_RATE:g}")
-    pretrain_parser.add_argument("--steps", type=int, default=STEPS, help=f"default: {STEPS}")
-    record_parser.add_argument("--work", type=Path, nargs="+", required=True, help="the scored run folders")
-    record_parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "course-bert-sweep-gpu.json")
-    sweep_parser.add_argument("--lrs", type=float, nargs="+", required=True, help="the learning rates to compare")
-    sweep_parser.add_argument("--seconds", type=float, required=True,
-                              help="wall-clock budget of the sweep, calibration included")
-    export_parser.add_argument("--machine", help="the hardware to name in the model card (default: this CPU)")
-    args = parser.parse_args()
-    return {"pack": pack, "pretrain": pretrain, "sweep": sweep, "score": score, "record": record,
-            "export": export}[args.step](args)
+COURSE_BERT = CourseModel(
+    name="BERT", tool=Path(__file__).resolve(), work_name="course-bert", pretrain_arguments=PRETRAIN_ARGUMENTS,
+    steps=STEPS, learning_rate=LEARNING_RATE, train_metrics=("mlm_loss", "mlm_accuracy"),
+    load=lambda folder: BertForPreTraining.from_pretrained(folder).eval(), held_out_scores=held_out_scores,
+    export=export, sweep_record=REPO_ROOT / "benchmarks" / "results" / "course-bert-sweep-gpu.json",
+)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(COURSE_BERT, description=__doc__))
