@@ -115,25 +115,40 @@ def run_side_by_side(model: CourseModel, args: argparse.Namespace, folder: Path,
     return runs
 
 
+def calibrate(model: CourseModel, args: argparse.Namespace) -> list[float]:
+    """Steps per second of each run of ``--lrs`` side by side, over ``CALIBRATION_STEPS`` steps (the first
+    log line, which holds the start-up, left out)."""
+    rates = []
+    for run in run_side_by_side(model, args, args.work / "calibration", CALIBRATION_STEPS):
+        records = load_metrics(run / METRICS_FILE)
+        rates.append((records[-1]["step"] - records[0]["step"]) / sum(record["seconds"] for record in records[1:]))
+    return rates
+
+
 def sweep(model: CourseModel, args: argparse.Namespace) -> int:
-    """The runs of ``--lrs`` side by side: for ``--steps`` steps each, or for as many as fit in ``--seconds``
-    (measured by a calibration of ``CALIBRATION_STEPS`` steps of every run, side by side)."""
+    """The runs of ``--lrs`` side by side, each for ``--steps`` steps or for as many as fit in ``--seconds``.
+
+    With ``--seconds`` a calibration of every run side by side measures the steps per second first. With
+    both, the runs keep ``--steps`` (the budget of the model they are compared with); when they would not
+    finish side by side in the time left, only the first learning rate runs, alone.
+    """
     start = time.perf_counter()
     rates = None
-    if args.steps is not None:
-        steps = args.steps
-    else:
-        calibration = run_side_by_side(model, args, args.work / "calibration", CALIBRATION_STEPS)
-        rates = []  # steps per second of each run, the first log line (the start-up) left out
-        for run in calibration:
-            records = load_metrics(run / METRICS_FILE)
-            rates.append((records[-1]["step"] - records[0]["step"]) / sum(record["seconds"] for record in records[1:]))
+    if args.seconds is not None:
+        rates = calibrate(model, args)
         seconds_left = args.seconds - (time.perf_counter() - start)
-        steps = max(LOG_EVERY, int(min(rates) * seconds_left) // LOG_EVERY * LOG_EVERY)
-        print(f"sweep: {min(rates):.1f} steps/s side by side, {steps} steps in the {seconds_left:.0f} s left", flush=True)
-    runs = run_side_by_side(model, args, args.work, steps)
+        if args.steps is None:
+            args.steps = max(LOG_EVERY, int(min(rates) * seconds_left) // LOG_EVERY * LOG_EVERY)
+            print(f"sweep: {min(rates):.1f} steps/s side by side, {args.steps} steps in the {seconds_left:.0f} s left",
+                  flush=True)
+        elif len(args.lrs) > 1 and args.steps / min(rates) > seconds_left:
+            print(f"sweep: {args.steps} steps at {min(rates):.1f} steps/s side by side would take "
+                  f"{args.steps / min(rates):.0f} s, more than the {seconds_left:.0f} s left: only --lr "
+                  f"{args.lrs[0]:g} runs", flush=True)
+            args.lrs = args.lrs[:1]
+    runs = run_side_by_side(model, args, args.work, args.steps)
     (args.work / "sweep.json").write_text(json.dumps({
-        "lrs": args.lrs, "seconds": args.seconds, "steps_per_second_side_by_side": rates, "steps": steps,
+        "lrs": args.lrs, "seconds": args.seconds, "steps_per_second_side_by_side": rates, "steps": args.steps,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor(),
         "runs": [str(run) for run in runs], "wall_seconds": time.perf_counter() - start,
     }, indent=2) + "\n")
@@ -229,9 +244,11 @@ def main(model: CourseModel, argv: list[str] | None = None, description: str | N
     record_parser.add_argument("--out", type=Path, default=model.sweep_record,
                                help=f"default: {model.sweep_record.relative_to(REPO_ROOT)}")
     sweep_parser.add_argument("--lrs", type=float, nargs="+", required=True, help="the learning rates to compare")
-    budget = sweep_parser.add_mutually_exclusive_group(required=True)
-    budget.add_argument("--seconds", type=float, help="wall-clock budget of the sweep, calibration included")
-    budget.add_argument("--steps", type=int, help="the number of steps of every run (no calibration)")
+    sweep_parser.add_argument("--seconds", type=float, help="wall-clock budget of the sweep, calibration included")
+    sweep_parser.add_argument("--steps", type=int, help="the number of steps of every run (with --seconds: only "
+                              "the first of --lrs runs when the others would not fit)")
     export_parser.add_argument("--machine", help="the hardware to name in the model card (default: this CPU)")
     args = parser.parse_args(argv)
+    if args.step == "sweep" and args.seconds is None and args.steps is None:
+        parser.error("sweep needs --seconds, --steps or both")
     return STEPS[args.step](model, args)
