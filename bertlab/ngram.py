@@ -383,7 +383,7 @@ class KneserNeyBigram(_BigramModel):
     def continuation_log_prob(self, token: torch.Tensor) -> torch.Tensor:
         """log p_cont(w) for token ids w (...) -> (...), float64."""
         continuation, D = self.counts.continuation, self.discount
-        distinct_bigrams, continuing_tokens = continuation.sum(), (continuation > 0).sum()
+        distinct_bigrams, continuing_tokens = continuation.sum(), (continuation > 0).sum(dtype=continuation.dtype)
         seen = (continuation[token.long()] - D).clamp(min=0) / distinct_bigrams  # (...)
         return (seen + D * continuing_tokens / distinct_bigrams / self.vocab_size).log()
 
