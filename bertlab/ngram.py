@@ -126,10 +126,13 @@ class NGramCounts:
             raise ValueError(f"vocab_size {vocab_size} is too large for keys v V + w in int64")
         _check_vocab_id("bos_token_id", bos_token_id, vocab_size)
         _check_vocab_id("eos_token_id", eos_token_id, vocab_size)
+        if isinstance(segments, PackedSegments) and len(segments.vocab) != vocab_size:
+            raise ValueError(f"the segments were packed with a vocabulary of {len(segments.vocab)} tokens, "
+                             f"not vocab_size={vocab_size}")
         ids, lengths = _flatten(segments)  # (T,), (S,)
-        if len(ids) and not (0 <= int(ids.min()) and int(ids.max()) < vocab_size):
-            bad = ids[(ids < 0) | (ids >= vocab_size)][0]
-            raise ValueError(f"the segments hold the id {int(bad)}, outside the vocabulary [0, {vocab_size})")
+        outside = (ids < 0) | (ids >= vocab_size)  # (T,)
+        if outside.any():
+            raise ValueError(f"the segments hold the id {int(ids[outside][0])}, outside the vocabulary [0, {vocab_size})")
         lengths = lengths[lengths > 0]
         bos, eos = int(bos_token_id is not None), int(eos_token_id is not None)
         framed_lengths = lengths + bos + eos  # (S,)
@@ -205,7 +208,10 @@ class CountLanguageModel(abc.ABC):
     and where its tensors live, and :meth:`to` moves them.
     """
 
-    vocab_size: int
+    @property
+    @abc.abstractmethod
+    def vocab_size(self) -> int:
+        """V, the number of tokens each distribution is over."""
 
     @abc.abstractmethod
     def log_prob(self, context: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
@@ -219,8 +225,12 @@ class CountLanguageModel(abc.ABC):
 
     def to(self, device: torch.device | str) -> "CountLanguageModel":
         """The same model on ``device``."""
-        return dataclasses.replace(self, **{field.name: value.to(device) for field in dataclasses.fields(self)
-                                            if hasattr(value := getattr(self, field.name), "to")})
+        moved = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, (torch.Tensor, NGramCounts)):
+                moved[field.name] = value.to(device)
+        return dataclasses.replace(self, **moved)
 
     def next_token_nll(self, input_ids: torch.Tensor,
                        labels: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -262,13 +272,20 @@ class CountLanguageModel(abc.ABC):
         return self.log_prob(context[..., None], torch.arange(self.vocab_size, device=context.device))
 
     def most_probable_next(self, context: torch.Tensor) -> torch.Tensor:
-        """argmax_w p(w | context) (the lowest id among ties): context (...) -> (...), int64."""
+        """argmax_w p(w | context) (the lowest id among ties): context (...) -> (...), int64.
+
+        The first call computes the most probable token after every one of the V contexts (V^2
+        probabilities: seconds for V = 8,192) and keeps them.
+        """
+        if ((context < 0) | (context >= self.vocab_size)).any():
+            raise ValueError(f"a context is {int(context[(context < 0) | (context >= self.vocab_size)][0])}, outside "
+                             f"the vocabulary [0, {self.vocab_size})")
         return self._most_probable_table[context.long()]
 
     @functools.cached_property
     def _most_probable_table(self) -> torch.Tensor:
-        """(V,): the most probable next token after each context, computed once, _ROWS_PER_CHUNK rows of
-        (rows, V) probabilities at a time."""
+        """(V,): the most probable next token after each context, _ROWS_PER_CHUNK rows of (rows, V)
+        probabilities at a time."""
         contexts = torch.arange(self.vocab_size, device=self.device)
         return torch.cat([self.next_token_log_probs(chunk).argmax(-1) for chunk in contexts.split(_ROWS_PER_CHUNK)])
 
@@ -348,7 +365,7 @@ class AddKBigram(_BigramModel):
 @dataclasses.dataclass(frozen=True, eq=False)
 class KneserNeyBigram(_BigramModel):
     """Interpolated Kneser-Ney smoothing of bigrams (Kneser and Ney, 1995), in the interpolated form of
-    Chen and Goodman (1999), whose recursion ends in the uniform distribution:
+    Chen and Goodman (1999), the recursion ended with the uniform distribution 1 / V:
 
         p(w | v) = max(c(v w) - D, 0) / c(v .) + D N1+(v .) / c(v .) p_cont(w)      if c(v .) > 0
         p(w | v) = p_cont(w)                                                         if c(v .) = 0

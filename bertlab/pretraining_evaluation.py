@@ -169,7 +169,7 @@ def _score_next_tokens(model: GPTLMHeadModel | CountLanguageModel,
             guesses = logits[:, :-1].argmax(-1)  # (B, N - 1)
         else:
             nll, counted = model.next_token_nll(input_ids, labels)  # (B, N - 1) each
-            guesses = model.most_probable_next(input_ids[:, :-1].clamp(min=0))  # (B, N - 1)
+            guesses = model.most_probable_next(input_ids[:, :-1])  # (B, N - 1)
         loss += float(nll.double()[counted].sum())
         correct += int((guesses == labels[:, 1:])[counted].sum())
         predicted += int(counted.sum())

@@ -264,6 +264,12 @@ def test_next_token_nll_names_bad_input(counts, input_ids, labels, message):
         KneserNeyBigram(counts).next_token_nll(input_ids, labels)
 
 
+def test_most_probable_next_names_a_context_outside_the_vocabulary(counts):
+    for context in (torch.tensor([1, V]), torch.tensor([-1])):
+        with pytest.raises(ValueError, match=rf"a context is {int(context[-1])}, outside the vocabulary \[0, {V}\)"):
+            AddKBigram(counts).most_probable_next(context)
+
+
 def test_models_move_to_a_device_and_score_there(counts, device):
     ids = batch_with_padding()
     for model, _ in models_and_hand_formulas(counts, (BOS, EOS)):
@@ -289,6 +295,8 @@ def test_models_move_to_a_device_and_score_there(counts, device):
     (["a text"], V, {}, TypeError, r"segments\[0\] must be a sequence of token ids, got a str"),
     (torch.tensor([1, 2]), V, {}, TypeError, r"segments must be PackedSegments or a list of id sequences"),
     ([[1], [2], []], V, {}, ValueError, r"no bigram"),
+    (PackedSegments(np.array([1, 2], dtype=np.uint16), np.array([0, 2]), 8, ("a", "b", "c"), True), V, {},
+     ValueError, rf"packed with a vocabulary of 3 tokens, not vocab_size={V}"),
 ])
 def test_fit_names_bad_input(segments, vocab_size, framing, error, message):
     with pytest.raises(error, match=message):
