@@ -18,6 +18,8 @@ One module per topic of the course, in the order of the book:
 - ``bertlab.distillation``   knowledge distillation into a smaller student (chapter 09)
 - ``bertlab.gpt``            a GPT-2-style decoder, its KV cache and its samplers (chapter 11); ``pretrain``
                              trains it with ``objective="causal"``
+- ``bertlab.ngram``          count-based language models (add-k unigram and bigram, Kneser-Ney bigram), the
+                             baselines of a GPT's perplexity, and distinct-n (chapter 11)
 - ``bertlab.data``           offline corpora and sentiment datasets
 """
 

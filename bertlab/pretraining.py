@@ -25,7 +25,8 @@ This module gathers the chapter's names in one place; the code lives in one modu
 - ``bertlab.pretraining_data``        masking, NSP pairs, full-sentence segments, ``PretrainingDataset``
 - ``bertlab.optimization``            AdamW's parameter groups, the linear warm-up and decay
 - ``bertlab.pretraining_loop``        ``pretrain``: the training loop, its checkpoints and metrics log
-- ``bertlab.pretraining_evaluation``  masked-token prediction on held-out text, the unigram baseline
+- ``bertlab.pretraining_evaluation``  masked-token prediction on held-out text, the unigram baseline; a
+                                      GPT's next-token prediction and its count-based baselines
 - ``bertlab.course_model``            the course's BERT, shipped with the package
 """
 
@@ -50,7 +51,15 @@ from bertlab.pretraining_data import (
     mask_tokens,
     pack_full_sentences,
 )
-from bertlab.pretraining_evaluation import MaskedLMScores, evaluate_masked_lm, token_frequencies, unigram_masked_lm
+from bertlab.pretraining_evaluation import (
+    CausalLMScores,
+    MaskedLMScores,
+    causal_masked_lm,
+    evaluate_causal_lm,
+    evaluate_masked_lm,
+    token_frequencies,
+    unigram_masked_lm,
+)
 from bertlab.pretraining_loop import (
     CHECKPOINT_FILE,
     METRICS_FILE,
@@ -74,6 +83,7 @@ __all__ = [
     "load_metrics", "plot_metrics",
     # evaluation: bertlab.pretraining_evaluation
     "MaskedLMScores", "evaluate_masked_lm", "token_frequencies", "unigram_masked_lm",
+    "CausalLMScores", "evaluate_causal_lm", "causal_masked_lm",
     # the course's BERT: bertlab.course_model
     "COURSE_BERT_FOLDER", "TOKEN_COUNTS_FILE", "course_bert_folder", "course_bert", "course_bert_token_counts",
     "course_bert_sha256", "read_course_bert_results",

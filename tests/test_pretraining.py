@@ -28,6 +28,8 @@ from bertlab import cli, pretraining, pretraining_loop
 from bertlab.course_model import COURSE_BERT_FOLDER
 from bertlab.bert import BertConfig, BertForPreTraining
 from bertlab.data import pretraining_corpus
+from bertlab.gpt import GPTConfig, GPTLMHeadModel, causal_lm_loss
+from bertlab.ngram import AddKUnigram, KneserNeyBigram, NGramCounts
 from bertlab.pretraining import (
     IGNORE_INDEX,
     IS_NEXT,
@@ -36,9 +38,11 @@ from bertlab.pretraining import (
     PackedSegments,
     PretrainingDataset,
     PretrainingRecipe,
+    causal_masked_lm,
     course_bert,
     course_bert_folder,
     course_bert_token_counts,
+    evaluate_causal_lm,
     evaluate_masked_lm,
     get_linear_schedule,
     load_metrics,
@@ -63,12 +67,14 @@ VOCAB_SIZE = 1000
 # ---------------------------------------------------------------------------------------------- the names
 
 #: Every public name of ``bertlab.pretraining`` when it was one file, before it was split by job, and
-#: ``PackedSegments`` added since.
+#: ``PackedSegments`` and the causal evaluation (``CausalLMScores``, ``evaluate_causal_lm``,
+#: ``causal_masked_lm``) added since.
 PUBLIC_NAMES = [
-    "CHECKPOINT_FILE", "COURSE_BERT_FOLDER", "IGNORE_INDEX", "IS_NEXT", "MASKING_KINDS", "METRICS_FILE",
+    "CHECKPOINT_FILE", "COURSE_BERT_FOLDER", "CausalLMScores", "IGNORE_INDEX", "IS_NEXT", "MASKING_KINDS", "METRICS_FILE",
     "MaskedLMScores", "NOT_NEXT", "PLOT_FILE", "PackedSegments", "PretrainingDataset", "PretrainingRecipe",
     "SETTINGS_FILE", "TOKEN_COUNTS_FILE",
-    "course_bert", "course_bert_folder", "course_bert_sha256", "course_bert_token_counts", "evaluate_masked_lm",
+    "causal_masked_lm", "course_bert", "course_bert_folder", "course_bert_sha256", "course_bert_token_counts",
+    "evaluate_causal_lm", "evaluate_masked_lm",
     "get_linear_schedule", "load_metrics", "make_nsp_examples", "mask_tokens", "pack_full_sentences",
     "plot_metrics", "pretrain", "read_course_bert_results", "token_frequencies", "unigram_masked_lm",
     "weight_decay_groups",
@@ -718,6 +724,144 @@ def test_evaluate_masked_lm_scores_the_fixed_masked_tokens(tokenizer, corpus):
     assert unigram.loss == pytest.approx(float(-probabilities[targets].log().mean()))
     assert unigram.predicted_tokens == scores.predicted_tokens  # the same positions
     assert unigram.accuracy == pytest.approx(float((targets == counts.argmax()).double().mean()))
+
+
+def tiny_gpt(tokenizer, seed: int = 0, dropout: float = 0.1) -> GPTLMHeadModel:
+    """A random GPT whose logits are spread wide (initializer_range 0.5), so that no two are so close
+    that padding, which changes the float rounding, could change an argmax."""
+    torch.manual_seed(seed)
+    return GPTLMHeadModel(GPTConfig(vocab_size=tokenizer.vocab_size, n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                                    initializer_range=0.5, bos_token_id=tokenizer.cls_token_id,
+                                    eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id,
+                                    resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout))
+
+
+def causal_examples(tokenizer, documents, seq_len: int) -> list[torch.Tensor]:
+    """[CLS] segment [SEP] for each full-sentence segment, unpadded."""
+    return [torch.tensor([tokenizer.cls_token_id, *segment, tokenizer.sep_token_id])
+            for segment in pack_full_sentences(tokenizer, documents, seq_len)]
+
+
+def test_evaluate_causal_lm_is_the_causal_loss_of_every_segment(tokenizer, corpus):
+    """Against causal_lm_loss on each segment alone (no padding, no batch), for a GPT in training mode
+    (evaluated in eval mode, and left in training mode), and against the count-based model's
+    probabilities summed over the same tokens."""
+    gpt = tiny_gpt(tokenizer).train()
+    held_out = corpus[10:13]
+    scores = evaluate_causal_lm(gpt, tokenizer, held_out, seq_len=32, batch_size=3)
+    assert gpt.training
+    examples = causal_examples(tokenizer, held_out, 32)
+    gpt.eval()
+    total, correct, predicted = 0.0, 0, 0
+    with torch.no_grad():
+        for ids in examples:
+            logits = gpt(ids[None]).logits  # (1, L, V)
+            total += float(causal_lm_loss(logits, ids[None])) * (len(ids) - 1)
+            correct += int((logits[0, :-1].argmax(-1) == ids[1:]).sum())
+            predicted += len(ids) - 1
+    assert scores.predicted_tokens == predicted == sum(len(ids) - 1 for ids in examples)
+    assert scores.loss == pytest.approx(total / predicted, rel=1e-5)
+    assert scores.perplexity == pytest.approx(math.exp(total / predicted), rel=1e-5)
+    assert scores.accuracy == pytest.approx(correct / predicted)
+    assert abs(scores.loss - math.log(tokenizer.vocab_size)) < 5  # a random model: in the region of ln V
+
+    train = pack_full_sentences(tokenizer, corpus[:10], 32)
+    counts = NGramCounts.fit(train, tokenizer.vocab_size, bos_token_id=tokenizer.cls_token_id,
+                             eos_token_id=tokenizer.sep_token_id)
+    bigram = KneserNeyBigram(counts)
+    ngram = evaluate_causal_lm(bigram, tokenizer, held_out, seq_len=32, batch_size=3)
+    assert ngram.predicted_tokens == scores.predicted_tokens  # the same tokens
+    log_likelihood = sum(float(bigram.log_prob(ids[:-1], ids[1:]).sum()) for ids in examples)
+    assert ngram.loss == pytest.approx(-log_likelihood / predicted, rel=1e-6)
+    guesses = [int((bigram.next_token_log_probs(ids[:-1]).argmax(-1) == ids[1:]).sum()) for ids in examples]
+    assert ngram.accuracy == pytest.approx(sum(guesses) / predicted)
+    assert ngram.loss < math.log(tokenizer.vocab_size)  # the bigram learned something from the training text
+    uniform = evaluate_causal_lm(AddKUnigram(torch.zeros(tokenizer.vocab_size)), tokenizer, held_out, seq_len=32)
+    assert uniform.perplexity == pytest.approx(tokenizer.vocab_size)
+
+
+def test_evaluate_causal_lm_runs_on_the_models_device(tokenizer, corpus, device):
+    held_out = corpus[10:12]
+    gpt = tiny_gpt(tokenizer, dropout=0.0).eval()
+    counts = NGramCounts.fit(pack_full_sentences(tokenizer, corpus[:10], 32), tokenizer.vocab_size,
+                             bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id)
+    for model, moved in [(gpt, tiny_gpt(tokenizer, dropout=0.0).to(device)),
+                         (KneserNeyBigram(counts), KneserNeyBigram(counts).to(device))]:
+        here, there = (evaluate_causal_lm(m, tokenizer, held_out, seq_len=32, batch_size=4) for m in (model, moved))
+        assert there.predicted_tokens == here.predicted_tokens
+        assert there.loss == pytest.approx(here.loss, rel=1e-4)
+        there = causal_masked_lm(moved, tokenizer, held_out, seq_len=32, batch_size=4, seed=3)
+        assert there.loss == pytest.approx(causal_masked_lm(model, tokenizer, held_out, seq_len=32, seed=3).loss, rel=1e-4)
+
+
+def test_causal_masked_lm_predicts_bert_s_masked_words_from_their_left(tokenizer, corpus):
+    """The GPT predicts the positions evaluate_masked_lm masks, from the unmasked tokens on their left:
+    against log_softmax of the logits at i - 1 for each masked i, computed segment by segment."""
+    gpt = tiny_gpt(tokenizer, dropout=0.0).eval()
+    held_out = corpus[10:13]
+    bert = evaluate_masked_lm(tiny_model(tokenizer), tokenizer, held_out, seq_len=32, batch_size=8, seed=5)
+    scores = causal_masked_lm(gpt, tokenizer, held_out, seq_len=32, batch_size=3, seed=5)
+    assert isinstance(scores, MaskedLMScores) and scores.predicted_tokens == bert.predicted_tokens
+    dataset = PretrainingDataset(tokenizer, held_out, seq_len=32, nsp=False, masking="static", seed=5)
+    total, correct, predicted = 0.0, 0, 0
+    with torch.no_grad():
+        for example, (masked, labels) in zip(dataset.examples, dataset.static_masks):
+            ids = example["input_ids"]  # (L,): the segment unmasked
+            log_probs = gpt(ids[None]).logits[0].log_softmax(-1)  # (L, V)
+            for i in (labels != IGNORE_INDEX).nonzero().flatten().tolist():
+                assert i > 0 and labels[i] == ids[i]
+                total -= float(log_probs[i - 1, ids[i]])
+                correct += int(log_probs[i - 1].argmax() == ids[i])
+                predicted += 1
+    assert scores.predicted_tokens == predicted
+    assert scores.loss == pytest.approx(total / predicted, rel=1e-5)
+    assert scores.accuracy == pytest.approx(correct / predicted)
+
+
+def test_causal_masked_lm_reads_only_the_left_context(tokenizer):
+    """Documents of whole-word tokens, one token a word: changing the last word of the last segment, right
+    of every masked position, leaves the scores unchanged; changing the word left of a masked one does
+    not (the test can fail)."""
+    words = [token for token in tokenizer.ids_to_tokens if token.isalpha() and tokenizer.tokenize(token) == [token]]
+    gpt = tiny_gpt(tokenizer, dropout=0.0).eval()
+
+    def documents(last_words: dict[int, str]) -> list[list[str]]:
+        sentences = np.random.default_rng(0).choice(words, size=(9, 8)).tolist()  # 3 documents of 3 sentences
+        for position, word in last_words.items():
+            sentences[-1][position] = word
+        return [[" ".join(sentence) for sentence in sentences[start:start + 3]] for start in (0, 3, 6)]
+
+    for seed in range(100):  # a seed whose last segment ends with an unmasked word after a masked one
+        dataset = PretrainingDataset(tokenizer, documents({}), seq_len=32, nsp=False, masking="static", seed=seed)
+        labels = dataset.static_masks[-1][1]  # (L,): [CLS] ... the last sentence's 8 words, [SEP]
+        chosen = (labels != IGNORE_INDEX).tolist()
+        last_sentence = range(len(labels) - 9, len(labels) - 1)
+        left_of_masked = [i - 1 for i in last_sentence if chosen[i] and i - 1 in last_sentence and not chosen[i - 1]]
+        if not chosen[-2] and left_of_masked:
+            break
+    else:
+        pytest.fail("no seed masks the last sentence as the test needs")
+    other = next(word for word in words if word != documents({})[-1][-1].split()[-1])
+    reference = causal_masked_lm(gpt, tokenizer, documents({}), seq_len=32, seed=seed)
+    right = causal_masked_lm(gpt, tokenizer, documents({7: other}), seq_len=32, seed=seed)
+    left = causal_masked_lm(gpt, tokenizer, documents({left_of_masked[0] - last_sentence[0]: other}), seq_len=32,
+                            seed=seed)
+    assert right == reference
+    assert left.predicted_tokens == reference.predicted_tokens and left.loss != reference.loss
+
+
+@pytest.mark.parametrize("make, kwargs, error, message", [
+    (lambda tokenizer: tiny_model(tokenizer), {}, TypeError, r"model must be a bertlab.gpt.GPTLMHeadModel or a "
+                                                                  r"count-based model of bertlab.ngram, got BertForPreTraining"),
+    (tiny_gpt, {"seq_len": 64}, ValueError, r"seq_len 64 is longer than the model's n_positions=32"),
+    (tiny_gpt, {"batch_size": 0}, ValueError, r"batch_size must be a positive integer, got 0"),
+])
+def test_the_causal_evaluations_name_bad_input(tokenizer, corpus, make, kwargs, error, message):
+    for evaluate in (evaluate_causal_lm, causal_masked_lm):
+        with pytest.raises(error, match=message):
+            evaluate(make(tokenizer), tokenizer, corpus[10:11], **{"seq_len": 32, **kwargs})
+    with pytest.raises(ValueError, match="no text"):
+        evaluate_causal_lm(tiny_gpt(tokenizer), tokenizer, [[""]], seq_len=32)
 
 
 # ---------------------------------------------------------------------------------------------- torchrun
