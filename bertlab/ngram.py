@@ -274,20 +274,23 @@ class CountLanguageModel(abc.ABC):
     def most_probable_next(self, context: torch.Tensor) -> torch.Tensor:
         """argmax_w p(w | context) (the lowest id among ties): context (...) -> (...), int64.
 
-        The first call computes the most probable token after every one of the V contexts (V^2
-        probabilities: seconds for V = 8,192) and keeps them.
+        The most probable token after a context is computed once, when a context is first asked for (V
+        probabilities each: all V = 8,192 contexts take seconds), and kept.
         """
         if ((context < 0) | (context >= self.vocab_size)).any():
             raise ValueError(f"a context is {int(context[(context < 0) | (context >= self.vocab_size)][0])}, outside "
                              f"the vocabulary [0, {self.vocab_size})")
-        return self._most_probable_table[context.long()]
+        context = context.long()
+        table = self._most_probable_table
+        missing = context[table[context] < 0].unique()  # (U,): contexts not computed yet
+        for chunk in missing.split(_ROWS_PER_CHUNK):
+            table[chunk] = self.next_token_log_probs(chunk).argmax(-1)
+        return table[context]
 
     @functools.cached_property
     def _most_probable_table(self) -> torch.Tensor:
-        """(V,): the most probable next token after each context, _ROWS_PER_CHUNK rows of (rows, V)
-        probabilities at a time."""
-        contexts = torch.arange(self.vocab_size, device=self.device)
-        return torch.cat([self.next_token_log_probs(chunk).argmax(-1) for chunk in contexts.split(_ROWS_PER_CHUNK)])
+        """(V,): the most probable next token after each context computed so far, -1 elsewhere."""
+        return torch.full((self.vocab_size,), -1, dtype=torch.long, device=self.device)
 
 
 def _check_k(k: float) -> None:
@@ -311,7 +314,8 @@ class AddKUnigram(CountLanguageModel):
 
     def __post_init__(self):
         if not isinstance(self.counts, torch.Tensor) or self.counts.dim() != 1 or (self.counts < 0).any():
-            raise ValueError("counts must be a (V,) tensor of counts >= 0")
+            shape = tuple(self.counts.shape) if isinstance(self.counts, torch.Tensor) else type(self.counts).__name__
+            raise ValueError(f"counts must be a (V,) tensor of unigram counts >= 0 (NGramCounts.unigram), got {shape}")
         _check_k(self.k)
 
     @property

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from safetensors.torch import load_file as load_safetensors
 from torch import nn
 
 from bertlab import cli
@@ -32,7 +33,7 @@ from bertlab.pretraining import PackedSegments, PretrainingDataset, PretrainingR
 from bertlab.pretraining_data import CausalLMDataset
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import cpu_computes_bfloat16
-from tests.benchmark_helpers import benchmark_script
+from tests.script_helpers import benchmark_script, tool_module
 from tests.conftest import run_cli
 
 transformers = pytest.importorskip("transformers")
@@ -716,3 +717,63 @@ def test_the_generation_benchmark_times_both_ways_on_the_same_tokens(tmp_path, c
     assert "recomputing / cached" in capsys.readouterr().out
     assert generation.main(["--device", "cpu", "--new-tokens", "600"]) == 2  # more tokens than the 512 positions: a clear error
     assert "exceed the 512 positions" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------
+# The tool that makes the course GPT (tools/course_gpt.py)
+# --------------------------------------------------------------------------------------------------
+
+
+def write_small_imdb(root, reviews_per_folder: int = 8) -> None:
+    """An aclImdb/ in the authors' layout, a few short reviews of common words in each folder."""
+    words = ["the film was good", "a bad movie", "i liked the story", "the acting was great",
+             "it was a long film", "the end was bad", "a good cast", "not a great movie"]
+    for number, folder in enumerate(["train/unsup", "train/pos", "train/neg", "test/pos", "test/neg"]):
+        (root / "aclImdb" / folder).mkdir(parents=True)
+        for i in range(reviews_per_folder):
+            text = f"{words[(i + number) % 8].capitalize()}. {words[(3 * i + 1) % 8].capitalize()} and {words[i % 8]}."
+            (root / "aclImdb" / folder / f"{i}_{7 if 'pos' in folder else 2}.txt").write_text(text)
+
+
+def test_the_course_gpt_tool_packs_pretrains_and_exports_a_model_hugging_face_reads(tmp_path, monkeypatch):
+    import bertlab.course_model
+
+    course_gpt = tool_module("course_gpt")
+    write_small_imdb(tmp_path)
+    packed, work, package = tmp_path / "packed.npz", tmp_path / "run", tmp_path / "course_gpt"
+    # the shipped recipe but for the batch: 2 segments a step, 2 steps
+    tool = dataclasses.replace(course_gpt.COURSE_GPT, pretrain_arguments=course_gpt.logged_arguments(
+        ["pretrain", "--objective", "causal", "--preset", "course"], 2))
+    assert course_gpt.main(tool, ["pack", "--data-root", str(tmp_path), "--packed", str(packed)]) == 0
+    assert course_gpt.main(tool, ["pretrain", "--packed", str(packed), "--work", str(work), "--steps", "2",
+                                  "--device", "cpu"]) == 0
+    # 4 held-out reviews of each polarity, and 4 more on which the add-k baselines choose k
+    monkeypatch.setattr(bertlab.course_model, "HELD_OUT_REVIEWS", 4)
+    monkeypatch.setattr(course_gpt, "HELD_OUT_REVIEWS", 4)
+    monkeypatch.setattr(course_gpt, "DEV_REVIEWS", 4)
+    monkeypatch.setattr(course_gpt, "PACKAGE_FOLDER", package)
+    monkeypatch.setattr(course_gpt, "RESULTS_FILE", tmp_path / "course-gpt.json")
+    assert course_gpt.main(tool, ["export", "--data-root", str(tmp_path), "--work", str(work)]) == 0
+
+    record = json.loads((tmp_path / "course-gpt.json").read_text())["held_out"]
+    baselines = record["baselines"]
+    assert set(baselines) == {"add_k_unigram", "add_k_bigram", "kneser_ney_bigram"}
+    for name in ("add_k_unigram", "add_k_bigram"):  # k chosen on the dev reviews: the lowest dev loss
+        losses = baselines[name]["dev_loss_by_k"]
+        assert float(baselines[name]["k"]) == float(min(losses, key=losses.get))
+    predicted = {scores["predicted_tokens"] for scores in (record["model"], *baselines.values())}
+    assert len(predicted) == 1  # every model scored on the same tokens
+    assert record["masked_words"]["bert"]["predicted_tokens"] == record["masked_words"]["gpt"]["predicted_tokens"]
+
+    hf = transformers.GPT2LMHeadModel.from_pretrained(package)  # Hugging Face reads the folder as it is
+    ours = GPTLMHeadModel.from_pretrained(package)
+    ids = torch.tensor([[2, 150, 151, 152, 3]])
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, ours(ids).logits, atol=1e-5, rtol=1e-5)
+    assert hf.config.resid_pdrop == course_gpt.FINETUNING_DROPOUT
+    weights = load_safetensors(package / "model.safetensors")
+    assert {tensor.dtype for tensor in weights.values()} == {torch.float16}
+    card = (package / "README.md").read_text()
+    command = " ".join(course_gpt.placeholders(json.loads((work / "command.json").read_text())))
+    assert f"    bertlab {command}\n" in card and "--objective causal" in command
+    assert f"| this model | {record['model']['loss']:.3f} |" in card

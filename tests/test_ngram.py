@@ -311,7 +311,7 @@ def test_a_single_token_segment_is_a_bigram_once_framed():
 @pytest.mark.parametrize("make, message", [
     (lambda counts: AddKUnigram(counts.unigram, k=0), r"k must be a finite number > 0"),
     (lambda counts: AddKBigram(counts, k=-1.0), r"k must be a finite number > 0"),
-    (lambda counts: AddKUnigram(-counts.unigram), r"counts must be a \(V,\) tensor of counts >= 0"),
+    (lambda counts: AddKUnigram(-counts.unigram), r"counts must be a \(V,\) tensor of unigram counts >= 0"),
     (lambda counts: KneserNeyBigram(counts, discount=0.0), r"discount must be in \(0, 1\]"),
     (lambda counts: KneserNeyBigram(counts, discount=1.5), r"discount must be in \(0, 1\]"),
     (lambda counts: KneserNeyBigram(NGramCounts.fit([[1, 2, 1, 2, 1]], V)), r"no n-gram is seen exactly once"),

@@ -6,7 +6,6 @@
 
 import dataclasses
 import hashlib
-import importlib
 import json
 import math
 import os
@@ -59,6 +58,7 @@ from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.recorded import RecordedResultsUnavailable
 from bertlab.utils import cpu_computes_bfloat16, grad_scaler
 from tests.conftest import free_port
+from tests.script_helpers import tool_module
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB_SIZE = 1000
@@ -971,16 +971,6 @@ def test_a_recorded_run_of_other_weights_is_not_shown_as_the_course_berts(tmp_pa
     chapter.mkdir(parents=True)
     recorded = pretraining.read_course_bert_results("bert-cpu.json", {"classification": ["course_bert"]}, start=chapter)
     assert recorded["classification"]["course_bert"] == 0.75
-
-
-def tool_module(name: str):
-    """The module of ``tools/<name>.py``, imported as running it as a script does: with its folder on the path."""
-    tools = str(REPO_ROOT / "tools")
-    sys.path.insert(0, tools)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(tools)
 
 
 def test_the_course_bert_tool_runs_the_command_its_model_card_records(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import tomllib
 import pytest
 
 from bertlab import recorded
-from tests.benchmark_helpers import benchmark_script
+from tests.script_helpers import benchmark_script
 from tests.conftest import REPO_ROOT
 
 

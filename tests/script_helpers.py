@@ -1,4 +1,4 @@
-"""Importing a benchmark script (``benchmarks/<name>.py``) in a test, as running it as a script does."""
+"""Importing a script of ``benchmarks/`` or ``tools/`` in a test, as running it as a script does."""
 
 import importlib.util
 import sys
@@ -17,3 +17,14 @@ def benchmark_script(name: str):
     finally:
         sys.path.remove(str(REPO_ROOT / "benchmarks"))
     return module
+
+
+def tool_module(name: str):
+    """The module of ``tools/<name>.py``, imported as running it as a script does: with its folder on the
+    import path (the course model tools import course_models)."""
+    tools = str(REPO_ROOT / "tools")
+    sys.path.insert(0, tools)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(tools)
