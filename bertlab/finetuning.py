@@ -38,8 +38,14 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from bertlab.bert import BertConfig, BertForSequenceClassification, BertModel, BertPreTrainedModel
-from bertlab.bert import checkpoint_files, config_values
+from bertlab.bert import (
+    BertConfig,
+    BertForSequenceClassification,
+    BertModel,
+    BertPreTrainedModel,
+    checkpoint_files,
+    config_values,
+)
 from bertlab.data import SentimentSplits, load_sentiment
 from bertlab.gpt import GPTConfig, GPTForSequenceClassification, GPTModel
 from bertlab.optimization import get_linear_schedule
@@ -175,7 +181,7 @@ def model_family(source: nn.Module | BertConfig | GPTConfig | str | Path) -> Mod
                     f"with one in `.transformer`), or their config, got {type(source).__name__}")
 
 
-def backbone(model: nn.Module) -> nn.Module:
+def model_backbone(model: nn.Module) -> nn.Module:
     """The backbone inside ``model``, the model without its head: a :class:`BertModel` (the model itself,
     or its ``.bert``) or a :class:`~bertlab.gpt.GPTModel` (the model itself, or its ``.transformer``)."""
     return model_family(model).backbone_of(model)
@@ -184,7 +190,7 @@ def backbone(model: nn.Module) -> nn.Module:
 def model_parts(model: nn.Module) -> ModelParts:
     """The :class:`ModelParts` of ``model``'s backbone: BERT's ``embeddings``, ``encoder.layers`` and
     ``encoder``; GPT's ``wte`` and ``wpe``, ``h`` and the decoder itself (its ``ln_f``)."""
-    return model_family(model).parts(backbone(model))
+    return model_family(model).parts(model_backbone(model))
 
 
 def bert_backbone(model: nn.Module) -> BertModel:

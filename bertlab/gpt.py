@@ -12,11 +12,14 @@ Position i attends to positions j <= i only, so the logits at i predict token i 
 generated one token at a time. The keys and values of the tokens already seen never change: a
 :class:`KVCache` keeps them, and each new token costs one position instead of the whole prefix.
 
+:class:`GPTForSequenceClassification` fine-tunes the decoder to classify a whole text from the state of
+its last token (Radford et al., 2018) or the mean of its states, in ``bertlab.finetuning``'s path as BERT.
+
 Weights are interchangeable with Hugging Face ``transformers``: the parameter names are those of
-``GPT2LMHeadModel`` (``transformer.h.0.attn.c_attn.weight``, ...), and ``from_pretrained`` and
-``save_pretrained`` read and write its checkpoint folders. GPT-2's projections are ``Conv1D`` modules
-whose weight is (in, out), the transpose of ``nn.Linear``'s (out, in): they are transposed on the way
-in and on the way out.
+``GPT2LMHeadModel`` and ``GPT2ForSequenceClassification`` (``transformer.h.0.attn.c_attn.weight``,
+``score.weight``, ...), and ``from_pretrained`` and ``save_pretrained`` read and write their checkpoint
+folders. GPT-2's projections are ``Conv1D`` modules whose weight is (in, out), the transpose of
+``nn.Linear``'s (out, in): they are transposed on the way in and on the way out.
 
 Shapes: B batch, N new positions, M = cached + new positions, C width (n_embd), H heads,
 D = C / H head size, V vocabulary size.
