@@ -261,6 +261,18 @@ def test_finetune_task_trains_a_gpt_and_evaluates_it(tokenizer, tmp_path):
                          precision="float32") == pytest.approx(scores, rel=1e-4)
 
 
+def test_fine_tuning_a_gpt_runs_on_the_device(tokenizer, device):
+    """On CUDA in its "auto" precision (bf16): the dev scores of the last epoch are evaluate_task's."""
+    torch.manual_seed(0)
+    model = task_model(finetuning.SENTENCES, course_gpt_config(), None)
+    recipe = FineTuningRecipe(epochs=2, batch_size=2, max_length=32)
+    history = finetune_task(finetuning.SENTENCES, model, tokenizer, REVIEWS, REVIEWS, recipe, device=device,
+                            progress=False)
+    assert next(model.parameters()).device.type == device.type
+    assert evaluate_task(finetuning.SENTENCES, model, tokenizer, REVIEWS, max_length=32) == \
+        pytest.approx({name[len("dev_"):]: value for name, value in history[-1].items() if name.startswith("dev_")})
+
+
 def test_the_scores_of_each_example_of_an_untrained_gpt_make_its_accuracy(tokenizer):
     torch.manual_seed(3)
     model = task_model(finetuning.SENTENCES, course_gpt_config(), None)
