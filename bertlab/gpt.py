@@ -599,7 +599,6 @@ class GPTLMHeadModel(GPTPreTrainedModel):
         return CausalLMOutput(loss, logits, cache)
 
 
-
 # --------------------------------------------------------------------------------------------------
 # Classification of a whole text
 # --------------------------------------------------------------------------------------------------
