@@ -434,13 +434,18 @@ def checkpoint_files(folder: Path, kind: str = "BERT") -> tuple[Path, Path]:
     return config_file, weights[0]
 
 
+def config_values(config_file: Path) -> dict:
+    """The values of a Hugging Face ``config.json``; a ValueError naming the file if it is not JSON."""
+    try:
+        return json.loads(config_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{config_file} is not a JSON configuration ({error})") from None
+
+
 def read_config_file(config_file: Path, model_type: str, kind: str) -> dict:
     """The values of a Hugging Face ``config.json``, which must describe a ``model_type`` model (a ``kind``,
     named in the error)."""
-    try:
-        values = json.loads(config_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{config_file} is not a JSON configuration ({error})") from None
+    values = config_values(config_file)
     if values.get("model_type", model_type) != model_type:
         raise ValueError(f"{config_file} describes a {values['model_type']!r} model, not a {kind}")
     return values
@@ -651,11 +656,23 @@ class BertPreTrainingOutput:
 
 @dataclasses.dataclass
 class SequenceClassifierOutput:
-    """Output of :class:`BertForSequenceClassification`: the cross-entropy ``loss`` (None without
-    labels) and the ``logits`` (B, num_labels)."""
+    """Output of a sequence classifier (:class:`BertForSequenceClassification`,
+    :class:`bertlab.gpt.GPTForSequenceClassification`): the cross-entropy ``loss`` (None without labels)
+    and the ``logits`` (B, num_labels)."""
 
     loss: torch.Tensor | None
     logits: torch.Tensor
+
+
+def classifier_output(logits: torch.Tensor, labels: torch.Tensor | None) -> SequenceClassifierOutput:
+    """The output of a sequence classifier: its logits (B, num_labels) and, with labels (B,) class indices,
+    the mean cross-entropy loss = -(1 / B) sum_b log softmax(logits_b)[y_b]."""
+    loss = None
+    if labels is not None:
+        if labels.shape != logits.shape[:1]:
+            raise ValueError(f"labels must have shape ({logits.shape[0]},), got {tuple(labels.shape)}")
+        loss = F.cross_entropy(logits, labels)
+    return SequenceClassifierOutput(loss, logits)
 
 
 class BertForPreTraining(BertPreTrainedModel):
@@ -727,26 +744,53 @@ class BertForPreTraining(BertPreTrainedModel):
         return BertPreTrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits, mlm_targets)
 
 
+def check_num_labels(num_labels: int) -> int:
+    """``num_labels``, which a classifier's head needs to be an integer >= 2; else a ValueError."""
+    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 2:
+        raise ValueError(f"num_labels must be an integer >= 2, got {num_labels!r}")
+    return num_labels
+
+
+def num_labels_from_config(values: dict) -> dict:
+    """``{"num_labels": n}`` as a Hugging Face ``config.json`` says it (its ``id2label``, or ``num_labels``),
+    or ``{}`` when it says nothing."""
+    if "id2label" in values:
+        return {"num_labels": len(values["id2label"])}
+    return {"num_labels": values["num_labels"]} if "num_labels" in values else {}
+
+
+def label_config(num_labels: int) -> dict:
+    """The ``id2label`` and ``label2id`` of ``num_labels`` classes, from which Hugging Face reads ``num_labels``."""
+    id2label = {str(index): f"LABEL_{index}" for index in range(num_labels)}
+    return {"id2label": id2label, "label2id": {label: int(index) for index, label in id2label.items()}}
+
+
+def mean_over_tokens(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The mean of the hidden states over the real tokens of each text (Reimers and Gurevych, 2019):
+
+        v = (1 / n) sum_i m_i h_i,   n = sum_i m_i,
+
+    hidden_states (B, N, C), attention_mask (B, N) 1 (or True) for a token and 0 for padding (None: every
+    position is a token) -> (B, C). A row without tokens gives 0."""
+    real = (torch.ones(hidden_states.shape[:2], dtype=torch.bool, device=hidden_states.device)
+            if attention_mask is None else attention_mask.bool()).unsqueeze(-1).to(hidden_states.dtype)  # (B, N, 1)
+    return (hidden_states * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)  # (B, C)
+
+
 class _LabelledModel(BertPreTrainedModel):
     """A BERT whose head scores ``num_labels`` classes; ``num_labels`` goes to and comes from
     ``config.json`` as in Hugging Face (its ``id2label``)."""
 
     def __init__(self, config: BertConfig, num_labels: int = 2):
         super().__init__(config)
-        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 2:
-            raise ValueError(f"num_labels must be an integer >= 2, got {num_labels!r}")
-        self.num_labels = num_labels
+        self.num_labels = check_num_labels(num_labels)
 
     @classmethod
     def _init_kwargs_from_json(cls, values: dict) -> dict:
-        if "id2label" in values:
-            return {"num_labels": len(values["id2label"])}
-        return {"num_labels": values["num_labels"]} if "num_labels" in values else {}
+        return num_labels_from_config(values)
 
     def _hf_config_dict(self) -> dict:
-        id2label = {str(index): f"LABEL_{index}" for index in range(self.num_labels)}
-        label2id = {label: int(index) for index, label in id2label.items()}
-        return {**super()._hf_config_dict(), "id2label": id2label, "label2id": label2id}
+        return {**super()._hf_config_dict(), **label_config(self.num_labels)}
 
 
 class BertForSequenceClassification(_LabelledModel):
@@ -785,16 +829,9 @@ class BertForSequenceClassification(_LabelledModel):
         The loss is the mean cross-entropy."""
         sequence_output, pooled_output = self.bert(input_ids, token_type_ids, attention_mask)  # (B, N, H), (B, H)
         if self.config.classifier_pooling == "mean":
-            real = (torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None
-                    else attention_mask.bool()).unsqueeze(-1).to(sequence_output.dtype)  # (B, N, 1)
-            pooled_output = (sequence_output * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)  # (B, H)
+            pooled_output = mean_over_tokens(sequence_output, attention_mask)  # (B, H)
         logits = self.classifier(self.dropout(pooled_output))  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            if labels.shape != logits.shape[:1]:
-                raise ValueError(f"labels must have shape ({logits.shape[0]},), got {tuple(labels.shape)}")
-            loss = F.cross_entropy(logits, labels)
-        return SequenceClassifierOutput(loss, logits)
+        return classifier_output(logits, labels)
 
 
 @dataclasses.dataclass

@@ -4,6 +4,7 @@
     bertlab pretrain --objective causal --preset course --steps 1000 --output runs/gpt
     bertlab finetune --model runs/pretrain --dataset mr --output runs/finetune
     bertlab finetune --model runs/pretrain --task pairs|tagging|spans --data-root DIR --output runs/snli
+    bertlab finetune --model runs/gpt --dataset mr --output runs/gpt-mr       (a GPT: sentence or pairs)
     bertlab distill --teacher runs/finetune --dataset mr --output runs/distill
     bertlab generate --model runs/gpt --prompt "this movie was" --top-p 0.9
     torchrun --nproc_per_node 2 -m bertlab pretrain ...       (DistributedDataParallel, rank 0 prints)
@@ -13,8 +14,8 @@ Each subcommand runs the library function of the same name (``bertlab.pretrainin
 ``--task``, ``bertlab.distillation.distill``), which writes the config, weights,
 checkpoints, metrics and plots into ``--output``; the command adds the vocabulary and a
 ``results.json`` of its own. The output folders chain: ``pretrain`` writes a model folder that
-``finetune --model`` reads (as it reads a Hugging Face BERT checkpoint folder), and ``finetune``
-writes the classifier that ``distill --teacher`` reads.
+``finetune --model`` reads (as it reads a Hugging Face BERT or GPT-2 checkpoint folder), and ``finetune``
+writes the classifier that ``distill --teacher`` reads (a BERT's).
 
 Errors: a bad argument prints one line and exits with status 2; a runtime error (a missing dataset or
 checkpoint folder, a bad config) prints one line and exits with status 1. ``--debug`` shows the
@@ -43,11 +44,12 @@ from bertlab.finetuning import (
     FineTuningRecipe,
     Progress,
     TaskType,
-    encoder_layers,
     evaluate_task,
     finetune_task,
     format_value,
     freeze_layers,
+    model_family,
+    model_parts,
 )
 from bertlab.gpt import PRESETS as GPT_PRESETS
 from bertlab.gpt import GPTConfig, GPTLMHeadModel, generate
@@ -471,21 +473,25 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
 
 def run_finetune(args: argparse.Namespace) -> int:
     """``bertlab finetune --task NAME``: fine-tune a BERT on the dataset of one of BERT's task types
-    (``bertlab.task_finetuning.TASKS``), test it, and score the task's baselines beside it."""
+    (``bertlab.task_finetuning.TASKS``), test it, and score the task's baselines beside it. A GPT --model
+    folder is fine-tuned for the task types whose BERT is a sequence classifier (sentence, pairs): tagging
+    and spans need a head on every token, which bertlab's GPT lacks."""
     if args.model is not None and (args.preset is not None or args.vocab is not None):
         raise UsageError("--preset and --vocab describe a randomly initialised model; --model's folder sets both")
     check_file("--vocab", args.vocab)
     task = chosen_task(args)
     device = resolve_device(args.device)
+    model_class = task.model_class
     if args.model is not None:  # before the dataset: a wrong folder is told at once (the head waits for the labels)
         checkpoint_files(args.model)
+        model_class = folder_model_class(task, args)
         load_tokenizer(args.model)
     splits = task_splits(task, args)
     labels = task.labels(splits.train) if task.labels is not None else None  # of the whole split, before a cut
     splits = cut_splits(splits, args.max_train_examples, args.max_eval_examples)
     options = {} if labels is None else {"num_labels": len(labels)}
     if args.model is not None:
-        model, tokenizer = load_model(args.model, task.model_class, must_be_fine_tuned=False, **options)
+        model, tokenizer = load_model(args.model, model_class, must_be_fine_tuned=False, **options)
         say(f"model: {args.model} ({model.config.num_hidden_layers} layers, hidden size {model.config.hidden_size})")
     else:
         model, tokenizer = random_model(args, task.model_class, task.texts(splits.train), **options)
@@ -509,6 +515,16 @@ def run_finetune(args: argparse.Namespace) -> int:
                                                             for name, result in baselines.items()}})
     say(f"wrote the model, vocab.txt, history.json and {RESULTS_FILE} to {args.output}")
     return 0
+
+
+def folder_model_class(task: TaskType, args: argparse.Namespace) -> type[torch.nn.Module]:
+    """The task's model class in the family of the --model folder (a BERT's or a GPT's config.json); a task
+    that the family has no model for is a usage error."""
+    family = model_family(args.model)
+    try:
+        return family.model_class(task)
+    except ValueError as error:
+        raise UsageError(f"--model {args.model} is a {family.name}: {error}") from None
 
 
 def chosen_task(args: argparse.Namespace) -> TaskType:
@@ -548,11 +564,12 @@ def finetuning_recipe(args: argparse.Namespace, lr: float, max_length: int) -> F
 
 
 def freeze(model: torch.nn.Module, args: argparse.Namespace) -> None:
-    """--freeze N: the embeddings and the N lowest encoder layers stop training."""
+    """--freeze N: the embeddings and the N lowest layers (a BERT's encoder layers, a GPT's blocks) stop training."""
     if args.freeze is not None:
-        num_layers = len(encoder_layers(model))
+        parts = model_parts(model)
+        num_layers = len(parts.layers)
         if args.freeze > num_layers:
-            raise CommandLineError(f"--freeze {args.freeze}: the model has only {num_layers} encoder layers")
+            raise CommandLineError(f"--freeze {args.freeze}: the model has only {num_layers} {parts.stack_name} layers")
         freeze_layers(model, num_layers - args.freeze)
 
 
@@ -614,7 +631,8 @@ def say_scores(test: dict[str, float], baselines: dict[str, BaselineResult]) -> 
 
 def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
     parser = subcommands.add_parser(
-        "finetune", parents=[common], help="fine-tune a BERT: sentiment, sentence pairs, tagging or spans",
+        "finetune", parents=[common], help="fine-tune a BERT: sentiment, sentence pairs, tagging or spans (a GPT: "
+        "sentiment or sentence pairs)",
         description="Fine-tune all the weights of a BERT (Devlin et al., 2019) from a pretrained model folder "
         "(bertlab pretrain's output or a Hugging Face BERT checkpoint folder with config.json, model.safetensors "
         "or pytorch_model.bin, and vocab.txt) or from random weights, for one of BERT's task types (--task): "
@@ -622,14 +640,18 @@ def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
         "--data-root, natural language inference on sentence pairs (pairs: snli_1.0/, train and dev carved from "
         "the official dev split by premise, test the official test split), part-of-speech tagging (tagging: "
         "UD_English-EWT/, its own splits) or question answering by span extraction (spans: squad-v1.1/, the "
-        "official dev set split by article 80/10/10). The output folder receives config.json, model.safetensors, "
+        "official dev set split by article 80/10/10). A GPT's folder (bertlab pretrain --objective causal, or a "
+        "Hugging Face GPT-2 checkpoint folder) is fine-tuned for sentence and pairs, classifying the state of the "
+        "last token or the mean of the states (classifier_pooling in its config.json); tagging and spans need a "
+        "head on every token, which bertlab's GPT lacks. The output folder receives config.json, model.safetensors, "
         f"vocab.txt, history.json (dev metrics per epoch) and {RESULTS_FILE} (with the test metrics).",
     )
     parser.add_argument("--task", choices=list(TASKS), default="sentence",
                         help="sentence (sentiment classification, the default), pairs (SNLI), tagging (UPOS of "
                         "the English Web Treebank) or spans (SQuAD v1.1)")
     parser.add_argument("--model", type=Path, metavar="DIR",
-                        help="pretrained model folder (default: none, a randomly initialised --preset model)")
+                        help="pretrained model folder, a BERT's or a GPT's (GPT: --task sentence or pairs) (default: "
+                        "none, a randomly initialised --preset BERT)")
     parser.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="size of a randomly initialised model, without --model (default: mini)")
     parser.add_argument("--vocab", type=Path, metavar="FILE",
@@ -660,8 +682,8 @@ def add_finetune_command(subcommands, common: argparse.ArgumentParser) -> None:
                         help="--task spans: context pieces that two windows of a long context share (default: a "
                         "quarter of the window, at most half of what a question leaves for the context)")
     parser.add_argument("--freeze", type=non_negative_int, metavar="N",
-                        help="freeze the embeddings and the N lowest encoder layers (default: train all weights, "
-                        "as BERT does)")
+                        help="freeze the embeddings and the N lowest layers, a BERT's encoder layers or a GPT's "
+                        "blocks (default: train all weights, as BERT does)")
     parser.set_defaults(handler=run_finetune)
 
 

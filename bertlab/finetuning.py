@@ -14,9 +14,13 @@ model minimises and how it is scored. :func:`finetune_task`, :func:`evaluate_tas
 record of this chapter (:func:`finetune` and :func:`evaluate` are its), and
 ``bertlab.task_finetuning`` declares the three others (pairs, tagging, spans) and ``TASKS``.
 
-The helpers work for any model with BERT's layout: a :class:`~bertlab.bert.BertModel` (``embeddings``,
-``encoder``, ``pooler``) either on its own or as the ``.bert`` backbone of a task model such as
-:class:`~bertlab.bert.BertForSequenceClassification` (``.bert`` and ``.classifier``).
+The helpers work for the two families of models of the course (:class:`ModelFamily`, :data:`FAMILIES`,
+the one place that knows them): a BERT, a :class:`~bertlab.bert.BertModel` (``embeddings``, ``encoder``,
+``pooler``) on its own or as the ``.bert`` backbone of a task model such as
+:class:`~bertlab.bert.BertForSequenceClassification` (``.bert`` and ``.classifier``); and a GPT, a
+:class:`~bertlab.gpt.GPTModel` (``wte``, ``wpe``, ``h``, ``ln_f``) on its own or as the ``.transformer``
+of :class:`~bertlab.gpt.GPTForSequenceClassification` (``.transformer`` and ``.score``), which
+fine-tunes on the task types whose BERT is a sequence classifier (sentences, pairs).
 """
 
 import contextlib
@@ -34,8 +38,16 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from bertlab.bert import BertConfig, BertForSequenceClassification, BertModel, BertPreTrainedModel
+from bertlab.bert import (
+    BertConfig,
+    BertForSequenceClassification,
+    BertModel,
+    BertPreTrainedModel,
+    checkpoint_files,
+    config_values,
+)
 from bertlab.data import SentimentSplits, load_sentiment
+from bertlab.gpt import GPTConfig, GPTForSequenceClassification, GPTModel
 from bertlab.optimization import get_linear_schedule
 from bertlab.tokenization import BasicTokenizer, BertTokenizer
 from bertlab.utils import (
@@ -68,24 +80,133 @@ class Progress(enum.Enum):
 
 
 # --------------------------------------------------------------------------------------------------
-# The parts of a BERT model
+# The parts of a model: the families of BERT and GPT
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelParts:
+    """The parts of a model's backbone that fine-tuning treats apart, bottom to top: the ``embeddings``
+    (the modules below the first layer), the ``layers`` (bottom first) and the ``stack`` that holds the
+    layers and whatever follows them (a final LayerNorm), named ``stack_name``."""
+
+    embeddings: tuple[nn.Module, ...]
+    layers: nn.ModuleList
+    stack: nn.Module
+    stack_name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFamily:
+    """A family of models that fine-tuning knows: where a model of it keeps its backbone and the parts
+    of the backbone, its config, and its model for each of BERT's task types.
+
+    - ``name``, ``model_type``: as errors say it, and as config.json's ``model_type`` says it.
+    - ``config_class``, ``backbone_class``: its config and its backbone (the model without a head).
+    - ``backbone_attribute``: where a model with a head holds its backbone.
+    - ``embeddings``, ``layers``, ``stack``: the backbone's submodules of :class:`ModelParts`, by name
+      (``stack`` "" is the backbone itself).
+    - ``task_models``: its class for each of BERT's task models (a task type's ``model_class``) it has;
+      None: BERT's own, every task type.
+    """
+
+    name: str
+    model_type: str
+    config_class: type
+    backbone_class: type[nn.Module]
+    backbone_attribute: str
+    embeddings: tuple[str, ...]
+    layers: str
+    stack: str
+    task_models: dict[type, type] | None
+
+    def backbone_of(self, model: nn.Module) -> nn.Module | None:
+        """The backbone of ``model``: the model itself, or its ``backbone_attribute``; None if it has none."""
+        if isinstance(model, self.backbone_class):
+            return model
+        backbone = getattr(model, self.backbone_attribute, None)
+        return backbone if isinstance(backbone, self.backbone_class) else None
+
+    def parts(self, backbone: nn.Module) -> ModelParts:
+        """The :class:`ModelParts` of a backbone of this family."""
+        return ModelParts(tuple(backbone.get_submodule(name) for name in self.embeddings),
+                          backbone.get_submodule(self.layers), backbone.get_submodule(self.stack),
+                          self.stack or self.backbone_attribute)
+
+    def model_class(self, task: "TaskType") -> type:
+        """This family's model for ``task``: the counterpart of ``task.model_class``.
+
+        Raises:
+            ValueError: when the family has none (a GPT has no head on every token, for tagging and spans).
+        """
+        if self.task_models is None:
+            return task.model_class
+        if task.model_class not in self.task_models:
+            has = " or ".join(bert.__name__ for bert in self.task_models)
+            raise ValueError(f"bertlab has no {self.name} for the {task.name} task: a {self.name} fine-tunes where "
+                             f"BERT's model is a {has}, one label per text; the {task.name} task's is a "
+                             f"{task.model_class.__name__}")
+        return self.task_models[task.model_class]
+
+
+BERT_FAMILY = ModelFamily(name="BERT", model_type="bert", config_class=BertConfig, backbone_class=BertModel,
+                          backbone_attribute="bert", embeddings=("embeddings",), layers="encoder.layers",
+                          stack="encoder", task_models=None)
+GPT_FAMILY = ModelFamily(name="GPT", model_type="gpt2", config_class=GPTConfig, backbone_class=GPTModel,
+                         backbone_attribute="transformer", embeddings=("wte", "wpe"), layers="h", stack="",
+                         task_models={BertForSequenceClassification: GPTForSequenceClassification})
+#: The families of models that fine-tuning knows, by the ``model_type`` of their config.json.
+FAMILIES = {family.model_type: family for family in (BERT_FAMILY, GPT_FAMILY)}
+
+
+def model_family(source: nn.Module | BertConfig | GPTConfig | str | Path) -> ModelFamily:
+    """The family (:data:`FAMILIES`) of a model, of a config, or of a checkpoint folder (by its
+    config.json's ``model_type``; a config.json without one, as Google's BERT wrote them, is a BERT's).
+
+    Raises:
+        TypeError: for a model or config of neither family.
+        FileNotFoundError: for a folder that is not a checkpoint folder.
+        ValueError: for a folder whose ``model_type`` is of neither family.
+    """
+    if isinstance(source, (str, Path)):
+        config_file, _ = checkpoint_files(Path(source), " or ".join(family.name for family in FAMILIES.values()))
+        model_type = config_values(config_file).get("model_type", BERT_FAMILY.model_type)
+        if model_type not in FAMILIES:
+            raise ValueError(f"{config_file} describes a {model_type!r} model; bertlab fine-tunes "
+                             f"{', '.join(f'{family.name} ({name!r})' for name, family in FAMILIES.items())}")
+        return FAMILIES[model_type]
+    for family in FAMILIES.values():
+        if isinstance(source, family.config_class) or family.backbone_of(source) is not None:
+            return family
+    raise TypeError("expected a BERT (a BertModel, or a model with one in `.bert`) or a GPT (a GPTModel, or a model "
+                    f"with one in `.transformer`), or their config, got {type(source).__name__}")
+
+
+def model_backbone(model: nn.Module) -> nn.Module:
+    """The backbone inside ``model``, the model without its head: a :class:`BertModel` (the model itself,
+    or its ``.bert``) or a :class:`~bertlab.gpt.GPTModel` (the model itself, or its ``.transformer``)."""
+    return model_family(model).backbone_of(model)
+
+
+def model_parts(model: nn.Module) -> ModelParts:
+    """The :class:`ModelParts` of ``model``'s backbone: BERT's ``embeddings``, ``encoder.layers`` and
+    ``encoder``; GPT's ``wte`` and ``wpe``, ``h`` and the decoder itself (its ``ln_f``)."""
+    return model_family(model).parts(model_backbone(model))
 
 
 def bert_backbone(model: nn.Module) -> BertModel:
     """The :class:`BertModel` inside ``model``: the model itself, or its ``.bert`` attribute."""
-    if isinstance(model, BertModel):
-        return model
-    backbone = getattr(model, "bert", None)
-    if not isinstance(backbone, BertModel):
+    found = BERT_FAMILY.backbone_of(model)
+    if found is None:
         raise TypeError(
             f"expected a BertModel or a model with a BertModel in `.bert`, got {type(model).__name__}"
         )
-    return backbone
+    return found
 
 
 def encoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The encoder layers of a BERT model (bottom first), as the ``nn.ModuleList`` that holds them."""
-    return bert_backbone(model).encoder.layers
+    """The layers of a BERT's encoder or a GPT's decoder (bottom first), as the ``nn.ModuleList`` that
+    holds them."""
+    return model_parts(model).layers
 
 
 # --------------------------------------------------------------------------------------------------
@@ -98,7 +219,8 @@ def freeze_layers(model: nn.Module, num_trainable_layers: int) -> nn.Module:
     With L encoder layers, layers L - num_trainable_layers ... L - 1 (the top ones), the pooler, the
     classifier and any other head stay trainable (``requires_grad=True``); the embeddings and layers
     0 ... L - num_trainable_layers - 1 are frozen (``requires_grad=False``), so they get no gradient and
-    no optimizer state. ``num_trainable_layers=0`` trains the head only ("feature extraction");
+    no optimizer state. A GPT's are its blocks ``h`` and its embeddings ``wte`` and ``wpe``
+    (:func:`model_parts`); its final ``ln_f`` stays trainable, as a pre-norm encoder's final norm. ``num_trainable_layers=0`` trains the head only ("feature extraction");
     ``num_trainable_layers=L`` trains every layer and freezes only the embeddings. The call sets the
     flag of *every* parameter, so calling it again with another number changes the split.
 
@@ -109,7 +231,8 @@ def freeze_layers(model: nn.Module, num_trainable_layers: int) -> nn.Module:
     Raises:
         ValueError: if ``num_trainable_layers`` is not an integer in [0, L].
     """
-    layers = encoder_layers(model)
+    parts = model_parts(model)
+    layers = parts.layers
     num_layers = len(layers)
     if isinstance(num_trainable_layers, bool) or not isinstance(num_trainable_layers, int):
         raise ValueError(f"num_trainable_layers must be an int, got {num_trainable_layers!r}")
@@ -119,7 +242,8 @@ def freeze_layers(model: nn.Module, num_trainable_layers: int) -> nn.Module:
             f"got {num_trainable_layers}"
         )
     model.requires_grad_(True)  # pooler, classifier and any other head
-    bert_backbone(model).embeddings.requires_grad_(False)
+    for embeddings in parts.embeddings:
+        embeddings.requires_grad_(False)
     for layer in layers[: num_layers - num_trainable_layers]:
         layer.requires_grad_(False)
     return model
@@ -142,13 +266,16 @@ def param_groups(
 
     so with xi < 1 the lower, more general layers move less (layer-wise learning-rate decay: Howard and
     Ruder, 2018; Sun et al., 2019, who use xi = 0.95). xi = 1 gives every encoder weight ``encoder_lr``.
-    An encoder parameter outside the layers (a pre-norm encoder's final norm) gets ``encoder_lr``.
+    An encoder parameter outside the layers (a pre-norm encoder's final norm) gets ``encoder_lr``. A GPT's
+    layers are its blocks ``h``, its embeddings ``wte`` and ``wpe``, its final ``ln_f`` gets ``encoder_lr``
+    and its head is ``score`` (:func:`model_parts`).
 
     Matrices (embeddings and linear weights, ``p.dim() >= 2``) get ``weight_decay``; biases and
     LayerNorm weights (``p.dim() < 2``) get none, as in BERT's optimizer (the rule of
     :func:`bertlab.optimization.weight_decay_groups`). Frozen parameters
     (``requires_grad=False``) are left out. Every trainable parameter is in exactly one group; each group
-    has ``params``, ``lr``, ``weight_decay`` and a ``name`` such as ``"layer.3"`` or ``"head/no_decay"``.
+    has ``params``, ``lr``, ``weight_decay`` and a ``name`` such as ``"layer.3"`` or ``"head/no_decay"``
+    (the parameters after the layers: ``"encoder"`` for a BERT, ``"transformer"`` for a GPT).
 
     Raises:
         ValueError: for a negative learning rate or weight decay, or ``layer_decay <= 0``.
@@ -159,21 +286,22 @@ def param_groups(
     if layer_decay <= 0:
         raise ValueError(f"layer_decay must be > 0, got {layer_decay}")
 
-    layers = encoder_layers(model)
-    num_layers = len(layers)
-    parts: list[tuple[str, nn.Module, float]] = [
-        ("embeddings", bert_backbone(model).embeddings, encoder_lr * layer_decay**num_layers)
+    structure = model_parts(model)
+    num_layers = len(structure.layers)
+    parts: list[tuple[str, list[nn.Parameter], float]] = [
+        ("embeddings", [p for module in structure.embeddings for p in module.parameters()],
+         encoder_lr * layer_decay**num_layers)
     ]
     parts += [
-        (f"layer.{index}", layer, encoder_lr * layer_decay ** (num_layers - 1 - index))
-        for index, layer in enumerate(layers)
+        (f"layer.{index}", list(layer.parameters()), encoder_lr * layer_decay ** (num_layers - 1 - index))
+        for index, layer in enumerate(structure.layers)
     ]
-    parts.append(("encoder", bert_backbone(model).encoder, encoder_lr))  # a final norm, if any
-    parts.append(("head", model, head_lr))  # what is left: pooler, classifier, other heads
+    parts.append((structure.stack_name, list(structure.stack.parameters()), encoder_lr))  # a final norm, if any
+    parts.append(("head", list(model.parameters()), head_lr))  # what is left: pooler, classifier, other heads
 
     groups, taken = [], set()
-    for part_name, module, lr in parts:
-        params = [p for p in module.parameters() if p.requires_grad and id(p) not in taken]
+    for part_name, part_params, lr in parts:
+        params = [p for p in part_params if p.requires_grad and id(p) not in taken]
         taken.update(id(p) for p in params)
         decayed = [p for p in params if p.dim() >= 2]
         not_decayed = [p for p in params if p.dim() < 2]
@@ -735,7 +863,7 @@ class TaskType:
     comparing it needs: a record, read by :func:`finetune_task`, :func:`evaluate_task`, ``bertlab finetune``
     and the benchmarks. ``bertlab.task_finetuning.TASKS`` holds the four.
 
-    - ``model_class``: the BERT with the task's head.
+    - ``model_class``: the BERT with the task's head (a GPT's is :meth:`ModelFamily.model_class`'s).
     - ``labels``: the label names from the training examples (None: the examples carry label ids and
       the model says how many, sentences; or the task has no labels, spans).
     - ``batches(examples, tokenizer, labels, *, max_length, batch_size, shuffle, seed, what)``: the
@@ -769,14 +897,27 @@ class TaskType:
     baselines: Callable[[Sequence, Sequence, Sequence], dict[str, BaselineResult]]
 
 
-def task_model(task: TaskType, source: BertConfig | str | Path, labels: LabelVocabulary | None) -> BertPreTrainedModel:
-    """The task's model: randomly initialised from a config, or with the weights of a checkpoint folder
-    (``from_pretrained``: the head a pretrained BERT lacks is initialised, with a warning), scoring
-    ``len(labels)`` labels when the task has labels."""
+def task_model_class(task: TaskType, source: nn.Module | BertConfig | GPTConfig | str | Path) -> type[nn.Module]:
+    """The class of the task's model in the family of ``source`` (a model, a config or a checkpoint folder,
+    :func:`model_family`): ``task.model_class`` for a BERT, :class:`~bertlab.gpt.GPTForSequenceClassification`
+    for a GPT on the task types whose BERT is a sequence classifier.
+
+    Raises:
+        ValueError: when the family has no model for the task (a GPT for tagging or spans).
+    """
+    return model_family(source).model_class(task)
+
+
+def task_model(task: TaskType, source: BertConfig | GPTConfig | str | Path,
+               labels: LabelVocabulary | None) -> nn.Module:
+    """The task's model (:func:`task_model_class`, a BERT or a GPT as ``source`` is): randomly initialised
+    from a config, or with the weights of a checkpoint folder (``from_pretrained``: the head a pretrained
+    model lacks is initialised, with a warning), scoring ``len(labels)`` labels when the task has labels."""
     options = {} if labels is None else {"num_labels": len(labels)}
-    if isinstance(source, BertConfig):
-        return task.model_class(source, **options)
-    return task.model_class.from_pretrained(source, **options)
+    model_class = task_model_class(task, source)
+    if isinstance(source, (str, Path)):
+        return model_class.from_pretrained(source, **options)
+    return model_class(source, **options)
 
 
 def check_labels(task: TaskType, model: nn.Module, labels: LabelVocabulary | None) -> None:

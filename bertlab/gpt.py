@@ -12,11 +12,14 @@ Position i attends to positions j <= i only, so the logits at i predict token i 
 generated one token at a time. The keys and values of the tokens already seen never change: a
 :class:`KVCache` keeps them, and each new token costs one position instead of the whole prefix.
 
+:class:`GPTForSequenceClassification` fine-tunes the decoder to classify a whole text from the state of
+its last token (Radford et al., 2018) or the mean of its states, in ``bertlab.finetuning``'s path as BERT.
+
 Weights are interchangeable with Hugging Face ``transformers``: the parameter names are those of
-``GPT2LMHeadModel`` (``transformer.h.0.attn.c_attn.weight``, ...), and ``from_pretrained`` and
-``save_pretrained`` read and write its checkpoint folders. GPT-2's projections are ``Conv1D`` modules
-whose weight is (in, out), the transpose of ``nn.Linear``'s (out, in): they are transposed on the way
-in and on the way out.
+``GPT2LMHeadModel`` and ``GPT2ForSequenceClassification`` (``transformer.h.0.attn.c_attn.weight``,
+``score.weight``, ...), and ``from_pretrained`` and ``save_pretrained`` read and write their checkpoint
+folders. GPT-2's projections are ``Conv1D`` modules whose weight is (in, out), the transpose of
+``nn.Linear``'s (out, in): they are transposed on the way in and on the way out.
 
 Shapes: B batch, N new positions, M = cached + new positions, C width (n_embd), H heads,
 D = C / H head size, V vocabulary size.
@@ -24,6 +27,7 @@ D = C / H head size, V vocabulary size.
 
 import dataclasses
 import re
+import warnings
 from functools import partial
 from pathlib import Path
 
@@ -36,9 +40,15 @@ from bertlab.bert import (
     HF_ACTIVATIONS,
     IGNORE_INDEX,
     LoadResult,
+    SequenceClassifierOutput,
     check_index_range,
+    check_num_labels,
     checkpoint_files,
+    classifier_output,
     init_bert_weights,
+    label_config,
+    mean_over_tokens,
+    num_labels_from_config,
     read_config_file,
     read_weights,
     write_checkpoint,
@@ -62,6 +72,8 @@ PRESETS = {
     "gpt2-xl": (48, 1600, 25, {}),
     "course": (4, 256, 4, dict(vocab_size=8192, n_positions=512, bos_token_id=2, eos_token_id=3, pad_token_id=0)),
 }
+# The text vectors GPTForSequenceClassification can classify: the last token's state, the mean of the states.
+POOLINGS = ("last", "mean")
 # Options of Hugging Face's GPT2Config that change the function computed, and the only value this
 # module implements: a config.json with another value is refused rather than loaded into wrong logits.
 _HF_FIXED_OPTIONS = {
@@ -81,7 +93,10 @@ class GPTConfig:
     ``n_inner`` is the feed-forward width (None: 4 n_embd); ``activation_function`` is one of
     :data:`bertlab.transformer.ACTIVATIONS` ("gelu_tanh" is GPT-2's "gelu_new"); ``resid_pdrop``,
     ``embd_pdrop`` and ``attn_pdrop`` are the dropout after each residual branch, on the embeddings and
-    on the attention weights.
+    on the attention weights. ``classifier_pooling``, the text vector :class:`GPTForSequenceClassification`
+    classifies, "last" (the state of the last token that is not ``pad_token_id``, as Hugging Face's
+    ``GPT2ForSequenceClassification``) or "mean" (the mean of the final states over the real tokens), is
+    bertlab's own field: Hugging Face's class ignores it and always reads the last token.
     """
 
     vocab_size: int = 50257
@@ -99,6 +114,7 @@ class GPTConfig:
     bos_token_id: int | None = 50256
     eos_token_id: int | None = 50256
     pad_token_id: int | None = None
+    classifier_pooling: str = "last"
 
     def __post_init__(self):
         for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner"):
@@ -124,6 +140,9 @@ class GPTConfig:
                                  f"got {value!r}")
         if not self.layer_norm_epsilon > 0 or not self.initializer_range > 0:
             raise ValueError("layer_norm_epsilon and initializer_range must be > 0")
+        if self.classifier_pooling not in POOLINGS:
+            raise ValueError(f"unknown classifier_pooling {self.classifier_pooling!r}; expected one of "
+                             f"{', '.join(map(repr, POOLINGS))}")
 
     @property
     def inner_size(self) -> int:
@@ -135,6 +154,16 @@ class GPTConfig:
         """``n_positions`` under BERT's name, as Hugging Face's ``GPT2Config`` aliases it (read by
         :func:`bertlab.pretraining.pretrain`)."""
         return self.n_positions
+
+    @property
+    def hidden_size(self) -> int:
+        """``n_embd`` under BERT's name, as Hugging Face's ``GPT2Config`` aliases it."""
+        return self.n_embd
+
+    @property
+    def num_hidden_layers(self) -> int:
+        """``n_layer`` under BERT's name, as Hugging Face's ``GPT2Config`` aliases it."""
+        return self.n_layer
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "GPTConfig":
@@ -453,7 +482,97 @@ _HF_CONV1D = re.compile(r"\.(c_attn|c_proj|c_fc)\.weight$")
 _TIED = "lm_head.weight"  # the token embeddings under a second name
 
 
-class GPTLMHeadModel(nn.Module):
+class GPTPreTrainedModel(nn.Module):
+    """Shared by the GPT models: reading and writing Hugging Face GPT-2 checkpoint folders, with the
+    names of Hugging Face's classes (the decoder under ``transformer.``, the head beside it).
+
+    Subclasses set ``hf_architecture`` (the name of the matching ``transformers`` class) and
+    ``head_prefixes`` (the names of the head's weights, which a checkpoint of another head lacks: they
+    are then newly initialised, with a warning).
+    """
+
+    hf_architecture = ""
+    head_prefixes: tuple[str, ...] = ()
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
+        self.config = config
+
+    @classmethod
+    def _init_kwargs_from_json(cls, values: dict) -> dict:
+        """Constructor arguments beyond the config that a Hugging Face config.json holds."""
+        return {}
+
+    def _hf_config_dict(self) -> dict:
+        """config.json content: the config, plus what ``transformers`` needs to rebuild the class."""
+        return {"architectures": [self.hf_architecture], **self.config.to_dict()}
+
+    def load_hf_state_dict(self, state_dict: dict[str, torch.Tensor]) -> LoadResult:
+        """Copy a Hugging Face GPT-2 state dict in, transposing the Conv1D weights.
+
+        Accepts the names of ``GPT2LMHeadModel``, ``GPT2ForSequenceClassification`` and ``GPT2Model``
+        (without ``transformer.``, as in OpenAI's released checkpoints); the causal-mask buffers of old
+        checkpoints and the tied ``lm_head.weight`` are skipped. The head's weights (``head_prefixes``)
+        may be missing: they keep their initial values and are returned as missing keys.
+
+        Raises:
+            ValueError: when weights of the decoder are missing, keys are unexpected, or a shape does not
+                fit the config (naming them); nothing is copied then.
+        """
+        own = self.state_dict()
+        top_level = {name.split(".", 1)[0] for name in own} | {_TIED.split(".", 1)[0]}  # transformer, the head
+        incoming, unexpected = {}, []
+        for key, tensor in state_dict.items():
+            key = key if key.split(".", 1)[0] in top_level else "transformer." + key
+            if _HF_BUFFERS.search(key) or key == _TIED:
+                continue
+            if key not in own:
+                unexpected.append(key)
+                continue
+            tensor = tensor.t() if _HF_CONV1D.search(key) else tensor
+            if tensor.shape != own[key].shape:
+                raise ValueError(f"checkpoint tensor {key} has shape {tuple(tensor.shape)}, but the model "
+                                 f"expects {tuple(own[key].shape)}: does config.json match the weights?")
+            incoming[key] = tensor
+        missing = [key for key in own if key != _TIED and key not in incoming]
+        not_head = [key for key in missing if not key.startswith(self.head_prefixes)]
+        if not_head or unexpected:
+            raise ValueError(f"the state dict does not fit {type(self).__name__}: missing keys {not_head}, "
+                             f"unexpected keys {unexpected}")
+        self.load_state_dict(incoming, strict=False)
+        return LoadResult(missing, unexpected)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **kwargs) -> "GPTPreTrainedModel":
+        """The model of a Hugging Face GPT-2 checkpoint folder (``config.json`` and ``model.safetensors``
+        or ``pytorch_model.bin``, as ``save_pretrained`` here or in ``transformers`` writes), in eval mode.
+        Head weights the checkpoint lacks (the classifier of a pretrained language model) are newly
+        initialised, with a warning. ``kwargs`` go to the constructor (``num_labels``), over config.json's.
+
+        Raises:
+            FileNotFoundError: naming the folder and the expected files.
+            ValueError: when config.json is not a GPT-2's or the weights do not fit it.
+        """
+        config_file, weights_file = checkpoint_files(Path(path), "GPT-2")
+        values = read_config_file(config_file, "gpt2", "GPT-2")
+        model = cls(GPTConfig.from_dict(values), **{**cls._init_kwargs_from_json(values), **kwargs})
+        missing, _ = model.load_hf_state_dict(read_weights(weights_file))
+        if missing:
+            warnings.warn(f"{weights_file} has no {missing}: newly initialized, train them before use")
+        return model.eval()
+
+    def save_pretrained(self, folder: str | Path) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` in Hugging Face's GPT-2 layout (Conv1D weights
+        transposed, a tied output layer stored once), readable by ``from_pretrained`` here and by the
+        ``transformers`` class ``hf_architecture``; return the folder."""
+        tensors = {name: tensor.t() if _HF_CONV1D.search(name) else tensor
+                   for name, tensor in self.state_dict().items() if name != _TIED}
+        return write_checkpoint(folder, self._hf_config_dict(), tensors)
+
+
+class GPTLMHeadModel(GPTPreTrainedModel):
     """GPT-2 with its language-modelling head: logits = ln_f(h_L) E_token^T, the output layer tied
     to the token embeddings (Press and Wolf, 2017). Parameter names and ``config.json`` are those of
     Hugging Face's ``GPT2LMHeadModel``."""
@@ -461,10 +580,7 @@ class GPTLMHeadModel(nn.Module):
     hf_architecture = "GPT2LMHeadModel"
 
     def __init__(self, config: GPTConfig):
-        super().__init__()
-        if not isinstance(config, GPTConfig):
-            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
-        self.config = config
+        super().__init__(config)
         self.transformer = GPTModel(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied: one tensor, two names
@@ -482,60 +598,94 @@ class GPTLMHeadModel(nn.Module):
         loss = None if labels is None else causal_lm_loss(logits, labels)
         return CausalLMOutput(loss, logits, cache)
 
-    def load_hf_state_dict(self, state_dict: dict[str, torch.Tensor]) -> LoadResult:
-        """Copy a Hugging Face GPT-2 state dict in, transposing the Conv1D weights.
 
-        Accepts the names of ``GPT2LMHeadModel`` and of ``GPT2Model`` (without ``transformer.``, as in
-        OpenAI's released checkpoints); the causal-mask buffers of old checkpoints and the tied
-        ``lm_head.weight`` are skipped.
+# --------------------------------------------------------------------------------------------------
+# Classification of a whole text
+# --------------------------------------------------------------------------------------------------
 
-        Raises:
-            ValueError: when keys are missing or unexpected, or a shape does not fit the config
-                (naming them); nothing is copied then.
-        """
-        own = self.state_dict()
-        incoming, unexpected = {}, []
-        for key, tensor in state_dict.items():
-            key = key if key.startswith(("transformer.", "lm_head.")) else "transformer." + key
-            if _HF_BUFFERS.search(key) or key == _TIED:
-                continue
-            if key not in own:
-                unexpected.append(key)
-                continue
-            tensor = tensor.t() if _HF_CONV1D.search(key) else tensor
-            if tensor.shape != own[key].shape:
-                raise ValueError(f"checkpoint tensor {key} has shape {tuple(tensor.shape)}, but the model "
-                                 f"expects {tuple(own[key].shape)}: does config.json match the weights?")
-            incoming[key] = tensor
-        missing = [key for key in own if key != _TIED and key not in incoming]
-        if missing or unexpected:
-            raise ValueError(f"the state dict does not fit {type(self).__name__}: missing keys {missing}, "
-                             f"unexpected keys {unexpected}")
-        self.load_state_dict(incoming, strict=False)
-        return LoadResult(missing, unexpected)
+
+def last_token_positions(input_ids: torch.Tensor, pad_token_id: int | None) -> torch.Tensor:
+    """The position of the last token of each row that is not padding, as Hugging Face's
+    ``GPT2ForSequenceClassification`` finds it:
+
+        last_b = argmax_i  i * [x_{b,i} != pad_token_id],    input_ids (B, N) -> (B,)
+
+    the rightmost token that is not ``pad_token_id``, whether the rows are padded on the right or on
+    the left (and N - 1 for a row without padding); 0 for a row of padding alone. Without a
+    ``pad_token_id`` a single row's last position is N - 1, and a batch of several rows is refused, as
+    Hugging Face refuses it.
+    """
+    batch_size, length = input_ids.shape
+    if pad_token_id is None:
+        if batch_size != 1:
+            raise ValueError(f"a batch of {batch_size} rows needs the config's pad_token_id to find the last token of "
+                             "each row (as Hugging Face's GPT2ForSequenceClassification does); the config has none")
+        return torch.full((1,), length - 1, dtype=torch.long, device=input_ids.device)
+    positions = torch.arange(length, device=input_ids.device)  # (N,)
+    return (positions * (input_ids != pad_token_id)).argmax(dim=-1)  # (B,)
+
+
+class GPTForSequenceClassification(GPTPreTrainedModel):
+    """GPT-2 with a classifier on a vector v of the whole text: logits = W_score v, (B, num_labels), a linear
+    layer without bias (``score``), as Hugging Face's ``GPT2ForSequenceClassification``.
+
+    ``config.classifier_pooling`` chooses v among the final states h_L = ln_f(...):
+
+    - "last": the state of the last token, v = h_L[last], the one position whose causal attention saw the
+      whole text; GPT fine-tunes a linear layer on it (Radford et al., 2018, section 3.2). ``last`` is the
+      rightmost token that is not ``pad_token_id`` (:func:`last_token_positions`, Hugging Face's rule):
+      with the course's tokenizer, the [SEP] that ends each text.
+    - "mean": the mean of the final states over the n real tokens, v = (1/n) sum_i h_L[i]
+      (``attention_mask``), as ``BertForSequenceClassification``'s "mean"; under causal attention the
+      state at i has seen the first i + 1 tokens only.
+
+    There is no dropout before the classifier (Hugging Face's has none), and all weights train.
+    ``num_labels`` goes to and comes from config.json's ``id2label``, as in Hugging Face: ``transformers``
+    reads the folders ``save_pretrained`` writes, and ``from_pretrained`` reads a classifier's folder, of
+    either, or a language model's (:class:`GPTLMHeadModel`), whose classifier is then newly initialised,
+    with a warning.
+    """
+
+    hf_architecture = "GPT2ForSequenceClassification"
+    head_prefixes = ("score.",)
+
+    def __init__(self, config: GPTConfig, num_labels: int = 2):
+        super().__init__(config)
+        self.num_labels = check_num_labels(num_labels)
+        self.transformer = GPTModel(config)
+        self.score = nn.Linear(config.n_embd, num_labels, bias=False)
+        init_gpt_weights(self, config)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> "GPTLMHeadModel":
-        """The model of a Hugging Face GPT-2 checkpoint folder (``config.json`` and ``model.safetensors``
-        or ``pytorch_model.bin``, as ``save_pretrained`` here or in ``transformers`` writes), in eval mode.
+    def _init_kwargs_from_json(cls, values: dict) -> dict:
+        return num_labels_from_config(values)
 
-        Raises:
-            FileNotFoundError: naming the folder and the expected files.
-            ValueError: when config.json is not a GPT-2's or the weights do not fit it.
+    def _hf_config_dict(self) -> dict:
+        return {**super()._hf_config_dict(), **label_config(self.num_labels)}
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> SequenceClassifierOutput:
+        """Inputs as for :meth:`GPTModel.forward`; ``labels`` (B,) class indices in [0, num_labels). The
+        loss is the mean cross-entropy.
+
+        ``token_type_ids`` (B, N), which the fine-tuning batches carry for BERT, are accepted and ignored:
+        GPT has no segment embeddings, and a sentence pair is one text with [SEP] between its sentences,
+        as GPT fine-tunes entailment on the premise and the hypothesis with a delimiter between them
+        (Radford et al., 2018, section 3.3). Hugging Face's ``GPT2Model`` instead adds wte[token_type_ids]
+        when it is given some: compare the two without them.
         """
-        config_file, weights_file = checkpoint_files(Path(path), "GPT-2")
-        values = read_config_file(config_file, "gpt2", "GPT-2")
-        model = cls(GPTConfig.from_dict(values))
-        model.load_hf_state_dict(read_weights(weights_file))
-        return model.eval()
-
-    def save_pretrained(self, folder: str | Path) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` in Hugging Face's GPT-2 layout (Conv1D weights
-        transposed, the tied output layer stored once), readable by ``from_pretrained`` here and by
-        ``transformers.GPT2LMHeadModel``; return the folder."""
-        tensors = {name: tensor.t() if _HF_CONV1D.search(name) else tensor
-                   for name, tensor in self.state_dict().items() if name != _TIED}
-        return write_checkpoint(folder, {"architectures": [self.hf_architecture], **self.config.to_dict()}, tensors)
+        hidden_states = self.transformer(input_ids, attention_mask)  # (B, N, C)
+        if self.config.classifier_pooling == "mean":
+            pooled = mean_over_tokens(hidden_states, attention_mask)  # (B, C)
+        else:
+            last = last_token_positions(input_ids, self.config.pad_token_id)  # (B,)
+            pooled = hidden_states[torch.arange(len(last), device=last.device), last]  # (B, C)
+        return classifier_output(self.score(pooled), labels)  # logits (B, num_labels)
 
 
 # --------------------------------------------------------------------------------------------------
