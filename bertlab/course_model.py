@@ -1,7 +1,9 @@
-"""The course's BERT, pretrained once and shipped with the package: its folder, weights and records.
+"""The course's models, pretrained once and shipped with the package: their folders, weights and records.
 
-BERT-mini (4 layers of width 256) pretrained with masked language modelling on IMDB reviews by
-``tools/course_bert.py``; chapters 06 to 09 load it offline with ``course_bert``.
+The course BERT, BERT-mini (4 layers of width 256) pretrained with masked language modelling on IMDB
+reviews by ``tools/course_bert.py``: chapters 06 to 10 load it offline with ``course_bert``. The course
+GPT, its sibling of the same size trained left to right on the same reviews by ``tools/course_gpt.py``,
+for chapter 11: ``course_gpt``.
 """
 
 import hashlib
@@ -12,11 +14,13 @@ import torch
 
 from bertlab.bert import BertForPreTraining
 from bertlab.data import IMDB_HELD_OUT_FOLDERS, imdb_documents
+from bertlab.gpt import GPTLMHeadModel
 from bertlab.recorded import RecordedResultsUnavailable, read_recorded_results
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import resolve_device
 
 COURSE_BERT_FOLDER = Path(__file__).resolve().parent / "course_bert"
+COURSE_GPT_FOLDER = Path(__file__).resolve().parent / "course_gpt"
 TOKEN_COUNTS_FILE = "token_counts.txt"
 HELD_OUT_REVIEWS = 1000  # IMDB test reviews of each polarity on which the model card scores the course BERT
 EVALUATION_SEED = 1234  # the seed of that evaluation's fixed masks
@@ -81,3 +85,24 @@ def course_bert(device: str | torch.device | None = None) -> tuple[BertForPreTra
     folder = course_bert_folder()
     model = BertForPreTraining.from_pretrained(folder).to(resolve_device(device)).eval()
     return model, BertTokenizer(folder / "vocab.txt")
+
+
+def course_gpt_folder() -> Path:
+    """The folder of the course's GPT, shipped with the package (no download): a GPT-2-style decoder of
+    the course BERT's size, vocabulary, training text and budget, trained left to right; ``README.md`` in
+    the folder is its model card and ``tools/course_gpt.py`` the script that made it. The folder holds
+    ``config.json``, ``model.safetensors`` (float16), ``vocab.txt`` and ``tokenizer_config.json``:
+    ``GPTLMHeadModel.from_pretrained(folder)`` (or ``GPTForSequenceClassification``) and Hugging Face's
+    ``transformers.GPT2LMHeadModel.from_pretrained(folder)`` load it.
+    """
+    if not (COURSE_GPT_FOLDER / "config.json").is_file():
+        raise FileNotFoundError(f"the course's GPT is missing from {COURSE_GPT_FOLDER}: reinstall bertlab, or "
+                                "make it with tools/course_gpt.py")
+    return COURSE_GPT_FOLDER
+
+
+def course_gpt(device: str | torch.device | None = None) -> tuple[GPTLMHeadModel, BertTokenizer]:
+    """The course's GPT (``course_gpt_folder``) in eval mode on ``device`` (None: CUDA when available), in
+    float32, and its tokenizer (the course BERT's vocabulary)."""
+    folder = course_gpt_folder()
+    return GPTLMHeadModel.from_pretrained(folder).to(resolve_device(device)).eval(), BertTokenizer(folder / "vocab.txt")

@@ -777,3 +777,11 @@ def test_the_course_gpt_tool_packs_pretrains_and_exports_a_model_hugging_face_re
     command = " ".join(course_gpt.placeholders(json.loads((work / "command.json").read_text())))
     assert f"    bertlab {command}\n" in card and "--objective causal" in command
     assert f"| this model | {record['model']['loss']:.3f} |" in card
+
+
+def test_a_missing_course_gpt_names_its_folder_and_the_tool_that_makes_it(tmp_path, monkeypatch):
+    import bertlab.course_model
+
+    monkeypatch.setattr(bertlab.course_model, "COURSE_GPT_FOLDER", tmp_path / "course_gpt")
+    with pytest.raises(FileNotFoundError, match=r"course_gpt: reinstall bertlab, or make it with tools/course_gpt.py"):
+        bertlab.course_model.course_gpt()
