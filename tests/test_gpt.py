@@ -709,7 +709,7 @@ def test_the_generation_benchmark_times_both_ways_on_the_same_tokens(tmp_path, c
     generation = benchmark_script("generation")
     out = tmp_path / "generation.json"
     assert generation.main(["--device", "cpu", "--preset", "course", "--new-tokens", "3", "--prompt-tokens", "2", "--repeats", "2",
-                            "--threads", "1", "--out", str(out)]) == 0
+                            "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["same_tokens"] and result["new_tokens"] == 3
     assert set(result["seconds"]) == set(generation.WAYS) and all(len(v) == 2 for v in result["seconds"].values())
