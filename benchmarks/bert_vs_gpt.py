@@ -1,13 +1,15 @@
 """The course BERT against the course GPT on MR: the same data, size and budget, trained two ways (chapter 11).
 
     python benchmarks/bert_vs_gpt.py --data-root DIR [--quick] [--device auto|cpu|cuda] [--threads T]
+                                     [--bert FOLDER] [--gpt FOLDER]
                                      [--out benchmarks/results/bert-vs-gpt-<device>.json] [--work-dir DIR]
 
 DIR holds ``rt-polarity/`` (the sentence polarity dataset v1.0, MR; Pang and Lee, 2005), split 80/10/10
 by ``bertlab.data`` as in the chapters. The two models are the ones the package ships: the course BERT
 (``bertlab.course_model.course_bert_folder``, masked language modelling) and the course GPT
 (``course_gpt_folder``, causal language modelling), pretrained on the same IMDB reviews with the same
-vocabulary, size, batch and number of steps (their model cards).
+vocabulary, size, batch and number of steps (their model cards). ``--bert`` and ``--gpt`` name other
+folders, a pair of another budget.
 
 The protocol, the same for both, is chapter 08's (``benchmarks/bert_results.py``): the same training
 examples, epochs and batch size, texts cut to 64 tokens, the whole model fine-tuned. Each model chooses
@@ -81,14 +83,14 @@ MODELS = (
 )
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, models: tuple[ComparedModel, ...]) -> dict:
     settings = SETTINGS["quick" if args.quick else "full"]
     device = resolve_device(args.device)
     splits = load_sentiment("mr", root=args.data_root)
     train = splits.train[: settings["max_train_examples"]]
     dev, test = splits.dev, splits.test
     print(f"MR: {len(train)} train, {len(dev)} dev, {len(test)} test ({splits.source})")
-    stages = Stages(args.work_dir, {"weights_sha256": {model.name: model.weights_sha256() for model in MODELS},
+    stages = Stages(args.work_dir, {"weights_sha256": {model.name: model.weights_sha256() for model in models},
                                     "precision": computed_in(device, args),
                                     "dataset": [splits.source, len(train), len(dev), len(test)]})
     training = {key: settings[key] for key in ("epochs", "batch_size", "max_length")}
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace) -> dict:
         return [int(prediction == label) for prediction, (_, label) in zip(predictions.tolist(), test)]
 
     results = {}
-    for model in MODELS:
+    for model in models:
         searches = {}
         for pooling in model.poolings:  # seed 0: the learning rate of each text vector, on dev
             def search(pooling=pooling) -> dict:
@@ -138,12 +140,13 @@ def run(args: argparse.Namespace) -> dict:
                                               for name, search in searches.items()},
                                **summary(accuracies), "test_correct_by_seed": correct}
 
-    bert, gpt = (results[model.name]["test_correct_by_seed"] for model in MODELS)
+    bert, gpt = (results[model.name]["test_correct_by_seed"] for model in models)
     return {
         "command": " ".join(["python", "benchmarks/bert_vs_gpt.py", *sys.argv[1:]]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(device), "precision": computed_in(device, args), "settings": settings,
         "dataset": {"source": splits.source, "train": len(train), "dev": len(dev), "test": len(test)},
+        "folders": {model.name: str(model.folder()) for model in models},
         "models": results,
         # each direction tested: "BERT above GPT" and "GPT above BERT" (the difference of one is minus the other's)
         "bert_over_gpt": dataclasses.asdict(paired_comparison(bert, gpt, accuracy=True)),
@@ -177,6 +180,8 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", choices=PRECISIONS, default="auto")
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--bert", type=Path, help="the BERT's folder (default: the course BERT the package ships)")
+    parser.add_argument("--gpt", type=Path, help="the GPT's folder (default: the course GPT the package ships)")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/bert-vs-gpt-<device>[-quick].json")
     parser.add_argument("--work-dir", type=Path, help="the finished stages, for resuming "
                         "(default: runs/bert-vs-gpt-<device>[-quick])")
@@ -186,7 +191,9 @@ def main(argv=None) -> int:
     name = f"bert-vs-gpt-{resolve_device(args.device).type}{'-quick' if args.quick else ''}"
     args.out = args.out or RESULTS / f"{name}.json"
     args.work_dir = args.work_dir or Path(__file__).resolve().parents[1] / "runs" / name
-    record = run(args)
+    models = tuple(model if folder is None else dataclasses.replace(model, folder=lambda folder=folder: folder)
+                   for model, folder in zip(MODELS, (args.bert, args.gpt)))
+    record = run(args, models)
     table = markdown(record)
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -741,12 +741,10 @@ def test_the_course_gpt_tool_packs_pretrains_and_exports_a_model_hugging_face_re
     course_gpt = tool_module("course_gpt")
     write_small_imdb(tmp_path)
     packed, work, package = tmp_path / "packed.npz", tmp_path / "run", tmp_path / "course_gpt"
-    # the shipped recipe but for the batch: 2 segments a step, 2 steps
-    tool = dataclasses.replace(course_gpt.COURSE_GPT, pretrain_arguments=course_gpt.logged_arguments(
-        ["pretrain", "--objective", "causal", "--preset", "course"], 2))
+    tool = course_gpt.COURSE_GPT
     assert course_gpt.main(tool, ["pack", "--data-root", str(tmp_path), "--packed", str(packed)]) == 0
     assert course_gpt.main(tool, ["pretrain", "--packed", str(packed), "--work", str(work), "--steps", "2",
-                                  "--device", "cpu"]) == 0
+                                  "--batch-size", "2", "--device", "cpu"]) == 0  # the shipped recipe, 2 x 2 segments
     # 4 held-out reviews of each polarity, and 4 more on which the add-k baselines choose k
     monkeypatch.setattr(bertlab.course_model, "HELD_OUT_REVIEWS", 4)
     monkeypatch.setattr(course_gpt, "HELD_OUT_REVIEWS", 4)

@@ -408,8 +408,7 @@ def test_finetune_command_refuses_a_gpt_for_per_token_tasks(gpt_folder, tmp_path
 # --------------------------------------------------------------------------------------------------
 
 
-def test_the_bert_against_gpt_benchmark_chooses_each_model_s_text_vector_and_rate_on_dev(tmp_path, monkeypatch,
-                                                                                          capsys):
+def test_the_bert_against_gpt_benchmark_chooses_each_model_s_text_vector_and_rate_on_dev(tmp_path, capsys):
     from bertlab.bert import BertConfig, BertForPreTraining
     from bertlab.course_model import course_bert_folder
     from tests.script_helpers import benchmark_script
@@ -421,17 +420,15 @@ def test_the_bert_against_gpt_benchmark_chooses_each_model_s_text_vector_and_rat
                                                 num_attention_heads=2, intermediate_size=32)).save_pretrained(tmp_path / "bert")
     gpt_folder = GPTLMHeadModel(GPTConfig(vocab_size=vocab_size, n_positions=64, n_embd=16, n_layer=1, n_head=2,
                                           bos_token_id=2, eos_token_id=3, pad_token_id=0)).save_pretrained(tmp_path / "gpt")
-    monkeypatch.setattr(bert_vs_gpt, "MODELS", tuple(
-        dataclasses.replace(model, folder=lambda folder=folder: folder)
-        for model, folder in zip(bert_vs_gpt.MODELS, (bert_folder, gpt_folder))))
     mr = tmp_path / "data" / "rt-polarity"
     mr.mkdir(parents=True)
     for polarity, words in (("pos", "a fine good great film"), ("neg", "a dull bad poor film")):
         (mr / f"rt-polarity.{polarity}").write_text(
             "".join(f"{words} number {i} .\n" for i in range(30)), encoding="latin-1")
     out = tmp_path / "bert-vs-gpt.json"
-    assert bert_vs_gpt.main(["--data-root", str(tmp_path / "data"), "--quick", "--device", "cpu",
-                             "--no-progress", "--out", str(out), "--work-dir", str(tmp_path / "work")]) == 0
+    arguments = ["--data-root", str(tmp_path / "data"), "--quick", "--device", "cpu", "--no-progress", "--bert",
+                 str(bert_folder), "--gpt", str(gpt_folder), "--out", str(out), "--work-dir", str(tmp_path / "work")]
+    assert bert_vs_gpt.main(arguments) == 0
     record = json.loads(out.read_text())
     for model in bert_vs_gpt.MODELS:
         result = record["models"][model.name]
@@ -441,13 +438,13 @@ def test_the_bert_against_gpt_benchmark_chooses_each_model_s_text_vector_and_rat
         assert len(result["by_seed"]) == 2 and "test_correct_by_seed" not in result  # kept in the stages only
     bert, gpt = record["bert_over_gpt"], record["gpt_over_bert"]
     assert bert["difference"] == pytest.approx(-gpt["difference"]) and bert["examples"] == 6
+    assert record["folders"] == {"course BERT": str(bert_folder), "course GPT": str(gpt_folder)}
     assert bert["difference"] == pytest.approx(100 * (record["models"]["course BERT"]["mean"]
                                                      - record["models"]["course GPT"]["mean"]))
     assert "BERT - GPT" in out.with_suffix(".md").read_text()
     stages = json.loads((tmp_path / "work" / "stages.json").read_text())["stages"]
     assert len(stages) == 2 * 2 + 2  # per model: a search per text vector, then the other seeds
     capsys.readouterr()
-    assert bert_vs_gpt.main(["--data-root", str(tmp_path / "data"), "--quick", "--device", "cpu",
-                             "--no-progress", "--out", str(out), "--work-dir", str(tmp_path / "work")]) == 0
+    assert bert_vs_gpt.main(arguments) == 0
     assert capsys.readouterr().out.count("finished by an earlier run") == 6  # resumed: nothing trained again
     assert json.loads(out.read_text())["models"] == record["models"]

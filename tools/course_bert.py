@@ -15,7 +15,7 @@ file (``bertlab.pretraining.PackedSegments``): tokenizing takes minutes of a CPU
 run needs, on this machine or a GPU's.
 
 ``pretrain`` runs ``bertlab pretrain`` on that file with the arguments recorded below
-(``PRETRAIN_ARGUMENTS``, ``STEPS``, ``LEARNING_RATE``): BERT-mini, masked language modelling only (RoBERTa's
+(``OBJECTIVE_ARGUMENTS``, ``BATCH_SIZE``, ``STEPS``, ``LEARNING_RATE``): BERT-mini, masked language modelling only (RoBERTa's
 recipe, no next sentence prediction), batches of 256 segments, no dropout. The run writes a checkpoint
 every 500 steps: if it stops, the same command continues where it stopped.
 
@@ -64,11 +64,12 @@ from bertlab.pretraining import (
     unigram_masked_lm,
 )
 from bertlab.tokenization import BertTokenizer
-from course_models import COMMAND_FILE, REPO_ROOT, CourseModel, logged_arguments, main, placeholders, training_machine
+from course_models import COMMAND_FILE, REPO_ROOT, CourseModel, main, placeholders, training_machine
 
 PACKAGE_FOLDER = REPO_ROOT / "bertlab" / "course_bert"
 RESULTS_FILE = REPO_ROOT / "benchmarks" / "results" / "course-bert.json"
-PRETRAIN_ARGUMENTS = logged_arguments(["pretrain", "--preset", "mini", "--no-nsp", "--masking", "dynamic"], 256)
+OBJECTIVE_ARGUMENTS = ("pretrain", "--preset", "mini", "--no-nsp", "--masking", "dynamic")
+BATCH_SIZE = 256
 STEPS = 11350  # what 387 s of an H200 held, two runs side by side (sweep's calibration)
 LEARNING_RATE = 2e-3  # the sweep's better held-out masked-token loss, of 1e-3 and 2e-3
 FINETUNING_DROPOUT = 0.1  # BERT's, in the shipped config.json: what fine-tuning uses
@@ -209,7 +210,8 @@ def export(args: argparse.Namespace, history: list[dict], recipe: PretrainingRec
 
 
 COURSE_BERT = CourseModel(
-    name="BERT", tool=Path(__file__).resolve(), work_name="course-bert", pretrain_arguments=PRETRAIN_ARGUMENTS,
+    name="BERT", tool=Path(__file__).resolve(), work_name="course-bert", objective_arguments=OBJECTIVE_ARGUMENTS,
+    batch_size=BATCH_SIZE,
     steps=STEPS, learning_rate=LEARNING_RATE, train_metrics=("mlm_loss", "mlm_accuracy"),
     load=lambda folder: BertForPreTraining.from_pretrained(folder).eval(), held_out_scores=held_out_scores,
     export=export, sweep_record=REPO_ROOT / "benchmarks" / "results" / "course-bert-sweep-gpu.json",

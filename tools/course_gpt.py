@@ -12,8 +12,8 @@ other way. It reads the same packed segments of the 75,000 training reviews (``t
 pack``), each as [CLS] segment [SEP], with the same WordPiece vocabulary; its size is the course BERT's
 (``bertlab.gpt.PRESETS["course"]``: 4 layers of width 256, 4 heads, learned positions, 5.39M parameters
 against BERT-mini's 5.53M); and ``pretrain`` runs ``bertlab pretrain --objective causal`` with the course
-BERT's batch (256 segments of up to 128 tokens), its number of steps (``STEPS``, imported from
-``tools/course_bert.py``), its schedule (warm-up 10% then linear decay), no dropout and seed 0. Only the
+BERT's batch (``BATCH_SIZE``, 256 segments of up to 128 tokens) and number of steps (``STEPS``, both
+imported from ``tools/course_bert.py``), its schedule (warm-up 10% then linear decay), no dropout and seed 0. Only the
 objective differs: every next token instead of 15% masked ones. The learning rate is the GPT's own,
 chosen like the BERT's by ``sweep`` (``--steps`` keeps the BERT's budget) on the held-out next-token loss
 (``score``, ``record``).
@@ -40,7 +40,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertlab import cli
-from bertlab.course_model import EVALUATION_SEED, HELD_OUT_REVIEWS, course_bert, held_out_reviews
+from bertlab.bert import BertForPreTraining
+from bertlab.course_model import COURSE_BERT_FOLDER, EVALUATION_SEED, HELD_OUT_REVIEWS, held_out_reviews
 from bertlab.data import IMDB_HELD_OUT_FOLDERS, imdb_documents
 from bertlab.gpt import GPTLMHeadModel
 from bertlab.ngram import AddKBigram, AddKUnigram, KneserNeyBigram, NGramCounts
@@ -56,16 +57,27 @@ from bertlab.pretraining import (
     plot_metrics,
 )
 from bertlab.tokenization import BertTokenizer
-from course_bert import STEPS
-from course_models import COMMAND_FILE, REPO_ROOT, CourseModel, logged_arguments, main, placeholders, training_machine
+from course_bert import BATCH_SIZE, STEPS
+from course_models import COMMAND_FILE, REPO_ROOT, CourseModel, main, placeholders, training_machine
 
 PACKAGE_FOLDER = REPO_ROOT / "bertlab" / "course_gpt"
 RESULTS_FILE = REPO_ROOT / "benchmarks" / "results" / "course-gpt.json"
-PRETRAIN_ARGUMENTS = logged_arguments(["pretrain", "--objective", "causal", "--preset", "course"], 256)
+OBJECTIVE_ARGUMENTS = ("pretrain", "--objective", "causal", "--preset", "course")
 LEARNING_RATE = 2e-3  # the course BERT's, until the GPT's own sweep has chosen (benchmarks/RESULTS.md)
 FINETUNING_DROPOUT = 0.1  # GPT-2's, in the shipped config.json: what fine-tuning uses
 DEV_REVIEWS = 500  # test reviews of each polarity after the held-out ones, on which the add-k baselines choose k
 ADD_K_GRID = (1.0, 0.1, 0.01, 0.001)
+
+
+def training_tokens(recipe: PretrainingRecipe) -> int:
+    """The token positions a run trained on: steps x segments per step x segment length."""
+    return recipe.max_steps * recipe.batch_size * recipe.seq_len
+
+
+def export_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bert", type=Path, default=COURSE_BERT_FOLDER,
+                        help="the BERT of the same data, size and budget whose masked words the card compares "
+                             "(default: the shipped course BERT, bertlab/course_bert)")
 
 
 def held_out_scores(model: GPTLMHeadModel, tokenizer: BertTokenizer, data_root: Path, seq_len: int) -> dict:
@@ -153,11 +165,12 @@ Training loss over the last {final["step"] - history[-2]["step"] if len(history)
 ## The course BERT's masked words, from the left
 
 The words the course BERT's card masks ({masked["bert"]["predicted_tokens"]} tokens of the same reviews, fixed masks,
-seed {EVALUATION_SEED}): the course BERT reads both sides of each, this model only the words before it.
+seed {EVALUATION_SEED}): a BERT reads both sides of each, this model only the words before it. The BERT is
+`{masked["bert_folder"]}`, trained on {masked["bert_training_tokens"] / 1e6:.0f}M token positions (this model: {training_tokens(recipe) / 1e6:.0f}M).
 
 | predictor | loss (nats) | accuracy |
 |---|---|---|
-| the course BERT, both sides | {masked["bert"]["loss"]:.3f} | {masked["bert"]["accuracy"]:.3f} |
+| the BERT, both sides | {masked["bert"]["loss"]:.3f} | {masked["bert"]["accuracy"]:.3f} |
 | this model, left context only | {masked["gpt"]["loss"]:.3f} | {masked["gpt"]["accuracy"]:.3f} |
 
 ## Use
@@ -196,8 +209,12 @@ def export(args: argparse.Namespace, history: list[dict], recipe: PretrainingRec
     held_out = held_out_reviews(args.data_root)
     model_scores = evaluate_causal_lm(model, tokenizer, held_out, seq_len=recipe.seq_len)
     baselines = baseline_scores(tokenizer, args.data_root, recipe.seq_len, held_out)
-    bert, bert_tokenizer = course_bert("cpu")
+    bert = BertForPreTraining.from_pretrained(args.bert).eval()
+    bert_tokenizer = BertTokenizer(args.bert / "vocab.txt")
     masked_words = {
+        "bert_folder": str(args.bert.resolve().relative_to(REPO_ROOT)) if args.bert.resolve().is_relative_to(REPO_ROOT)
+        else str(args.bert),
+        "bert_training_tokens": training_tokens(PretrainingRecipe.read(args.bert)),
         "bert": vars(evaluate_masked_lm(bert, bert_tokenizer, held_out, seq_len=recipe.seq_len, seed=EVALUATION_SEED)),
         "gpt": vars(causal_masked_lm(model, tokenizer, held_out, seq_len=recipe.seq_len, seed=EVALUATION_SEED)),
     }
@@ -239,10 +256,12 @@ def export(args: argparse.Namespace, history: list[dict], recipe: PretrainingRec
 
 
 COURSE_GPT = CourseModel(
-    name="GPT", tool=Path(__file__).resolve(), work_name="course-gpt", pretrain_arguments=PRETRAIN_ARGUMENTS,
+    name="GPT", tool=Path(__file__).resolve(), work_name="course-gpt", objective_arguments=OBJECTIVE_ARGUMENTS,
+    batch_size=BATCH_SIZE,
     steps=STEPS, learning_rate=LEARNING_RATE, train_metrics=("loss", "accuracy"),
     load=lambda folder: GPTLMHeadModel.from_pretrained(folder), held_out_scores=held_out_scores,
     export=export, sweep_record=REPO_ROOT / "benchmarks" / "results" / "course-gpt-sweep.json",
+    export_options=export_options,
 )
 
 

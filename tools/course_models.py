@@ -44,9 +44,9 @@ class CourseModel:
         name: the model's name in messages ("BERT").
         tool: the tool's script, which ``sweep`` runs once per learning rate.
         work_name: the default folder of its runs under ``runs/`` ("course-bert").
-        pretrain_arguments: the ``bertlab pretrain`` arguments of every run, less the data, steps,
-            learning rate, output folder and device.
-        steps, learning_rate: the shipped run's.
+        objective_arguments: the ``bertlab pretrain`` arguments that make the model and its objective;
+            :func:`pretrain_arguments` adds those both models share.
+        batch_size, steps, learning_rate: the shipped run's (``pretrain --batch-size``, ``--steps``, ``--lr``).
         train_metrics: the names of the training loss and accuracy in ``metrics.jsonl`` ("mlm_loss",
             "mlm_accuracy"; "loss", "accuracy"), which ``record`` reports at the run's end.
         load: a finished run's folder -> its model, in eval mode.
@@ -54,12 +54,14 @@ class CourseModel:
             the runs of a sweep, a dict written to ``held_out.json``.
         export: (args, history, recipe) -> exit status: writes what the package ships, with the model card.
         sweep_record: the default file of ``record``.
+        export_options: adds the options of this model's ``export`` to its parser (None: none but the shared).
     """
 
     name: str
     tool: Path
     work_name: str
-    pretrain_arguments: tuple[str, ...]
+    objective_arguments: tuple[str, ...]
+    batch_size: int
     steps: int
     learning_rate: float
     train_metrics: tuple[str, str]
@@ -67,17 +69,20 @@ class CourseModel:
     held_out_scores: Callable[[nn.Module, BertTokenizer, Path, int], dict]
     export: Callable[[argparse.Namespace, list[dict], PretrainingRecipe], int]
     sweep_record: Path
+    export_options: Callable[[argparse.ArgumentParser], None] | None = None
 
     @property
     def command(self) -> str:
         return f"python {self.tool.relative_to(REPO_ROOT)}"
 
 
-def logged_arguments(objective_arguments: list[str], batch_size: int) -> tuple[str, ...]:
-    """The ``bertlab pretrain`` arguments both course models share, after the objective's own: segments of
-    ``SEQ_LEN`` tokens, no dropout, seed 0, a log line every ``LOG_EVERY`` steps and a checkpoint every 500."""
-    return (*objective_arguments, "--seq-len", str(SEQ_LEN), "--batch-size", str(batch_size), "--dropout", "0",
-            "--seed", "0", "--log-every", str(LOG_EVERY), "--checkpoint-every", "500", "--no-progress")
+def pretrain_arguments(model: CourseModel, batch_size: int) -> list[str]:
+    """The ``bertlab pretrain`` arguments of a run of ``model``, less the data, steps, learning rate, output
+    folder and device: the model's objective, then what both course models share: segments of ``SEQ_LEN``
+    tokens, batches of ``batch_size``, no dropout, seed 0, a log line every ``LOG_EVERY`` steps and a
+    checkpoint every 500."""
+    return [*model.objective_arguments, "--seq-len", str(SEQ_LEN), "--batch-size", str(batch_size), "--dropout",
+            "0", "--seed", "0", "--log-every", str(LOG_EVERY), "--checkpoint-every", "500", "--no-progress"]
 
 
 def pack(model: CourseModel, args: argparse.Namespace) -> int:
@@ -93,7 +98,7 @@ def pack(model: CourseModel, args: argparse.Namespace) -> int:
 
 
 def pretrain(model: CourseModel, args: argparse.Namespace) -> int:
-    argv = [*model.pretrain_arguments, "--packed", str(args.packed), "--steps", str(args.steps),
+    argv = [*pretrain_arguments(model, args.batch_size), "--packed", str(args.packed), "--steps", str(args.steps),
             "--lr", f"{args.lr:g}", "--output", str(args.work), "--device", args.device]
     print("bertlab " + " ".join(argv), flush=True)
     status = cli.main(argv)
@@ -107,7 +112,7 @@ def run_side_by_side(model: CourseModel, args: argparse.Namespace, folder: Path,
     runs = [folder / f"lr-{lr:g}" for lr in args.lrs]
     processes = [subprocess.Popen([sys.executable, str(model.tool), "pretrain", "--packed", str(args.packed),
                                    "--work", str(run), "--lr", f"{lr:g}", "--steps", str(steps),
-                                   "--device", args.device])
+                                   "--batch-size", str(args.batch_size), "--device", args.device])
                  for lr, run in zip(args.lrs, runs)]
     failed = [str(run) for run, process in zip(runs, processes) if process.wait() != 0]
     if failed:
@@ -234,6 +239,8 @@ def main(model: CourseModel, argv: list[str] | None = None, description: str | N
                           help=f"the packed segments (default: {PACKED_FILE.relative_to(REPO_ROOT)})")
     for step in (pretrain_parser, sweep_parser):
         step.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+        step.add_argument("--batch-size", type=int, default=model.batch_size,
+                          help=f"segments per step (default: {model.batch_size}, the shipped run's)")
     for step, folder in [(pretrain_parser, model.work_name), (sweep_parser, f"{model.work_name}-sweep"),
                          (score_parser, model.work_name), (export_parser, model.work_name)]:
         step.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / folder,
@@ -248,6 +255,8 @@ def main(model: CourseModel, argv: list[str] | None = None, description: str | N
     sweep_parser.add_argument("--steps", type=int, help="the number of steps of every run (with --seconds: only "
                               "the first of --lrs runs when the others would not fit)")
     export_parser.add_argument("--machine", help="the hardware to name in the model card (default: this CPU)")
+    if model.export_options is not None:
+        model.export_options(export_parser)
     args = parser.parse_args(argv)
     if args.step == "sweep" and args.seconds is None and args.steps is None:
         parser.error("sweep needs --seconds, --steps or both")
