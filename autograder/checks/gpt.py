@@ -94,6 +94,16 @@ def _loss_without_shift(logits, labels):
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 
+def _loss_unshifted_slices(keep: slice):
+    """Logits and labels of the same positions, ``keep`` of each row: no shift, whatever is sliced off."""
+
+    def causal_lm_loss(logits, labels):
+        return F.cross_entropy(logits[:, keep].flatten(0, 1).float(), labels[:, keep].flatten(),
+                               ignore_index=IGNORE_INDEX)
+
+    return causal_lm_loss
+
+
 def _loss_shifted_the_wrong_way(logits, labels):
     return F.cross_entropy(logits[:, 1:].flatten(0, 1).float(), labels[:, :-1].flatten(), ignore_index=IGNORE_INDEX)
 
@@ -118,10 +128,13 @@ def _loss_mean_per_sequence(logits, labels):
     return per_sequence.mean()
 
 
+UNSHIFTED_HINT = ("the logits at position i predict the NEXT token, labels[:, i + 1]: compare logits[:, :-1] with "
+                  "labels[:, 1:]. Without the shift each position is scored on its own input token (off by one).")
+
 CAUSAL_LM_LOSS_MISTAKES = (
-    Mistake(_loss_without_shift,
-            "the logits at position i predict the NEXT token, labels[:, i + 1]: compare logits[:, :-1] with "
-            "labels[:, 1:]. Without the shift each position is scored on its own input token (off by one)."),
+    Mistake(_loss_without_shift, UNSHIFTED_HINT),
+    Mistake(_loss_unshifted_slices(slice(1, None)), UNSHIFTED_HINT),
+    Mistake(_loss_unshifted_slices(slice(None, -1)), UNSHIFTED_HINT),
     Mistake(_loss_shifted_the_wrong_way,
             "shift the other way: the logits at i predict the token at i + 1, so drop the LAST position of the "
             "logits (logits[:, :-1]) and the FIRST label (labels[:, 1:]), not logits[:, 1:] with labels[:, :-1]."),
