@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import bertlab.attention
 import bertlab.gpt
 from autograder.checks import gpt as checks
 from bertlab.gpt import top_p_filter as captured_top_p_filter
