@@ -231,9 +231,9 @@ def count_gpt_parameters(config: GPTConfig) -> int:
 class KVCache:
     """The keys and values of the positions decoded so far, one pair of tensors per layer.
 
-    A forward pass given a cache attends over the cached keys and values and its own, and appends its
-    own to the cache along the sequence axis (dim -2); its positions start at :attr:`length`. Start
-    with ``KVCache()``, pass the prompt once, then one token at a time.
+    A forward pass given a cache attends over the cached keys and values and its own
+    (:func:`attend_with_cache`), and keeps the extended ones; its positions start at :attr:`length`.
+    Start with ``KVCache()``, pass the prompt once, then one token at a time.
 
     Size: 2 (keys, values) * B * M * L * H * D values, as chapter 05's
     :func:`~bertlab.efficient.kv_cache_bytes` counts; :attr:`nbytes` measures it.
@@ -257,16 +257,56 @@ class KVCache:
         """Bytes held by the cached keys and values."""
         return sum(tensor.numel() * tensor.element_size() for tensor in (*self.keys, *self.values))
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append the new keys and values k, v (B, H, N, D) of ``layer``; return all of that layer's
-        keys and values, (B, H, M, D) each, M = cached + N."""
+    def past(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cached keys and values of ``layer``, (B, H, M, D) each; before the layer's first step, empty
+        ones (M = 0) of the shape, dtype and device of its new keys and values k, v (B, H, N, D)."""
+        if layer < len(self.keys):
+            return self.keys[layer], self.values[layer]
+        return k[..., :0, :], v[..., :0, :]
+
+    def store(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Keep the extended keys and values (B, H, M, D) of ``layer`` (its first step appends the layer)."""
         if layer == len(self.keys):
-            self.keys.append(k)
-            self.values.append(v)
+            self.keys.append(keys)
+            self.values.append(values)
         else:
-            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)  # (B, H, M, D)
-            self.values[layer] = torch.cat([self.values[layer], v], dim=-2)  # (B, H, M, D)
-        return self.keys[layer], self.values[layer]
+            self.keys[layer], self.values[layer] = keys, values
+
+
+def attend_with_cache(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cache_k: torch.Tensor,
+    cache_v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Causal attention of N new positions over P cached ones and themselves: one step of cached decoding.
+
+        K = [cache_k; k],  V = [cache_v; v]                    (appended along the positions, dim -2)
+        output_i = softmax(q_i K^T / sqrt(D), masked to keys j <= P + i) V
+
+    New position i is absolute position P + i, so it sees every cached key and the new keys up to
+    itself (a causal mask aligned bottom-right: ``tril(diagonal=P)``); with N = 1 it sees every key.
+    ``mask`` (bool, True = may attend, broadcastable to (B, H, N, P + N), e.g. a padding mask) is
+    combined with the causal one; ``dropout_p`` drops attention weights (training only).
+
+    q, k, v (B, H, N, D); cache_k, cache_v (B, H, P, D), P >= 0 -> output (B, H, N, D) and the
+    extended keys and values (B, H, P + N, D) each, to be cached for the next step.
+    """
+    expected = (*k.shape[:-2], cache_k.shape[-2])  # (B, H, P)
+    if cache_k.shape[:-1] != expected or cache_v.shape[:-1] != expected or (cache_k.shape[-1], cache_v.shape[-1]) != (
+            k.shape[-1], v.shape[-1]):
+        raise ValueError(f"cache_k {tuple(cache_k.shape)} and cache_v {tuple(cache_v.shape)} must be (B, H, P, D) "
+                         f"with the B, H and D of the new keys {tuple(k.shape)} and values {tuple(v.shape)}")
+    keys = torch.cat([cache_k, k], dim=-2)  # (B, H, P + N, D)
+    values = torch.cat([cache_v, v], dim=-2)  # (B, H, P + N, D)
+    past, length = cache_k.shape[-2], q.shape[-2]
+    causal = torch.ones(length, past + length, dtype=torch.bool, device=q.device).tril(diagonal=past)  # (N, P + N)
+    if mask is not None:
+        causal = causal & mask.to(q.device)  # (B, H or 1, N, P + N)
+    return fused_attention(q, keys, values, causal, None, dropout_p), keys, values
 
 
 # --------------------------------------------------------------------------------------------------
@@ -294,7 +334,8 @@ class GPTAttention(nn.Module):
         head_h  = softmax(Q_h K_h^T / sqrt(D), masked to keys j <= i) V_h
         output  = Dropout(Concat(head_1, ..., head_H) W_proj + b_proj)     (c_proj: C -> C)
 
-    With a :class:`KVCache`, K and V are the cached keys and values followed by the new ones.
+    K and V are the cached keys and values followed by the new ones (:func:`attend_with_cache`; none
+    without a :class:`KVCache`).
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int):
@@ -307,14 +348,17 @@ class GPTAttention(nn.Module):
         self.attn_dropout = config.attn_pdrop
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """x (B, N, C), mask bool broadcastable to (B, H, N, M), True = may attend -> (B, N, C)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache | None = None) -> torch.Tensor:
+        """x (B, N, C), mask None or bool broadcastable to (B, H, N, M), True = may attend (padding: the
+        causal mask is :func:`attend_with_cache`'s) -> (B, N, C)."""
         q, k, v = (t.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # (B, H, N, D) each
                    for t in self.c_attn(x).chunk(3, dim=-1))
+        past_k, past_v = (k[..., :0, :], v[..., :0, :]) if cache is None else cache.past(self.layer_idx, k, v)
+        # dropout_p is passed while training only: attend_with_cache(q, k, v, cache_k, cache_v, mask) is an exercise
+        dropout = {"dropout_p": self.attn_dropout} if self.training else {}
+        heads, k, v = attend_with_cache(q, k, v, past_k, past_v, mask, **dropout)  # (B, H, N, D), (B, H, M, D) x 2
         if cache is not None:
-            k, v = cache.update(self.layer_idx, k, v)  # (B, H, M, D) each
-        dropout_p = self.attn_dropout if self.training else 0.0
-        heads = fused_attention(q, k, v, mask, None, dropout_p)  # (B, H, N, D)
+            cache.store(self.layer_idx, k, v)
         return self.resid_dropout(self.c_proj(heads.transpose(1, 2).flatten(-2)))  # (B, N, C)
 
 
@@ -342,7 +386,7 @@ class GPTBlock(nn.Module):
         self.ln_2 = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.mlp = GPTMLP(config)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache | None = None) -> torch.Tensor:
         """x (B, N, C) -> (B, N, C)."""
         x = pre_norm_residual(x, partial(self.attn, mask=mask, cache=cache), self.ln_1)
         return pre_norm_residual(x, self.mlp, self.ln_2)
@@ -394,10 +438,8 @@ class GPTModel(nn.Module):
         """
         self._check_inputs(input_ids, attention_mask, cache)
         past, length = (0 if cache is None else cache.length), input_ids.shape[1]
-        mask = torch.ones(length, past + length, dtype=torch.bool, device=input_ids.device).tril(diagonal=past)
-        # (N, M): new position i (absolute past + i) sees keys j <= past + i
-        if attention_mask is not None:
-            mask = mask & padding_mask(attention_mask)  # (B, 1, N, M)
+        mask = None if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, M); the causal
+        # mask, new position i (absolute past + i) seeing keys j <= past + i, is attend_with_cache's
         x = self.drop(self.wte(input_ids) + self.wpe(past + length)[past:])  # (B, N, C)
         for block in self.h:
             x = block(x, mask, cache)

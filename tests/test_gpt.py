@@ -19,6 +19,7 @@ from bertlab.gpt import (
     GPTLMHeadModel,
     KVCache,
     apply_temperature,
+    attend_with_cache,
     causal_lm_loss,
     count_gpt_parameters,
     filter_logits,
@@ -265,6 +266,51 @@ def test_perplexity_of_a_uniform_guess_is_the_vocabulary_size_and_bad_masks_are_
 # --------------------------------------------------------------------------------------------------
 # The KV cache
 # --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("past", [0, 1, 5, 9])
+def test_a_cached_step_is_the_last_rows_of_causal_attention_over_the_whole_sequence(past):
+    """PyTorch's causal attention over all 9 positions, its last 9 - past rows: what attend_with_cache
+    computes from the first ``past`` keys and values cached."""
+    generator = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(2, 3, 9, 4, generator=generator) for _ in range(3))  # (B, H, N, D)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)[..., past:, :]
+    output, keys, values = attend_with_cache(q[..., past:, :], k[..., past:, :], v[..., past:, :], k[..., :past, :],
+                                             v[..., :past, :])
+    torch.testing.assert_close(output, expected)
+    assert torch.equal(keys, k) and torch.equal(values, v)
+
+
+def test_a_cached_step_combines_its_mask_with_the_causal_one():
+    generator = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, 2, 6, 4, generator=generator) for _ in range(3))
+    real = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])  # (B, M): sequence 1 padded after 4 tokens
+    allowed = torch.ones(6, 6, dtype=torch.bool).tril() & real[:, None, None, :]  # (B, 1, N, M)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)[..., 4:, :]
+    output, _, _ = attend_with_cache(q[..., 4:, :], k[..., 4:, :], v[..., 4:, :], k[..., :4, :], v[..., :4, :],
+                                     real[:, None, None, :])
+    torch.testing.assert_close(output, expected)
+    with pytest.raises(ValueError, match=r"cache_k \(2, 4, 4\) and cache_v \(2, 4, 4\) must be \(B, H, P, D\)"):
+        attend_with_cache(q, k, v, k[0, :, :4], v[0, :, :4])
+
+
+def test_the_model_attends_through_attend_with_cache(model, input_ids, monkeypatch):
+    """Every layer's attention is the function of the exercise, with and without a cache."""
+    import bertlab.gpt
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[3].shape[-2])  # P, the cached positions
+        return attend_with_cache(*args, **kwargs)
+
+    monkeypatch.setattr(bertlab.gpt, "attend_with_cache", counted)
+    cache = KVCache()
+    with torch.no_grad():
+        model(input_ids)
+        model(input_ids[:, :7], cache=cache)
+        model(input_ids[:, 7:8], cache=cache)
+    assert calls == [0] * TINY["n_layer"] * 2 + [7] * TINY["n_layer"]
 
 
 @pytest.mark.parametrize("chunks", [(4, 1, 1, 1, 1, 1, 1, 1), (1,) * 11, (5, 3, 1, 2)])

@@ -182,7 +182,7 @@ def test_the_chinese_table_of_contents_and_configuration_are_generated_from_the_
     files = translated_book.write_build_files(ROOT, LANGUAGE, tmp_path)
     toc, english_toc = translations.read_yaml(files.toc), translations.read_yaml(ROOT / "_toc.yml")
     assert toc["root"] == "chapters/zh_CN/intro"
-    assert [part["caption"] for part in toc["parts"]] == ["注意力", "位置与归一化", "高效注意力", "BERT", "课程"]
+    assert [part["caption"] for part in toc["parts"]] == ["注意力", "位置与归一化", "高效注意力", "BERT", "仅解码器模型", "课程"]
     files_of = [[chapter["file"] for chapter in part["chapters"]] for part in toc["parts"]]
     assert files_of == [[SWITCH.counterpart(chapter["file"]) for chapter in part["chapters"]] for part in english_toc["parts"]]
     assert files_of[-1] == ["instructors", "references"]

@@ -252,6 +252,8 @@ CHAPTER_MISTAKES = [
     ("09_distillation", "distillation_loss", "soft = T**2 * F.kl_div(", "soft = F.kl_div(", "multiply the soft term by T^2"),
     ("10_tasks", "best_span", "band = (span_length >= 0) & (span_length < max_answer_length)",
      "band = span_length < max_answer_length", "a span ends at or after its start"),
+    ("11_gpt", "causal_lm_loss", "shifted_logits = logits[:, :-1].flatten(0, 1).float()",
+     "shifted_logits = logits[:, 1:].flatten(0, 1).float()", "the logits at position i predict the NEXT token"),
 ]
 
 

@@ -76,6 +76,9 @@ WRONG_DIMENSIONS = [
      "a span ends at or after its start"),
     ("10_tasks", "best_span", [(".flatten(-2).argmax(dim=-1)", ".flatten(-2).argmax(dim=0)")],
      "return one span per sequence"),
+    ("11_gpt", "top_p_filter", [("softmax(dim=-1)", "softmax(dim=0)")], "not over the rows of the batch (dim 0)"),
+    ("11_gpt", "attend_with_cache", [("dim=-2)", "dim=1)")], "not along the heads (dim 1)"),
+    ("11_gpt", "attend_with_cache", [("dim=-2)", "dim=-1)")], "not along the head size (dim -1)"),
 ]
 
 
