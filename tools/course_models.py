@@ -154,7 +154,7 @@ def sweep(model: CourseModel, args: argparse.Namespace) -> int:
     runs = run_side_by_side(model, args, args.work, args.steps)
     (args.work / "sweep.json").write_text(json.dumps({
         "lrs": args.lrs, "seconds": args.seconds, "steps_per_second_side_by_side": rates, "steps": args.steps,
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor(),
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine(),
         "runs": [str(run) for run in runs], "wall_seconds": time.perf_counter() - start,
     }, indent=2) + "\n")
     return 0
@@ -198,7 +198,9 @@ def record(model: CourseModel, args: argparse.Namespace) -> int:
                      "settings": recipe.settings(), "training_seconds": sum(entry["seconds"] for entry in history),
                      **{f"final_train_{name}": history[-1][name] for name in model.train_metrics},
                      "held_out": json.loads(held_out.read_text())})
-    sweeps = [json.loads((work / "sweep.json").read_text()) for work in args.work if (work / "sweep.json").is_file()]
+    # the sweep's record: in the folder of its runs, or copied into each run (tools/course_model_gpu.sh)
+    sweeps = [json.loads((folder / "sweep.json").read_text()) for work in args.work for folder in (work, work.parent)
+              if (folder / "sweep.json").is_file()]
     args.out.write_text(json.dumps({
         "command": f"{model.command} record --work " + " ".join(str(work) for work in args.work),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
