@@ -122,8 +122,8 @@ def run(args: argparse.Namespace, models: tuple[ComparedModel, ...]) -> dict:
                 return {"learning_rate": tuned.learning_rate, "dev_accuracy": tuned.dev["accuracy"],
                         "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
                         "test_correct": test_correct(tuned.model)}
-            searches[pooling] = stages.run(f"{model.name}, {pooling}: learning rate on dev, seed {settings['seeds'][0]}",
-                                           search, learning_rates=settings["learning_rates"],
+            stage = f"{model.name}, {pooling}: learning rate on dev, seed {settings['seeds'][0]}"
+            searches[pooling] = stages.run(stage, search, learning_rates=settings["learning_rates"],
                                            seed=settings["seeds"][0], **training)
         pooling = max(model.poolings, key=lambda name: searches[name]["dev_accuracy"])  # ties: the first
         lr = searches[pooling]["learning_rate"]
@@ -136,8 +136,8 @@ def run(args: argparse.Namespace, models: tuple[ComparedModel, ...]) -> dict:
         accuracies = [sum(run) / len(run) for run in correct]
         print(f"{model.name}: {pooling}, lr {lr:g}; test {[round(accuracy, 4) for accuracy in accuracies]}")
         results[model.name] = {"pooling": pooling, "learning_rate": lr,
-                               "dev_search": {name: {key: value for key, value in search.items() if key != "test_correct"}
-                                              for name, search in searches.items()},
+                               "dev_search": {name: {key: value for key, value in search.items()
+                                                     if key != "test_correct"} for name, search in searches.items()},
                                **summary(accuracies), "test_correct_by_seed": correct}
 
     bert, gpt = (results[model.name]["test_correct_by_seed"] for model in models)

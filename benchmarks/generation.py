@@ -35,7 +35,8 @@ from bertlab.utils import resolve_device, seed_everything
 WAYS = {"with the KV cache": True, "recomputing every step": False}
 
 
-def timed_generation(model: GPTLMHeadModel, prompt: torch.Tensor, new_tokens: int, use_cache: bool) -> tuple[float, torch.Tensor]:
+def timed_generation(model: GPTLMHeadModel, prompt: torch.Tensor, new_tokens: int,
+                     use_cache: bool) -> tuple[float, torch.Tensor]:
     """Seconds to generate ``new_tokens`` greedy tokens after ``prompt`` (B, P), and the tokens (B, P + new)."""
     synchronize(prompt.device)
     start = time.perf_counter()

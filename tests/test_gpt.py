@@ -754,14 +754,15 @@ def test_pretrain_command_sizes_each_objective_with_its_own_presets(packed, tmp_
 def test_the_generation_benchmark_times_both_ways_on_the_same_tokens(tmp_path, capsys):
     generation = benchmark_script("generation")
     out = tmp_path / "generation.json"
-    assert generation.main(["--device", "cpu", "--preset", "course", "--new-tokens", "3", "--prompt-tokens", "2", "--repeats", "2",
-                            "--out", str(out)]) == 0
+    assert generation.main(["--device", "cpu", "--preset", "course", "--new-tokens", "3", "--prompt-tokens", "2",
+                            "--repeats", "2", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["same_tokens"] and result["new_tokens"] == 3
     assert set(result["seconds"]) == set(generation.WAYS) and all(len(v) == 2 for v in result["seconds"].values())
     assert len(result["paired_ratios_recompute_over_cached"]) == 2
     assert "recomputing / cached" in capsys.readouterr().out
-    assert generation.main(["--device", "cpu", "--new-tokens", "600"]) == 2  # more tokens than the 512 positions: a clear error
+    # more tokens than the 512 positions: a clear error
+    assert generation.main(["--device", "cpu", "--new-tokens", "600"]) == 2
     assert "exceed the 512 positions" in capsys.readouterr().err
 
 

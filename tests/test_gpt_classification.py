@@ -416,10 +416,12 @@ def test_the_bert_against_gpt_benchmark_chooses_each_model_s_text_vector_and_rat
     bert_vs_gpt = benchmark_script("bert_vs_gpt")
     vocab_size = len((course_bert_folder() / "vocab.txt").read_text().splitlines())
     torch.manual_seed(0)
-    bert_folder = BertForPreTraining(BertConfig(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=1,
-                                                num_attention_heads=2, intermediate_size=32)).save_pretrained(tmp_path / "bert")
-    gpt_folder = GPTLMHeadModel(GPTConfig(vocab_size=vocab_size, n_positions=64, n_embd=16, n_layer=1, n_head=2,
-                                          bos_token_id=2, eos_token_id=3, pad_token_id=0)).save_pretrained(tmp_path / "gpt")
+    bert = BertForPreTraining(BertConfig(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=1,
+                                         num_attention_heads=2, intermediate_size=32))
+    bert_folder = bert.save_pretrained(tmp_path / "bert")
+    gpt = GPTLMHeadModel(GPTConfig(vocab_size=vocab_size, n_positions=64, n_embd=16, n_layer=1, n_head=2,
+                                   bos_token_id=2, eos_token_id=3, pad_token_id=0))
+    gpt_folder = gpt.save_pretrained(tmp_path / "gpt")
     mr = tmp_path / "data" / "rt-polarity"
     mr.mkdir(parents=True)
     for polarity, words in (("pos", "a fine good great film"), ("neg", "a dull bad poor film")):

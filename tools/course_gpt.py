@@ -101,7 +101,8 @@ def baseline_scores(tokenizer: BertTokenizer, data_root: Path, seq_len: int, hel
                              eos_token_id=tokenizer.sep_token_id)
     dev = dev_reviews(data_root)
     scores = {}
-    add_k_models = {"add_k_unigram": lambda k: AddKUnigram(counts.unigram, k), "add_k_bigram": lambda k: AddKBigram(counts, k)}
+    add_k_models = {"add_k_unigram": lambda k: AddKUnigram(counts.unigram, k),
+                    "add_k_bigram": lambda k: AddKBigram(counts, k)}
     for name, model_with in add_k_models.items():
         dev_losses = {k: evaluate_causal_lm(model_with(k), tokenizer, dev, seq_len=seq_len).loss for k in ADD_K_GRID}
         k = min(dev_losses, key=dev_losses.get)
@@ -119,7 +120,8 @@ def card(recipe: PretrainingRecipe, config: dict, history: list[dict], scores: d
     hours = sum(record["seconds"] for record in history) / 3600
     final = history[-1]
     model, baselines, masked = scores["model"], scores["baselines"], scores["masked_words"]
-    rows = [("uniform over the vocabulary", math.log(config["vocab_size"]), config["vocab_size"], 1 / config["vocab_size"]),
+    vocab_size = config["vocab_size"]
+    rows = [("uniform over the vocabulary", math.log(vocab_size), vocab_size, 1 / vocab_size),
             (f"add-k unigram (k = {baselines['add_k_unigram']['k']:g}, chosen on other test reviews), no context",
              *(baselines["add_k_unigram"][name] for name in ("loss", "perplexity", "accuracy"))),
             (f"add-k bigram (k = {baselines['add_k_bigram']['k']:g})",

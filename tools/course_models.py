@@ -154,7 +154,8 @@ def sweep(model: CourseModel, args: argparse.Namespace) -> int:
     runs = run_side_by_side(model, args, args.work, args.steps)
     (args.work / "sweep.json").write_text(json.dumps({
         "lrs": args.lrs, "seconds": args.seconds, "steps_per_second_side_by_side": rates, "steps": args.steps,
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine(),
+        "device": (torch.cuda.get_device_name() if torch.cuda.is_available()
+                   else platform.processor() or platform.machine()),
         "runs": [str(run) for run in runs], "wall_seconds": time.perf_counter() - start,
     }, indent=2) + "\n")
     return 0
@@ -247,7 +248,8 @@ def main(model: CourseModel, argv: list[str] | None = None, description: str | N
                          (score_parser, model.work_name), (export_parser, model.work_name)]:
         step.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / folder,
                           help=f"the run's folder: checkpoint, metrics, final weights (default: runs/{folder})")
-    pretrain_parser.add_argument("--lr", type=float, default=model.learning_rate, help=f"default: {model.learning_rate:g}")
+    pretrain_parser.add_argument("--lr", type=float, default=model.learning_rate,
+                                 help=f"default: {model.learning_rate:g}")
     pretrain_parser.add_argument("--steps", type=int, default=model.steps, help=f"default: {model.steps}")
     record_parser.add_argument("--work", type=Path, nargs="+", required=True, help="the scored run folders")
     record_parser.add_argument("--out", type=Path, default=model.sweep_record,
