@@ -985,3 +985,19 @@ def test_the_course_bert_tool_runs_the_command_its_model_card_records(tmp_path, 
     card = (COURSE_BERT_FOLDER / "README.md").read_text()
     assert f"    bertlab {command}\n" in card, command
     assert json.loads((work / "command.json").read_text()) == ran[0]
+
+
+@pytest.mark.parametrize("rate, expected_lrs", [(100.0, [1e-3, 2e-3]), (1.0, [1e-3])])
+def test_a_sweep_keeps_its_steps_and_runs_only_the_first_rate_when_the_others_would_not_fit(
+        tmp_path, monkeypatch, rate, expected_lrs):
+    course_models = tool_module("course_models")
+    course_bert = tool_module("course_bert")
+    ran = []
+    monkeypatch.setattr(course_models, "calibrate", lambda model, args: [rate, rate])
+    monkeypatch.setattr(course_models, "run_side_by_side",
+                        lambda model, args, folder, steps: ran.append((list(args.lrs), steps)) or [])
+    # 1,000 steps in a budget of 100 s: they fit side by side at 100 steps/s, not at 1 step/s
+    assert course_models.main(course_bert.COURSE_BERT, ["sweep", "--lrs", "1e-3", "2e-3", "--steps", "1000",
+                                                        "--seconds", "100", "--work", str(tmp_path)]) == 0
+    assert ran == [(expected_lrs, 1000)]
+    assert json.loads((tmp_path / "sweep.json").read_text())["lrs"] == expected_lrs
