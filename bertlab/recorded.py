@@ -32,7 +32,7 @@ class RecordedResultsUnavailable(Exception):
 #: chapter 07 ``course-bert.json``, chapter 08 ``mr-pooling.json`` and ``bert-cpu.json``, chapter 09
 #: ``bert-cpu.json``, chapter 10 ``tasks-cpu.json`` and ``task-domain.json``.
 CHAPTER_RECORDS = ("attention-cpu.json", "course-bert.json", "mr-pooling.json", "bert-cpu.json", "tasks-cpu.json",
-                   "task-domain.json")
+                   "task-domain.json", "generation-cpu.json")
 RESULTS_FOLDER = Path("benchmarks") / "results"  # in the course repository
 PACKAGED_FOLDER = "recorded_results"  # in the package
 
