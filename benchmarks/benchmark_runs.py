@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -257,6 +258,23 @@ def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work, so that a timer read next measures it (a no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def measured(measure: Callable[[argparse.Namespace], dict], markdown_table: Callable[[dict], str],
+             args: argparse.Namespace) -> int:
+    """A timing benchmark's end: ``measure(args)``, its table printed and its record written to ``args.out``
+    (if given); exit status 2 with a one-line error for a bad option value (a ValueError of ``measure``)."""
+    try:
+        result = measure(args)
+    except ValueError as error:  # a bad --device, or a size the model does not take
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(markdown_table(result))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    return 0
 
 
 def machine(device: torch.device) -> dict:

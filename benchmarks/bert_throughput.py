@@ -15,7 +15,6 @@ what that saves. On CUDA all run under mixed precision (``bertlab.utils.autocast
 """
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from benchmark_runs import synchronize
+from benchmark_runs import measured, synchronize
 from bertlab.bert import PRESETS, BertConfig, BertForPreTraining
 from bertlab.utils import autocast, autocast_dtype, resolve_device, seed_everything
 
@@ -182,18 +181,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        result = measure(args)
-    except ValueError as error:  # a bad --device or a sequence longer than the model's positions
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(markdown_table(result))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.out}")
-    return 0
+    return measured(measure, markdown_table, parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ attending over P + t, n^2 in all. The ratio therefore grows with ``--new-tokens`
 """
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from benchmark_runs import machine, synchronize
+from benchmark_runs import machine, measured, synchronize
 from bertlab.gpt import PRESETS, GPTConfig, GPTLMHeadModel, generate
 from bertlab.utils import resolve_device, seed_everything
 
@@ -128,18 +127,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        result = measure(args)
-    except ValueError as error:  # a bad --device, or more tokens than the model's positions
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(markdown_table(result))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.out}")
-    return 0
+    return measured(measure, markdown_table, parse_args(argv))
 
 
 if __name__ == "__main__":
