@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertlab.data import load_sentiment
 from bertlab.recorded import RecordedCheck, Significance
 from bertlab.utils import autocast_dtype
 
@@ -258,6 +259,15 @@ def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work, so that a timer read next measures it (a no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def mr_splits(data_root: Path, max_train_examples: int | None):
+    """MR's splits (``bertlab.data.load_sentiment``, 80/10/10 as in the chapters), the training split cut to
+    its first ``max_train_examples`` (None: all), with a line saying their sizes and source."""
+    splits = load_sentiment("mr", root=data_root)
+    splits = dataclasses.replace(splits, train=splits.train[:max_train_examples])
+    print(f"MR: {len(splits.train)} train, {len(splits.dev)} dev, {len(splits.test)} test ({splits.source})")
+    return splits
 
 
 def measured(measure: Callable[[argparse.Namespace], dict], markdown_table: Callable[[dict], str],

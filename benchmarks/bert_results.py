@@ -60,7 +60,7 @@ from pathlib import Path
 import torch
 
 from bertlab.bert import BertForSequenceClassification
-from bertlab.data import imdb_documents, load_sentiment
+from bertlab.data import imdb_documents
 from bertlab.distillation import DistillationRecipe, compare_models, distill, init_student_from_teacher
 from bertlab.finetuning import (
     FineTuningRecipe,
@@ -73,8 +73,8 @@ from bertlab.finetuning import (
 from bertlab.pretraining import course_bert_folder, course_bert_sha256
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
-from benchmark_runs import (Stages, checks_table, computed_in, expectation, holding, machine, paired_comparison,
-                            quietly, summary, without_example_results)
+from benchmark_runs import (Stages, checks_table, computed_in, expectation, holding, machine, mr_splits,
+                            paired_comparison, quietly, summary, without_example_results)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # What the expectations' paired tests read from the stages: each model's result on each test example. A stage
@@ -145,10 +145,8 @@ def bag_of_words(train, test) -> dict:
 def run(args: argparse.Namespace) -> dict:
     settings = SETTINGS["quick" if args.quick else "full"]
     device = resolve_device(args.device)
-    splits = load_sentiment("mr", root=args.data_root)
-    train = splits.train[: settings["max_train_examples"]]
-    dev, test = splits.dev, splits.test
-    print(f"MR: {len(train)} train, {len(dev)} dev, {len(test)} test ({splits.source})")
+    splits = mr_splits(args.data_root, settings["max_train_examples"])
+    train, dev, test = splits.train, splits.dev, splits.test
     folder = course_bert_folder()
     weights_sha256 = course_bert_sha256()
     stages = Stages(args.work_dir, {"course_bert_sha256": weights_sha256, "precision": computed_in(device, args),

@@ -38,10 +38,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from benchmark_runs import Stages, computed_in, machine, paired_comparison, quietly, summary, without_example_results
+from benchmark_runs import (Stages, computed_in, machine, mr_splits, paired_comparison, quietly, summary,
+                            without_example_results)
 from bertlab.bert import BertForSequenceClassification
 from bertlab.course_model import course_bert_folder, course_gpt_folder
-from bertlab.data import load_sentiment
 from bertlab.finetuning import FineTuningRecipe, choose_learning_rate, finetune, predict
 from bertlab.gpt import GPTForSequenceClassification
 from bertlab.tokenization import BertTokenizer
@@ -86,10 +86,8 @@ MODELS = (
 def run(args: argparse.Namespace, models: tuple[ComparedModel, ...]) -> dict:
     settings = SETTINGS["quick" if args.quick else "full"]
     device = resolve_device(args.device)
-    splits = load_sentiment("mr", root=args.data_root)
-    train = splits.train[: settings["max_train_examples"]]
-    dev, test = splits.dev, splits.test
-    print(f"MR: {len(train)} train, {len(dev)} dev, {len(test)} test ({splits.source})")
+    splits = mr_splits(args.data_root, settings["max_train_examples"])
+    train, dev, test = splits.train, splits.dev, splits.test
     stages = Stages(args.work_dir, {"weights_sha256": {model.name: model.weights_sha256() for model in models},
                                     "precision": computed_in(device, args),
                                     "dataset": [splits.source, len(train), len(dev), len(test)]})

@@ -251,8 +251,8 @@ def bert_results(monkeypatch):
                 SimpleNamespace(accuracy=0.84, percent_of_teacher=98.8, speedup=1.9)]
         return SimpleNamespace(rows=rows, to_markdown=lambda: "| teacher and student |")
 
-    monkeypatch.setattr(module, "load_sentiment", lambda name, root: SimpleNamespace(
-        name="mr", train=train, dev=dev, test=test, source="made-up sentences"))
+    monkeypatch.setattr(module, "mr_splits", lambda root, max_train_examples: SimpleNamespace(
+        name="mr", train=train[:max_train_examples], dev=dev, test=test, source="made-up sentences"))
     monkeypatch.setattr(module, "BertForSequenceClassification", FakeClassifier)
     monkeypatch.setattr(module, "predict", fake_predict)
     monkeypatch.setattr(module, "finetune", fake_finetune)
