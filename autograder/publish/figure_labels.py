@@ -1,0 +1,356 @@
+"""The words of the book's figures (titles, axis labels, legends, tick labels that are words), translated
+inside the figures' SVG.
+
+The book's kernels draw every figure as SVG with its text kept as text (:data:`KERNEL_CONFIG`, set by
+``_ext/figure_labels.py`` for both builds): matplotlib writes each text artist as a group ``<g
+id="text_N">`` holding one element per line, ``<text>`` with the line for plain text, or, for a line with
+mathtext (``$...$``), the line's source as a comment followed by a group of one ``<tspan>`` per glyph,
+each at its own position. A figure's **label** is a text artist's lines joined by newlines; one with a
+word (two letters in a row outside its math, :func:`has_words`) is a message of its chapter's catalogue,
+with the context ``figure:<cell id>`` (:func:`executed_labels` reads them from the English build's
+execution cache; the code cells, hence the outputs, are the same in both editions).
+
+The translated build substitutes the translations in each executed SVG after execution and before
+rendering (:func:`translate_svg`): a plain line's text is replaced, anchored where the English line was
+anchored (its start, middle or end: matplotlib's ``text-anchor``, or for a line it positions by its left
+edge, the alignment that the artist's lines agree on, else the place of the text in the figure); a line
+with mathtext is laid out again by matplotlib's mathtext, each wide (CJK) character counted one em, the
+width every CJK font gives it; the browser draws the glyphs with its own fonts. A translation keeps its
+English's lines, and each line its math and numbers (:func:`label_differences`).
+"""
+
+import math
+import re
+import unicodedata
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+
+import nbformat
+
+from autograder.publish.myst_blocks import INLINE_MATH, NUMBER, multiset_difference
+
+#: matplotlib's settings for the book's figures: their text as ``<text>`` elements, not paths.
+SVG_RC = {"svg.fonttype": "none"}
+#: The IPython kernel's configuration for the book's builds: figures as SVG (only), drawn with
+#: :data:`SVG_RC`, and no date in the SVG's metadata (the same figure, the same file).
+KERNEL_CONFIG = f"""\
+c.InlineBackend.figure_formats = {{"svg"}}
+c.InlineBackend.rc = {SVG_RC!r}
+c.InlineBackend.print_figure_kwargs = {{"bbox_inches": "tight", "metadata": {{"Date": None}}}}
+"""
+SVG_MIME = "image/svg+xml"
+BUILD = "_build"
+#: Where Jupyter Book keeps its execution cache, under the build folder (MyST-NB's default).
+CACHE = ".jupyter_cache"
+#: The catalogue context of a figure's labels: this prefix and the id of the code cell that draws it.
+CONTEXT_PREFIX = "figure:"
+SVG = "http://www.w3.org/2000/svg"
+NAMESPACES = {"": SVG, "xlink": "http://www.w3.org/1999/xlink", "dc": "http://purl.org/dc/elements/1.1/",
+              "cc": "http://creativecommons.org/ns#", "rdf": "http://www.w3.org/1999/02/22-rdf-syntax-ns#"}
+TEXT_GROUP = re.compile(r"^text_\d+$")
+WORD = re.compile(r"[^\W\d_]{2,}")
+TRANSLATE = re.compile(r"translate\((?P<x>[-\d.e]+)[ ,]+(?P<y>[-\d.e]+)\)")
+ROTATE = re.compile(r"rotate\((?P<angle>[-\d.e]+)")
+STYLE = re.compile(r"\s*(?P<key>[\w-]+)\s*:\s*(?P<value>[^;]+)")
+#: The anchors of a line that starts, centres or ends at its anchor, by the fraction of its width.
+ANCHORS = {0.0: "start", 0.5: "middle", 1.0: "end"}
+EM_SPACE = "\u2003"  # one em wide in mathtext's fonts: where a wide character is laid out
+
+
+for prefix, uri in NAMESPACES.items():
+    ET.register_namespace(prefix, uri)
+
+
+def _tag(name: str) -> str:
+    return f"{{{SVG}}}{name}"
+
+
+def has_words(label: str) -> bool:
+    """Whether ``label`` has a word to translate: two letters in a row outside its math (``$...$``)."""
+    return WORD.search(INLINE_MATH.sub(" ", label)) is not None
+
+
+def context(cell_id: str) -> str:
+    return f"{CONTEXT_PREFIX}{cell_id}"
+
+
+def is_figure_context(msgctxt: str | None) -> bool:
+    return bool(msgctxt) and msgctxt.startswith(CONTEXT_PREFIX)
+
+
+def _markup(line: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The math (``$...$``) of a label's line and the numbers outside it."""
+    return tuple(INLINE_MATH.findall(line)), tuple(NUMBER.findall(INLINE_MATH.sub(" ", line)))
+
+
+def label_differences(english: str, translated: str) -> list[str]:
+    """What ``translated`` changes of the label ``english`` that its figure needs: its number of lines,
+    and each line's math and numbers; empty when it keeps them."""
+    english_lines, translated_lines = english.split("\n"), translated.split("\n")
+    if len(english_lines) != len(translated_lines):
+        return [f"{len(translated_lines)} lines where the figure has {len(english_lines)}"]
+    problems = []
+    for number, (source, target) in enumerate(zip(english_lines, translated_lines), start=1):
+        where = f"line {number}: " if len(english_lines) > 1 else ""
+        for label, (english_items, translated_items) in zip(("math", "number"), zip(_markup(source), _markup(target))):
+            problems += [where + problem for problem in multiset_difference(label, english_items, translated_items)]
+    return problems
+
+
+# --------------------------------------------------------------------------------------------------
+# The text of an SVG figure
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a text artist: a ``<text>`` element, or (``comment`` set) a mathtext line, the
+    comment with its source and the group of its glyphs (``element``)."""
+
+    element: ET.Element
+    comment: ET.Element | None = None
+
+    @property
+    def text(self) -> str:
+        if self.comment is None:
+            return self.element.text or ""
+        source = self.comment.text or ""
+        return source[1:-1] if source.startswith(" ") and source.endswith(" ") else source.strip()
+
+    @property
+    def style(self) -> dict[str, str]:
+        return {match["key"]: match["value"].strip() for match in STYLE.finditer(self.element.get("style", ""))}
+
+    @property
+    def anchored(self) -> bool:
+        """Whether the browser anchors the line (matplotlib gave it a ``text-anchor``)."""
+        return self.comment is None and "text-anchor" in self.style
+
+    def origin(self) -> tuple[float, float, float]:
+        """Where the line starts and its direction: x, y and the angle of its ``transform`` (degrees)."""
+        transform = self.element.get("transform", "")
+        translate, rotate = TRANSLATE.search(transform), ROTATE.search(transform)
+        x, y = (float(translate["x"]), float(translate["y"])) if translate else (0.0, 0.0)
+        return x, y, float(rotate["angle"]) if rotate else 0.0
+
+    def font_size(self) -> float:
+        """The font size of a plain line, or the largest of a mathtext line's glyphs (its base size)."""
+        sizes = [element.get("style", "") for element in self.element.iter(_tag("tspan"))] or [self.element.get("style", "")]
+        return max(float(match[1]) for style in sizes for match in re.finditer(r"font-size:\s*([\d.]+)px", style))
+
+
+@dataclass(frozen=True)
+class TextArtist:
+    """A text artist of a figure, its lines in order and the ids of its enclosing groups."""
+
+    lines: tuple[Line, ...]
+    groups: tuple[str, ...]
+    container: ET.Element  # the element that holds the lines
+
+    @property
+    def label(self) -> str:
+        return "\n".join(line.text for line in self.lines)
+
+
+def _lines(group: ET.Element) -> Iterator[tuple[ET.Element, Line]]:
+    """The lines of a text artist's group, each with the element that holds it (clip groups entered)."""
+    children = list(group)
+    for index, child in enumerate(children):
+        if child.tag == _tag("text"):
+            yield group, Line(child)
+        elif child.tag is ET.Comment and index + 1 < len(children) and children[index + 1].tag == _tag("g"):
+            yield group, Line(children[index + 1], child)
+        elif child.tag == _tag("g") and not child.get("id") and (index == 0 or children[index - 1].tag is not ET.Comment):
+            yield from _lines(child)
+
+
+def parse(svg: str) -> ET.Element:
+    parser = ET.XMLParser(target=ET.TreeBuilder(insert_comments=True))
+    parser.feed(svg)
+    return parser.close()
+
+
+def text_artists(root: ET.Element) -> list[TextArtist]:
+    """The text artists of an SVG figure, in drawing order."""
+    artists = []
+
+    def visit(element: ET.Element, groups: tuple[str, ...]) -> None:
+        for child in element:
+            if child.tag != _tag("g"):
+                continue
+            name = child.get("id", "")
+            if TEXT_GROUP.match(name):
+                held = list(_lines(child))
+                if held:
+                    artists.append(TextArtist(tuple(line for _, line in held), groups, held[0][0]))
+            else:
+                visit(child, (*groups, name) if name else groups)
+
+    visit(root, ())
+    return artists
+
+
+def svg_labels(svg: str) -> list[str]:
+    """The labels of an SVG figure that have words (:func:`has_words`), each once, in order."""
+    return list(dict.fromkeys(artist.label for artist in text_artists(parse(svg)) if has_words(artist.label)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Laying out a translated line
+# --------------------------------------------------------------------------------------------------
+
+
+def _font(size: float, style: Mapping[str, str] | None = None):
+    from matplotlib.font_manager import FontProperties
+    style = style or {}
+    return FontProperties(size=size, weight=style.get("font-weight", "normal"), style=style.get("font-style", "normal"))
+
+
+def _width(text: str, size: float, ismath: bool, style: Mapping[str, str] | None = None) -> float:
+    """The width matplotlib gives ``text`` (wide characters one em each in a mathtext line)."""
+    from matplotlib.textpath import TextToPath
+    width, _, _ = TextToPath().get_text_width_height_descent(text, _font(size, style), ismath)
+    return width
+
+
+def _is_wide(character: str) -> bool:
+    return unicodedata.east_asian_width(character) in ("W", "F")
+
+
+def _mathtext_children(text: str, size: float) -> tuple[list[ET.Element], float]:
+    """The glyphs (a ``<text>`` of ``<tspan>``) and rules (``<rect>``) of the mathtext line ``text`` as
+    matplotlib's SVG backend draws them at the origin, and its width; each wide character is laid out
+    as an em space and written in its place."""
+    import matplotlib
+    from matplotlib.backends.backend_svg import RendererSVG
+    wide = [character for character in text if _is_wide(character)]
+    laid_out = "".join(EM_SPACE if _is_wide(character) else character for character in text)
+    output = StringIO()
+    with matplotlib.rc_context(SVG_RC):  # glyphs as text, as the kernels draw them
+        renderer = RendererSVG(1, 1, output)
+        renderer.draw_text(renderer.new_gc(), 0, 0, laid_out, _font(size), 0, ismath=True)
+        renderer.finalize()
+    glyphs = next(group for group in parse(output.getvalue()).iter(_tag("g")) if group.find(_tag("text")) is not None)
+    spaces = sorted((span for span in glyphs.iter(_tag("tspan")) if span.text == EM_SPACE), key=lambda span: float(span.get("x")))
+    for span, character in zip(spaces, wide):
+        span.text = character
+    return list(glyphs), _width(laid_out, size, True)
+
+
+def _fraction_of_alignment(artist: TextArtist, widths: list[float]) -> float:
+    """Where a line of ``artist`` is anchored, as the fraction of its width from its start: what its
+    lines agree on (their starts, middles or ends at the same place along their direction); else, for
+    one line or lines of one width, by its place: a legend's entries start at their anchor, the labels of
+    a y axis's ticks end at it, other labels (titles, axis labels) are centred."""
+    along = []
+    for line in artist.lines:
+        x, y, angle = line.origin()
+        along.append(x * math.cos(math.radians(angle)) + y * math.sin(math.radians(angle)))
+    if len(set(round(width, 3) for width in widths)) > 1:
+        return min(ANCHORS, key=lambda fraction: _spread([a + fraction * w for a, w in zip(along, widths)]))
+    if any(group.startswith("legend_") for group in artist.groups):
+        return 0.0
+    if any(group.startswith("ytick_") for group in artist.groups):
+        return 1.0
+    return 0.5
+
+
+def _spread(values: list[float]) -> float:
+    return max(values) - min(values)
+
+
+def _replace_line(container: ET.Element, line: Line, text: str, fraction: float, english_width: float) -> None:
+    """Put ``text`` in the place of ``line``, anchored at the same point of its direction."""
+    if line.anchored:
+        line.element.text = text
+        return
+    if line.comment is None:
+        style = {**line.style, "text-anchor": ANCHORS[fraction]}
+        line.element.set("style", "; ".join(f"{key}: {value}" for key, value in style.items()))
+        line.element.set("x", f"{fraction * english_width:g}")
+        line.element.text = text
+        return
+    children, width = _mathtext_children(text, line.font_size())
+    for child in list(line.element):
+        line.element.remove(child)
+    shifted = ET.SubElement(line.element, _tag("g"), transform=f"translate({fraction * (english_width - width):g} 0)")
+    shifted.extend(children)
+    line.comment.text = f" {text.replace('--', '- -')} "
+
+
+def translate_artist(artist: TextArtist, translation: str) -> None:
+    """Replace the lines of ``artist`` by those of ``translation`` (as many, each with its math)."""
+    if label_differences(artist.label, translation):
+        return
+    widths = [_width(line.text, line.font_size(), line.comment is not None, line.style) for line in artist.lines]
+    fraction = _fraction_of_alignment(artist, widths)
+    for line, text, width in zip(artist.lines, translation.split("\n"), widths):
+        _replace_line(artist.container, line, text, fraction, width)
+
+
+def translate_svg(svg: str, translations: Mapping[str, str]) -> str:
+    """``svg`` with each label that ``translations`` (English -> translation) has replaced by it; the
+    same text when none is."""
+    root = parse(svg)
+    translated = [artist for artist in text_artists(root) if artist.label in translations]
+    if not translated:
+        return svg
+    for artist in translated:
+        translate_artist(artist, translations[artist.label])
+    return '<?xml version="1.0" encoding="utf-8" standalone="no"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# The labels of the executed chapters
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FigureLabel:
+    """A label of a figure that a code cell draws."""
+
+    cell_id: str
+    text: str
+
+
+def notebook_labels(notebook: nbformat.NotebookNode) -> list[FigureLabel]:
+    """The labels with words of an executed notebook's SVG outputs, by cell, each once per cell."""
+    labels = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        texts = [label for output in cell.get("outputs", []) if SVG_MIME in output.get("data", {})
+                 for label in svg_labels(output["data"][SVG_MIME])]
+        labels += [FigureLabel(cell.id, text) for text in dict.fromkeys(texts)]
+    return labels
+
+
+def english_cache(config: dict, root: Path, output: Path) -> Path:
+    """The English build's execution cache: ``execute.cache`` of its configuration (relative to the
+    book) when set, else MyST-NB's default, ``.jupyter_cache`` in the build folder of ``output``."""
+    cache = config.get("execute", {}).get("cache")
+    return (root / cache).resolve() if cache else (output / BUILD / CACHE).resolve()
+
+
+def executed_notebook(cache: Path, notebook: Path) -> nbformat.NotebookNode | None:
+    """The executed copy of ``notebook`` in the jupyter-cache folder ``cache`` (the book's execution
+    cache), or None when the cache has no execution of its current code."""
+    if not (Path(cache) / "global.db").is_file():
+        return None
+    from jupyter_cache import get_cache
+    executions = get_cache(Path(cache))
+    try:
+        record = executions.match_cache_notebook(nbformat.read(notebook, as_version=4))
+    except KeyError:
+        return None
+    return executions.get_cache_bundle(record.pk).nb
+
+
+def executed_labels(cache: Path, notebook: Path) -> list[FigureLabel] | None:
+    """The figure labels of ``notebook`` as the book executed it (:func:`executed_notebook`), or None
+    when the cache has no execution of its current code."""
+    executed = executed_notebook(cache, notebook)
+    return None if executed is None else notebook_labels(executed)
