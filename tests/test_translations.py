@@ -398,6 +398,7 @@ def _svg_figure(title: str = "Attention weights", xlabel: str = "key $j$") -> st
         axis.set_xticks([0, 1, 2], ["The", "cat", "12"])
         axis.set(title=title, xlabel=xlabel, ylabel="attention weight")
         axis.legend()
+        axis.text(1, 0.2, "12.7 ms")  # a measurement on a bar: numbers and a unit, no message
         figure.suptitle("Two lines\nof a title")
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg", metadata={"Date": None})
@@ -418,8 +419,10 @@ def _texts(svg: str) -> list[str]:
     return lines
 
 
-def test_a_figure_s_labels_are_its_words_and_not_its_numbers():
-    labels = figure_labels.svg_labels(_svg_figure())
+def test_a_figure_s_labels_are_its_words_and_not_its_numbers_or_measurements():
+    svg = _svg_figure()
+    assert "12.7 ms" in _texts(svg) and "0.5" in _texts(svg)
+    labels = figure_labels.svg_labels(svg)
     assert sorted(labels) == sorted(["The", "cat", "key $j$", "attention weight", "Attention weights", "scaled",
                                      "Two lines\nof a title"])
 

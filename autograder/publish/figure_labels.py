@@ -17,6 +17,8 @@ edge, the alignment that the artist's lines agree on, else the place of the text
 with mathtext is laid out again by matplotlib's mathtext, each wide (CJK) character counted one em, the
 width every CJK font gives it; the browser draws the glyphs with its own fonts. A translation keeps its
 English's lines, and each line its math and numbers (:func:`label_differences`).
+
+A label made of numbers and units only (``12.7 ms``, a measurement) is no message (:func:`has_words`).
 """
 
 import math
@@ -52,6 +54,8 @@ NAMESPACES = {"": SVG, "xlink": "http://www.w3.org/1999/xlink", "dc": "http://pu
               "cc": "http://creativecommons.org/ns#", "rdf": "http://www.w3.org/1999/02/22-rdf-syntax-ns#"}
 TEXT_GROUP = re.compile(r"^text_\d+$")
 WORD = re.compile(r"[^\W\d_]{2,}")
+#: Units of measure: words that are the same in every language (SI and IEC symbols of time and memory).
+UNITS = frozenset({"ns", "µs", "us", "ms", "min", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB"})
 TRANSLATE = re.compile(r"translate\((?P<x>[-\d.e]+)[ ,]+(?P<y>[-\d.e]+)\)")
 ROTATE = re.compile(r"rotate\((?P<angle>[-\d.e]+)")
 STYLE = re.compile(r"\s*(?P<key>[\w-]+)\s*:\s*(?P<value>[^;]+)")
@@ -69,8 +73,10 @@ def _tag(name: str) -> str:
 
 
 def has_words(label: str) -> bool:
-    """Whether ``label`` has a word to translate: two letters in a row outside its math (``$...$``)."""
-    return WORD.search(INLINE_MATH.sub(" ", label)) is not None
+    """Whether ``label`` has a word to translate: two letters in a row outside its math (``$...$``) that
+    are not a unit of measure. A measurement, ``12.7 ms`` on a bar, changes from run to run and its unit
+    is written the same in every language: it is no message."""
+    return any(word not in UNITS for word in WORD.findall(INLINE_MATH.sub(" ", label)))
 
 
 def context(cell_id: str) -> str:
