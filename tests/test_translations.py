@@ -562,3 +562,26 @@ class _Config:
 
     def __setattr__(self, name: str, value: object) -> None:
         self._values[f"{self._prefix}{name}"] = value
+
+
+def test_a_rotated_tick_label_aligned_right_still_ends_at_its_tick():
+    """A tick label rotated by 30 degrees and aligned right (matplotlib places it by its start, no
+    text-anchor): its translation is anchored at its end, where the English ends."""
+    import io
+
+    import matplotlib
+    from matplotlib.figure import Figure
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    with matplotlib.rc_context(figure_labels.SVG_RC):
+        figure = Figure(figsize=(3, 3))
+        axis = figure.subplots()
+        axis.set_xticks([0, 1], ["previous token", "next token"], rotation=30, ha="right")
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg")
+    root = ElementTree.fromstring(figure_labels.translate_svg(buffer.getvalue(), {"previous token": "前一个词元"}))
+    [label] = [element for element in root.iter("{http://www.w3.org/2000/svg}text") if element.text == "前一个词元"]
+    assert "rotate(-30" in label.get("transform") and "text-anchor: end" in label.get("style")
+    width = TextToPath().get_text_width_height_descent("previous token", FontProperties(size=10), ismath=False)[0]
+    assert float(label.get("x")) == pytest.approx(width, abs=1e-3)

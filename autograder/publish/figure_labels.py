@@ -150,25 +150,29 @@ class Line:
 
 @dataclass(frozen=True)
 class TextArtist:
-    """A text artist of a figure, its lines in order and the ids of its enclosing groups."""
+    """A text artist of a figure: its lines in order, and its enclosing groups that have an id (the
+    axes, an axis, a tick, a legend), outermost first."""
 
     lines: tuple[Line, ...]
-    groups: tuple[str, ...]
-    container: ET.Element  # the element that holds the lines
+    groups: tuple[ET.Element, ...]
 
     @property
     def label(self) -> str:
         return "\n".join(line.text for line in self.lines)
 
+    def within(self, prefix: str) -> ET.Element | None:
+        """The innermost enclosing group whose id starts with ``prefix`` (``legend_``, ``xtick_``)."""
+        return next((group for group in reversed(self.groups) if group.get("id", "").startswith(prefix)), None)
 
-def _lines(group: ET.Element) -> Iterator[tuple[ET.Element, Line]]:
-    """The lines of a text artist's group, each with the element that holds it (clip groups entered)."""
+
+def _lines(group: ET.Element) -> Iterator[Line]:
+    """The lines of a text artist's group (groups without an id, as a clip path's, entered)."""
     children = list(group)
     for index, child in enumerate(children):
         if child.tag == _tag("text"):
-            yield group, Line(child)
+            yield Line(child)
         elif child.tag is ET.Comment and index + 1 < len(children) and children[index + 1].tag == _tag("g"):
-            yield group, Line(children[index + 1], child)
+            yield Line(children[index + 1], child)
         elif child.tag == _tag("g") and not child.get("id") and (index == 0 or children[index - 1].tag is not ET.Comment):
             yield from _lines(child)
 
@@ -183,17 +187,16 @@ def text_artists(root: ET.Element) -> list[TextArtist]:
     """The text artists of an SVG figure, in drawing order."""
     artists = []
 
-    def visit(element: ET.Element, groups: tuple[str, ...]) -> None:
+    def visit(element: ET.Element, groups: tuple[ET.Element, ...]) -> None:
         for child in element:
             if child.tag != _tag("g"):
                 continue
-            name = child.get("id", "")
-            if TEXT_GROUP.match(name):
-                held = list(_lines(child))
-                if held:
-                    artists.append(TextArtist(tuple(line for _, line in held), groups, held[0][0]))
+            if TEXT_GROUP.match(child.get("id", "")):
+                lines = tuple(_lines(child))
+                if lines:
+                    artists.append(TextArtist(lines, groups))
             else:
-                visit(child, (*groups, name) if name else groups)
+                visit(child, (*groups, child) if child.get("id") else groups)
 
     visit(root, ())
     return artists
@@ -246,21 +249,38 @@ def _mathtext_children(text: str, size: float) -> tuple[list[ET.Element], float]
     return list(glyphs), _width(laid_out, size, True)
 
 
+def _along(x: float, y: float, angle: float) -> float:
+    """The coordinate of the point (x, y) along the direction ``angle`` (degrees, as SVG rotates)."""
+    return x * math.cos(math.radians(angle)) + y * math.sin(math.radians(angle))
+
+
+def _tick_mark(tick: ET.Element) -> tuple[float, float] | None:
+    """Where a tick group's mark is drawn (its ``<use>``), or None."""
+    mark = next((use for use in tick.iter(_tag("use")) if use.get("x") is not None), None)
+    return None if mark is None else (float(mark.get("x")), float(mark.get("y")))
+
+
+def _nearest_anchor(fraction: float) -> float:
+    return min(ANCHORS, key=lambda anchor: abs(anchor - fraction))
+
+
 def _fraction_of_alignment(artist: TextArtist, widths: list[float]) -> float:
-    """Where a line of ``artist`` is anchored, as the fraction of its width from its start: what its
-    lines agree on (their starts, middles or ends at the same place along their direction); else, for
-    one line or lines of one width, by its place: a legend's entries start at their anchor, the labels of
-    a y axis's ticks end at it, other labels (titles, axis labels) are centred."""
-    along = []
-    for line in artist.lines:
-        x, y, angle = line.origin()
-        along.append(x * math.cos(math.radians(angle)) + y * math.sin(math.radians(angle)))
+    """Where a line of ``artist`` is anchored, as the fraction of its width from its start (0, 1/2 or
+    1): what its lines agree on (their starts, middles or ends at the same place along their
+    direction); else, for one line (or lines of one width), by its place: a tick's label at the point
+    of its line nearest the tick's mark (a rotated label ends at its tick when aligned right), a
+    legend's entries at their start, other labels (titles, axis labels) at their middle."""
+    origins = [line.origin() for line in artist.lines]
+    along = [_along(*origin) for origin in origins]
     if len(set(round(width, 3) for width in widths)) > 1:
         return min(ANCHORS, key=lambda fraction: _spread([a + fraction * w for a, w in zip(along, widths)]))
-    if any(group.startswith("legend_") for group in artist.groups):
+    tick = artist.within("xtick_") or artist.within("ytick_")
+    mark = _tick_mark(tick) if tick is not None else None
+    if mark is not None and widths[0] > 0:
+        angle = origins[0][2]
+        return _nearest_anchor((_along(*mark, angle) - along[0]) / widths[0])
+    if artist.within("legend_") is not None:
         return 0.0
-    if any(group.startswith("ytick_") for group in artist.groups):
-        return 1.0
     return 0.5
 
 
@@ -268,7 +288,7 @@ def _spread(values: list[float]) -> float:
     return max(values) - min(values)
 
 
-def _replace_line(container: ET.Element, line: Line, text: str, fraction: float, english_width: float) -> None:
+def _replace_line(line: Line, text: str, fraction: float, english_width: float) -> None:
     """Put ``text`` in the place of ``line``, anchored at the same point of its direction."""
     if line.anchored:
         line.element.text = text
@@ -294,7 +314,7 @@ def translate_artist(artist: TextArtist, translation: str) -> None:
     widths = [_width(line.text, line.font_size(), line.comment is not None, line.style) for line in artist.lines]
     fraction = _fraction_of_alignment(artist, widths)
     for line, text, width in zip(artist.lines, translation.split("\n"), widths):
-        _replace_line(artist.container, line, text, fraction, width)
+        _replace_line(line, text, fraction, width)
 
 
 def translate_svg(svg: str, translations: Mapping[str, str]) -> str:
