@@ -19,9 +19,11 @@ from pathlib import Path
 
 import nbformat
 from docutils import nodes
+from sphinx.util import logging
 
 from autograder.publish import figure_labels, translations
 
+LOGGER = logging.getLogger(__name__)
 PROFILE = "profile_default"
 KERNEL_CONFIG_FILE = "ipython_kernel_config.py"
 
@@ -57,10 +59,16 @@ def _translate_figures(app, doctree) -> None:
     cells = nbformat.read(source, as_version=4).cells
     for image in doctree.findall(nodes.image):
         index = _cell_index(image)
-        if index is None or not image["uri"].endswith(".svg"):
+        if index is None:
             continue
         context = figure_labels.context(cells[index].id)
         labels = {english: translated for (msgctxt, english), translated in catalogue.items() if msgctxt == context}
+        if not image["uri"].endswith(".svg"):
+            if labels:
+                LOGGER.warning(f"the figure of cell {cells[index].id} is not SVG ({image['uri']}): its words stay "
+                               "English; its output comes from an execution cache older than the SVG figures "
+                               "(jupyter-book clean --all)", location=image)
+            continue
         path = Path(app.srcdir) / image["uri"].lstrip("/")
         svg = path.read_text(encoding="utf-8")
         translated = figure_labels.translate_svg(svg, labels) if labels else svg

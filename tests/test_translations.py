@@ -449,9 +449,8 @@ def test_a_translated_mathtext_line_is_centred_where_the_english_was():
 
     chinese = figure_labels.translate_svg(_svg_figure(), {"key $j$": "键 $j$"})
     root = ElementTree.fromstring(chinese)
-    [shift] = [group for group in root.iter("{http://www.w3.org/2000/svg}g")
-               if group.get("transform", "").startswith("translate(") and
-               any(span.text == "键" for span in group.iter("{http://www.w3.org/2000/svg}tspan"))]
+    [shift] = [group for group in root.iter("{http://www.w3.org/2000/svg}g")  # the group around the glyphs
+               if any(span.text == "键" for text in group.findall("{http://www.w3.org/2000/svg}text") for span in text)]
     offset = float(shift.get("transform").removeprefix("translate(").split()[0])
     width = lambda text: TextToPath().get_text_width_height_descent(text, FontProperties(size=10), ismath=True)[0]
     chinese_width = 10 + width(" $j$")
