@@ -1,10 +1,10 @@
-"""Sphinx extension: the book's figures are SVG with their text as text, and the translated book's
-figures have their words translated.
+"""Sphinx extension: the book's figures are SVG, and the translated book's figures have their words
+translated.
 
 - Both builds: the kernels that execute the chapters read the IPython configuration
-  :data:`autograder.publish.figure_labels.KERNEL_CONFIG` (figures as SVG, text as ``<text>``), from a
-  profile in the build folder that ``IPYTHONDIR`` names; nothing is added to the notebooks, whose code
-  cells stay those of the student notebooks.
+  :data:`autograder.publish.figure_labels.KERNEL_CONFIG` (figures as SVG, their text as paths with each
+  line's source in a comment), from a profile in the build folder that ``IPYTHONDIR`` names; nothing is
+  added to the notebooks, whose code cells stay those of the student notebooks.
 - The translated build (``language`` set, as ``tools/translations.py build`` writes its configuration):
   after a chapter is read (executed, or its outputs found in the English build's cache) and before it
   is written, each SVG figure of a code cell is replaced by its translation

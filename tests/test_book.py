@@ -339,7 +339,7 @@ def test_chinese_book_renders_falls_back_to_english_and_switches_both_ways(tmp_p
     assert "Transformer：从注意力到 BERT" in chapter.find("title").get_text()
     assert "导言" in (files.html / "chapters" / LANGUAGE / "intro.html").read_text()
 
-    # the figure: SVG with its text as text; its title translated in the Chinese book's copy only
+    # the figure: SVG, its text drawn as paths; its title translated, as text, in the Chinese book's copy only
     english_page = output / "_build" / "html" / "chapters" / "01_tiny" / "01_tiny.html"
     [english_figure] = [img["src"] for img in BeautifulSoup(english_page.read_text(), "html.parser").find("main").find_all("img")
                         if "_images/" in img["src"]]
@@ -347,8 +347,9 @@ def test_chinese_book_renders_falls_back_to_english_and_switches_both_ways(tmp_p
     assert english_figure.endswith(".svg") and chinese_figure.endswith(".svg") and english_figure != chinese_figure
     english_svg = (english_page.parent / english_figure).read_text()
     chinese_svg = (files.html / "chapters" / LANGUAGE / "01_tiny" / chinese_figure).read_text()
-    assert ">Tiny figure &amp; &lt;key&gt;</text>" in english_svg and "小图" not in english_svg
-    assert ">小图 &amp; &lt;键&gt;</text>" in chinese_svg and "Tiny figure" not in chinese_svg
+    assert "<!-- Tiny figure &amp; &lt;key&gt; -->" in english_svg and "<text" not in english_svg  # text as paths
+    assert ">小图 &amp; &lt;键&gt;</text>" in chinese_svg and "<!-- 小图 &amp; &lt;键&gt; -->" in chinese_svg
+    assert "Tiny figure" not in chinese_svg and "小图" not in english_svg
 
     site = Site(output / "_build" / "html", files.html)
     assert len(site.pages()) == 10  # intro, the chapter, references, genindex and search in each book

@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
+from xml.sax.saxutils import unescape
 
 import nbformat
 import pytest
@@ -405,8 +406,16 @@ def _svg_figure(title: str = "Attention weights", xlabel: str = "key $j$") -> st
     return buffer.getvalue()
 
 
+def _sources(svg: str) -> list[str]:
+    """The source of every line that the SVG draws, as the comment before it says."""
+    root = ElementTree.XMLParser(target=ElementTree.TreeBuilder(insert_comments=True))
+    root.feed(svg)
+    return [unescape(comment.text.strip()) for comment in root.close().iter(ElementTree.Comment)]
+
+
 def _texts(svg: str) -> list[str]:
-    """Every line of text that the SVG draws, a mathtext line's glyphs joined in order of position."""
+    """Every line that the SVG draws as text (a translated one), a mathtext line's glyphs joined in
+    order of position; the English lines are drawn as paths."""
     root = ElementTree.fromstring(svg)
     svg_text = "{http://www.w3.org/2000/svg}text"
     lines = []
@@ -421,7 +430,7 @@ def _texts(svg: str) -> list[str]:
 
 def test_a_figure_s_labels_are_its_words_and_not_its_numbers_or_measurements():
     svg = _svg_figure()
-    assert "12.7 ms" in _texts(svg) and "0.5" in _texts(svg)
+    assert "12.7 ms" in _sources(svg) and "0.5" in _sources(svg) and _texts(svg) == []  # all drawn as paths
     labels = figure_labels.svg_labels(svg)
     assert sorted(labels) == sorted(["The", "cat", "key $j$", "attention weight", "Attention weights", "scaled",
                                      "Two lines\nof a title"])
@@ -434,9 +443,11 @@ def test_a_translated_label_replaces_the_english_in_the_chinese_svg_only():
     texts = _texts(chinese)
     assert "注意力权重" in texts and "两行" in texts and "的标题" in texts and "这只" in texts
     assert "键\xa0j" in texts  # the mathtext line: 键, a space (matplotlib writes it no-break) and j
-    assert "Attention weights" not in texts and "Two lines" not in texts and "key\xa0j" not in texts
-    assert "attention weight" in texts and "cat" in texts  # untranslated labels stay English
-    assert "Attention weights" in _texts(english) and "key\xa0j" in _texts(english)
+    assert "注意力权重" in _sources(chinese) and "键 $j$" in _sources(chinese)
+    assert "Attention weights" not in _sources(chinese) and "key $j$" not in _sources(chinese)
+    assert "attention weight" in _sources(chinese) and "cat" in _sources(chinese)  # untranslated: English, as paths
+    assert "attention weight" not in texts and "cat" not in texts
+    assert "Attention weights" in _sources(english) and "key $j$" in _sources(english) and _texts(english) == []
     assert figure_labels.translate_svg(english, {}) == english
     assert figure_labels.translate_svg(english, {"not in the figure": "不在图中"}) == english
 
@@ -473,10 +484,10 @@ def test_a_translated_line_of_a_two_line_title_is_anchored_at_its_middle():
 
 def test_a_label_with_xml_markup_is_read_and_written_escaped():
     english = _svg_figure(title="Weights & <masks>")
-    assert "Weights &amp; &lt;masks&gt;" in english
+    assert "<!-- Weights &amp; &lt;masks&gt; -->" in english  # the line's source, in a comment
     assert "Weights & <masks>" in figure_labels.svg_labels(english)
     chinese = figure_labels.translate_svg(english, {"Weights & <masks>": "权重 & <掩码> \"引\""})
-    assert "权重 &amp; &lt;掩码&gt;" in chinese and "<掩码>" not in chinese
+    assert '>权重 &amp; &lt;掩码&gt; "引"</text>' in chinese and '<!-- 权重 &amp; &lt;掩码&gt; "引" -->' in chinese
     assert "权重 & <掩码> \"引\"" in _texts(chinese)  # a well-formed SVG that reads back as the translation
     assert "权重 & <掩码> \"引\"" in figure_labels.svg_labels(chinese)
 
@@ -542,10 +553,10 @@ def test_update_takes_the_figure_labels_from_the_executed_chapter_and_report_cou
     assert translations.counts(po, "01_tiny").figure_labels == 7
 
 
-def test_the_books_kernels_draw_svg_with_text_as_text():
+def test_the_books_kernels_draw_svg_with_text_as_paths():
     config = {}
     exec(figure_labels.KERNEL_CONFIG, {"c": _Config(config)})
-    assert config == {"InlineBackend.figure_formats": {"svg"}, "InlineBackend.rc": {"svg.fonttype": "none"},
+    assert config == {"InlineBackend.figure_formats": {"svg"}, "InlineBackend.rc": {"svg.fonttype": "path"},
                       "InlineBackend.print_figure_kwargs": {"bbox_inches": "tight", "metadata": {"Date": None}}}
 
 
@@ -580,7 +591,9 @@ def test_a_rotated_tick_label_aligned_right_still_ends_at_its_tick():
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg")
     root = ElementTree.fromstring(figure_labels.translate_svg(buffer.getvalue(), {"previous token": "前一个词元"}))
-    [label] = [element for element in root.iter("{http://www.w3.org/2000/svg}text") if element.text == "前一个词元"]
-    assert "rotate(-30" in label.get("transform") and "text-anchor: end" in label.get("style")
+    [placed] = [group for group in root.iter("{http://www.w3.org/2000/svg}g")
+                if any(text.text == "前一个词元" for text in group.findall("{http://www.w3.org/2000/svg}text"))]
+    [label] = placed
+    assert "rotate(-30" in placed.get("transform") and "text-anchor: end" in label.get("style")
     width = TextToPath().get_text_width_height_descent("previous token", FontProperties(size=10), ismath=False)[0]
     assert float(label.get("x")) == pytest.approx(width, abs=1e-3)

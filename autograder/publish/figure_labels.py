@@ -1,24 +1,26 @@
 """The words of the book's figures (titles, axis labels, legends, tick labels that are words), translated
 inside the figures' SVG.
 
-The book's kernels draw every figure as SVG with its text kept as text (:data:`KERNEL_CONFIG`, set by
-``_ext/figure_labels.py`` for both builds): matplotlib writes each text artist as a group ``<g
-id="text_N">`` holding one element per line, ``<text>`` with the line for plain text, or, for a line with
-mathtext (``$...$``), the line's source as a comment followed by a group of one ``<tspan>`` per glyph,
-each at its own position. A figure's **label** is a text artist's lines joined by newlines; one with a
-word (two letters in a row outside its math, :func:`has_words`) is a message of its chapter's catalogue,
-with the context ``figure:<cell id>`` (:func:`executed_labels` reads them from the English build's
-execution cache; the code cells, hence the outputs, are the same in both editions).
+The book's kernels draw every figure as SVG (:data:`KERNEL_CONFIG`, set by ``_ext/figure_labels.py``
+for both builds) with its text as paths, matplotlib's default for SVG (:data:`SVG_RC`): the same glyphs
+in every browser, as in a PNG. matplotlib writes each text artist as a group ``<g id="text_N">`` and
+each of its lines as a comment with the line's source (``$...$`` mathtext included) followed by a group
+of glyph outlines. A figure's **label** is a text artist's lines joined by newlines; one with a word
+(:func:`has_words`) is a message of its chapter's catalogue, with the context ``figure:<cell id>``
+(:func:`executed_labels` reads them from the English build's execution cache; the code cells, hence
+the outputs, are the same in both editions).
 
 The translated build substitutes the translations in each executed SVG after execution and before
-rendering (:func:`translate_svg`): a plain line's text is replaced, anchored where the English line was
-anchored (its start, middle or end: matplotlib's ``text-anchor``, or for a line it positions by its left
-edge, the alignment that the artist's lines agree on, else the place of the text in the figure); a line
-with mathtext is laid out again by matplotlib's mathtext, each wide (CJK) character counted one em, the
-width every CJK font gives it; the browser draws the glyphs with its own fonts. A translation keeps its
-English's lines, and each line its math and numbers (:func:`label_differences`).
+rendering (:func:`translate_svg`). A translated line is drawn as text (:data:`TEXT_RC`), which the
+reader's browser draws with its own fonts (CJK among them), in place of the English outlines, anchored
+at the point of the English line that matplotlib aligned (its start, middle or end, inferred by
+:func:`_fraction_of_alignment`): a plain line by the browser (``text-anchor``), a line with mathtext laid
+out by matplotlib's mathtext, each wide (CJK) character one em wide, the width CJK fonts give it. A
+translation keeps its English's lines, and each line its math and numbers (:func:`label_differences`).
 
-A label made of numbers and units only (``12.7 ms``, a measurement) is no message (:func:`has_words`).
+Why not ``svg.fonttype: none`` (text as text) for the English too: its mathtext is one ``<tspan>`` per
+glyph at a fixed place, drawn with the reader's fonts, and a glyph of a font the reader lacks (the
+radical of ``\\sqrt`` comes from "DejaVu Sans Display") is drawn wrong; paths look as before.
 """
 
 import math
@@ -29,13 +31,17 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
+from xml.sax.saxutils import escape, unescape
 
 import nbformat
 
 from autograder.publish.myst_blocks import INLINE_MATH, NUMBER, multiset_difference
 
-#: matplotlib's settings for the book's figures: their text as ``<text>`` elements, not paths.
-SVG_RC = {"svg.fonttype": "none"}
+#: matplotlib's settings for the book's figures: their text drawn as paths (the same glyphs in every
+#: browser, as in a PNG), each line's source kept in a comment before it.
+SVG_RC = {"svg.fonttype": "path"}
+#: ... and for a translated line: text, which the browser draws with its fonts (CJK among them).
+TEXT_RC = {"svg.fonttype": "none"}
 #: The IPython kernel's configuration for the book's builds: figures as SVG (only), drawn with
 #: :data:`SVG_RC`, and no date in the SVG's metadata (the same figure, the same file).
 KERNEL_CONFIG = f"""\
@@ -57,8 +63,10 @@ WORD = re.compile(r"[^\W\d_]{2,}")
 #: Units of measure: words that are the same in every language (SI and IEC symbols of time and memory).
 UNITS = frozenset({"ns", "µs", "us", "ms", "min", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB"})
 TRANSLATE = re.compile(r"translate\((?P<x>[-\d.e]+)[ ,]+(?P<y>[-\d.e]+)\)")
+SCALE = re.compile(r"scale\((?P<scale>[-\d.e]+)")
+XLINK_HREF = "{http://www.w3.org/1999/xlink}href"
+DEFAULT_FONT_SIZE = 10.0
 ROTATE = re.compile(r"rotate\((?P<angle>[-\d.e]+)")
-STYLE = re.compile(r"\s*(?P<key>[\w-]+)\s*:\s*(?P<value>[^;]+)")
 #: The anchors of a line that starts, centres or ends at its anchor, by the fraction of its width.
 ANCHORS = {0.0: "start", 0.5: "middle", 1.0: "end"}
 EM_SPACE = "\u2003"  # one em wide in mathtext's fonts: where a wide character is laid out
@@ -113,39 +121,44 @@ def label_differences(english: str, translated: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Line:
-    """One line of a text artist: a ``<text>`` element, or (``comment`` set) a mathtext line, the
-    comment with its source and the group of its glyphs (``element``)."""
+    """One line of a text artist as matplotlib draws it as paths: the comment with its source, and the
+    group of its glyphs (``<use>`` of glyph outlines, rules as ``<path>``, and the ``<defs>`` of the
+    outlines first used here) at its start, its direction and its size."""
 
-    element: ET.Element
-    comment: ET.Element | None = None
+    comment: ET.Element
+    group: ET.Element
 
     @property
     def text(self) -> str:
-        if self.comment is None:
-            return self.element.text or ""
+        """The line's source: the comment, as matplotlib writes it (``&``, ``<``, ``>`` escaped)."""
         source = self.comment.text or ""
-        return source[1:-1] if source.startswith(" ") and source.endswith(" ") else source.strip()
+        return unescape(source[1:-1] if source.startswith(" ") and source.endswith(" ") else source.strip())
+
+    def set_text(self, text: str) -> None:
+        """Write ``text`` in the comment as matplotlib does (escaped, no ``--`` in a comment)."""
+        self.comment.text = f" {escape(text).replace('--', '- -')} "
 
     @property
-    def style(self) -> dict[str, str]:
-        return {match["key"]: match["value"].strip() for match in STYLE.finditer(self.element.get("style", ""))}
-
-    @property
-    def anchored(self) -> bool:
-        """Whether the browser anchors the line (matplotlib gave it a ``text-anchor``)."""
-        return self.comment is None and "text-anchor" in self.style
+    def is_math(self) -> bool:
+        return INLINE_MATH.search(self.text) is not None
 
     def origin(self) -> tuple[float, float, float]:
-        """Where the line starts and its direction: x, y and the angle of its ``transform`` (degrees)."""
-        transform = self.element.get("transform", "")
+        """Where the line starts and its direction: x, y and the angle (degrees) of its ``transform``."""
+        transform = self.group.get("transform", "")
         translate, rotate = TRANSLATE.search(transform), ROTATE.search(transform)
         x, y = (float(translate["x"]), float(translate["y"])) if translate else (0.0, 0.0)
         return x, y, float(rotate["angle"]) if rotate else 0.0
 
     def font_size(self) -> float:
-        """The font size of a plain line, or the largest of a mathtext line's glyphs (its base size)."""
-        sizes = [element.get("style", "") for element in self.element.iter(_tag("tspan"))] or [self.element.get("style", "")]
-        return max(float(match[1]) for style in sizes for match in re.finditer(r"font-size:\s*([\d.]+)px", style))
+        """The font size: the ``scale`` of the glyph outlines, drawn at matplotlib's ``FONT_SCALE``."""
+        from matplotlib.textpath import TextToPath
+        scale = SCALE.search(self.group.get("transform", ""))
+        return float(scale["scale"]) * TextToPath.FONT_SCALE if scale else DEFAULT_FONT_SIZE
+
+    def weight(self) -> str:
+        """``bold`` when the glyphs are a bold font's (a bold title), else ``normal``."""
+        glyphs = [use.get(XLINK_HREF, "") for use in self.group.iter(_tag("use"))]
+        return "bold" if any("-Bold" in glyph for glyph in glyphs) else "normal"
 
 
 @dataclass(frozen=True)
@@ -166,13 +179,12 @@ class TextArtist:
 
 
 def _lines(group: ET.Element) -> Iterator[Line]:
-    """The lines of a text artist's group (groups without an id, as a clip path's, entered)."""
+    """The lines of a text artist's group: each comment and the group after it (groups without an id
+    around them, as a clip path's, entered)."""
     children = list(group)
     for index, child in enumerate(children):
-        if child.tag == _tag("text"):
-            yield Line(child)
-        elif child.tag is ET.Comment and index + 1 < len(children) and children[index + 1].tag == _tag("g"):
-            yield Line(children[index + 1], child)
+        if child.tag is ET.Comment and index + 1 < len(children) and children[index + 1].tag == _tag("g"):
+            yield Line(child, children[index + 1])
         elif child.tag == _tag("g") and not child.get("id") and (index == 0 or children[index - 1].tag is not ET.Comment):
             yield from _lines(child)
 
@@ -212,16 +224,15 @@ def svg_labels(svg: str) -> list[str]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _font(size: float, style: Mapping[str, str] | None = None):
+def _font(size: float, weight: str = "normal"):
     from matplotlib.font_manager import FontProperties
-    style = style or {}
-    return FontProperties(size=size, weight=style.get("font-weight", "normal"), style=style.get("font-style", "normal"))
+    return FontProperties(size=size, weight=weight)
 
 
-def _width(text: str, size: float, ismath: bool, style: Mapping[str, str] | None = None) -> float:
-    """The width matplotlib gives ``text`` (wide characters one em each in a mathtext line)."""
+def _width(text: str, size: float, ismath: bool, weight: str = "normal") -> float:
+    """The width matplotlib gives ``text``."""
     from matplotlib.textpath import TextToPath
-    width, _, _ = TextToPath().get_text_width_height_descent(text, _font(size, style), ismath)
+    width, _, _ = TextToPath().get_text_width_height_descent(text, _font(size, weight), ismath)
     return width
 
 
@@ -229,24 +240,28 @@ def _is_wide(character: str) -> bool:
     return unicodedata.east_asian_width(character) in ("W", "F")
 
 
-def _mathtext_children(text: str, size: float) -> tuple[list[ET.Element], float]:
-    """The glyphs (a ``<text>`` of ``<tspan>``) and rules (``<rect>``) of the mathtext line ``text`` as
-    matplotlib's SVG backend draws them at the origin, and its width; each wide character is laid out
-    as an em space and written in its place."""
+def _drawn_as_text(text: str, size: float, weight: str) -> tuple[ET.Element, float | None]:
+    """The element that matplotlib's SVG backend draws for the line ``text`` at the origin with its
+    text as text (a ``<text>``, or for mathtext a group of one ``<tspan>`` per glyph), and for mathtext
+    the line's width (each wide character laid out as an em space and written in its place); the
+    browser lays out a plain line."""
     import matplotlib
     from matplotlib.backends.backend_svg import RendererSVG
-    wide = [character for character in text if _is_wide(character)]
-    laid_out = "".join(EM_SPACE if _is_wide(character) else character for character in text)
+    ismath = INLINE_MATH.search(text) is not None
+    wide = [character for character in text if _is_wide(character)] if ismath else []
+    laid_out = "".join(EM_SPACE if _is_wide(character) else character for character in text) if ismath else text
     output = StringIO()
-    with matplotlib.rc_context(SVG_RC):  # glyphs as text, as the kernels draw them
+    with matplotlib.rc_context(TEXT_RC):
         renderer = RendererSVG(1, 1, output)
-        renderer.draw_text(renderer.new_gc(), 0, 0, laid_out, _font(size), 0, ismath=True)
+        renderer.draw_text(renderer.new_gc(), 0, 0, laid_out, _font(size, weight), 0, ismath=ismath)
         renderer.finalize()
-    glyphs = next(group for group in parse(output.getvalue()).iter(_tag("g")) if group.find(_tag("text")) is not None)
-    spaces = sorted((span for span in glyphs.iter(_tag("tspan")) if span.text == EM_SPACE), key=lambda span: float(span.get("x")))
+    root = parse(output.getvalue())
+    drawn = root.find(_tag("text")) if not ismath else next(
+        group for group in root.iter(_tag("g")) if group.find(_tag("text")) is not None)
+    spaces = sorted((span for span in drawn.iter(_tag("tspan")) if span.text == EM_SPACE), key=lambda span: float(span.get("x")))
     for span, character in zip(spaces, wide):
         span.text = character
-    return list(glyphs), _width(laid_out, size, True)
+    return drawn, _width(laid_out, size, True, weight) if ismath else None
 
 
 def _along(x: float, y: float, angle: float) -> float:
@@ -264,12 +279,17 @@ def _nearest_anchor(fraction: float) -> float:
     return min(ANCHORS, key=lambda anchor: abs(anchor - fraction))
 
 
+def _spread(values: list[float]) -> float:
+    return max(values) - min(values)
+
+
 def _fraction_of_alignment(artist: TextArtist, widths: list[float]) -> float:
     """Where a line of ``artist`` is anchored, as the fraction of its width from its start (0, 1/2 or
-    1): what its lines agree on (their starts, middles or ends at the same place along their
-    direction); else, for one line (or lines of one width), by its place: a tick's label at the point
-    of its line nearest the tick's mark (a rotated label ends at its tick when aligned right), a
-    legend's entries at their start, other labels (titles, axis labels) at their middle."""
+    1). matplotlib places each line by its start; the alignment is what the lines agree on (their
+    starts, middles or ends at the same place along their direction); else, for one line (or lines of
+    one width), its place: a tick's label at the point of its line nearest the tick's mark (the middle
+    of a label under its tick, the end of a y axis's label or of a rotated one aligned right), a
+    legend's entries at their start, other labels (titles, axis labels, free text) at their middle."""
     origins = [line.origin() for line in artist.lines]
     along = [_along(*origin) for origin in origins]
     if len(set(round(width, 3) for width in widths)) > 1:
@@ -284,37 +304,39 @@ def _fraction_of_alignment(artist: TextArtist, widths: list[float]) -> float:
     return 0.5
 
 
-def _spread(values: list[float]) -> float:
-    return max(values) - min(values)
+def _replace_line(line: Line, parent: ET.Element, text: str, fraction: float, english_width: float) -> None:
+    """Draw ``text`` as text in the place of ``line``, anchored at the same point along its direction:
+    the browser anchors a plain line (``text-anchor``); a mathtext line, laid out here, is shifted."""
+    x, y, angle = line.origin()
+    drawn, width = _drawn_as_text(text, line.font_size(), line.weight())
+    placed = ET.Element(_tag("g"), transform=f"translate({x:g} {y:g}) rotate({angle:g})")
+    if line.group.get("style"):
+        placed.set("style", line.group.get("style"))  # the line's colour and opacity
+    if line.is_math:
+        ET.SubElement(placed, _tag("g"), transform=f"translate({fraction * (english_width - width):g} 0)").extend(list(drawn))
+    else:
+        drawn.attrib.pop("transform", None)
+        drawn.set("x", f"{fraction * english_width:g}")
+        drawn.set("style", f"{drawn.get('style')}; text-anchor: {ANCHORS[fraction]}")
+        placed.append(drawn)
+    for outline in [child for child in line.group if child.tag != _tag("defs")]:
+        line.group.remove(outline)  # the English glyphs; their definitions stay, for the lines that reuse them
+    parent.insert(list(parent).index(line.group) + 1, placed)
+    line.set_text(text)
 
 
-def _replace_line(line: Line, text: str, fraction: float, english_width: float) -> None:
-    """Put ``text`` in the place of ``line``, anchored at the same point of its direction."""
-    if line.anchored:
-        line.element.text = text
-        return
-    if line.comment is None:
-        style = {**line.style, "text-anchor": ANCHORS[fraction]}
-        line.element.set("style", "; ".join(f"{key}: {value}" for key, value in style.items()))
-        line.element.set("x", f"{fraction * english_width:g}")
-        line.element.text = text
-        return
-    children, width = _mathtext_children(text, line.font_size())
-    for child in list(line.element):
-        line.element.remove(child)
-    shifted = ET.SubElement(line.element, _tag("g"), transform=f"translate({fraction * (english_width - width):g} 0)")
-    shifted.extend(children)
-    line.comment.text = f" {text.replace('--', '- -')} "
+def _parents(root: ET.Element) -> dict[ET.Element, ET.Element]:
+    return {child: parent for parent in root.iter() for child in parent}
 
 
-def translate_artist(artist: TextArtist, translation: str) -> None:
+def translate_artist(artist: TextArtist, translation: str, parents: Mapping[ET.Element, ET.Element]) -> None:
     """Replace the lines of ``artist`` by those of ``translation`` (as many, each with its math)."""
     if label_differences(artist.label, translation):
         return
-    widths = [_width(line.text, line.font_size(), line.comment is not None, line.style) for line in artist.lines]
+    widths = [_width(line.text, line.font_size(), line.is_math, line.weight()) for line in artist.lines]
     fraction = _fraction_of_alignment(artist, widths)
     for line, text, width in zip(artist.lines, translation.split("\n"), widths):
-        _replace_line(line, text, fraction, width)
+        _replace_line(line, parents[line.group], text, fraction, width)
 
 
 def translate_svg(svg: str, translations: Mapping[str, str]) -> str:
@@ -324,8 +346,9 @@ def translate_svg(svg: str, translations: Mapping[str, str]) -> str:
     translated = [artist for artist in text_artists(root) if artist.label in translations]
     if not translated:
         return svg
+    parents = _parents(root)
     for artist in translated:
-        translate_artist(artist, translations[artist.label])
+        translate_artist(artist, translations[artist.label], parents)
     return '<?xml version="1.0" encoding="utf-8" standalone="no"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
