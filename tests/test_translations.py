@@ -597,3 +597,26 @@ def test_a_rotated_tick_label_aligned_right_still_ends_at_its_tick():
     assert "rotate(-30" in placed.get("transform") and "text-anchor: end" in label.get("style")
     width = TextToPath().get_text_width_height_descent("previous token", FontProperties(size=10), ismath=False)[0]
     assert float(label.get("x")) == pytest.approx(width, abs=1e-3)
+
+
+def test_a_title_on_the_left_of_its_axes_still_starts_at_its_edge():
+    """A title with loc="left" starts where its axes start: its translation is anchored at its start
+    (a centred title keeps its middle: the tests above)."""
+    import io
+
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(figure_labels.SVG_RC):
+        figure = Figure(figsize=(4, 3))
+        axis = figure.subplots()
+        axis.plot([0, 1], [0, 1])
+        axis.set_title("(a) sentence pair", loc="left")
+        axis.set_title("right side", loc="right")
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg")
+    root = ElementTree.fromstring(figure_labels.translate_svg(buffer.getvalue(), {"(a) sentence pair": "(a) 句子对",
+                                                                                  "right side": "右边"}))
+    anchors = {text.text: (text.get("style").rsplit("text-anchor: ", 1)[1], float(text.get("x")))
+               for text in root.iter("{http://www.w3.org/2000/svg}text")}
+    assert anchors["(a) 句子对"] == ("start", 0.0) and anchors["右边"][0] == "end"

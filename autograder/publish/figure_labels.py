@@ -66,6 +66,8 @@ TRANSLATE = re.compile(r"translate\((?P<x>[-\d.e]+)[ ,]+(?P<y>[-\d.e]+)\)")
 SCALE = re.compile(r"scale\((?P<scale>[-\d.e]+)")
 XLINK_HREF = "{http://www.w3.org/1999/xlink}href"
 DEFAULT_FONT_SIZE = 10.0
+CLIP_REFERENCE = re.compile(r"url\(#(?P<id>[^)]+)\)")
+EDGE_TOLERANCE = 0.5  # points: a title on the left starts at its axes' edge, a centred one centres there
 ROTATE = re.compile(r"rotate\((?P<angle>[-\d.e]+)")
 #: The anchors of a line that starts, centres or ends at its anchor, by the fraction of its width.
 ANCHORS = {0.0: "start", 0.5: "middle", 1.0: "end"}
@@ -283,13 +285,36 @@ def _spread(values: list[float]) -> float:
     return max(values) - min(values)
 
 
-def _fraction_of_alignment(artist: TextArtist, widths: list[float]) -> float:
+def _axes_edges(axes: ET.Element, clip_boxes: Mapping[str, tuple[float, float]]) -> tuple[float, float] | None:
+    """The left and right edges of an axes: the box its drawing is clipped to, or None."""
+    for element in axes.iter():
+        reference = CLIP_REFERENCE.match(element.get("clip-path", ""))
+        if reference and reference["id"] in clip_boxes:
+            return clip_boxes[reference["id"]]
+    return None
+
+
+def _clip_boxes(root: ET.Element) -> dict[str, tuple[float, float]]:
+    """The left and right edges of each rectangular clip path of the figure, by id."""
+    boxes = {}
+    for clip in root.iter(_tag("clipPath")):
+        rect = clip.find(_tag("rect"))
+        if rect is not None and clip.get("id"):
+            left = float(rect.get("x", 0))
+            boxes[clip.get("id")] = (left, left + float(rect.get("width", 0)))
+    return boxes
+
+
+def _fraction_of_alignment(artist: TextArtist, widths: list[float], clip_boxes: Mapping[str, tuple[float, float]]) -> float:
     """Where a line of ``artist`` is anchored, as the fraction of its width from its start (0, 1/2 or
     1). matplotlib places each line by its start; the alignment is what the lines agree on (their
     starts, middles or ends at the same place along their direction); else, for one line (or lines of
     one width), its place: a tick's label at the point of its line nearest the tick's mark (the middle
-    of a label under its tick, the end of a y axis's label or of a rotated one aligned right), a
-    legend's entries at their start, other labels (titles, axis labels, free text) at their middle."""
+    of a label under its tick, the end of a y axis's label or of a rotated one aligned right); a
+    legend's entries at their start; a horizontal line of an axes that starts, centres or ends where
+    the axes do (a title, on the left, centred or on the right; an x axis's label) there, and any other
+    (text placed in the axes) at its start, matplotlib's default; other labels (a figure's title, a y
+    axis's label, rotated text) at their middle."""
     origins = [line.origin() for line in artist.lines]
     along = [_along(*origin) for origin in origins]
     if len(set(round(width, 3) for width in widths)) > 1:
@@ -299,8 +324,16 @@ def _fraction_of_alignment(artist: TextArtist, widths: list[float]) -> float:
     if mark is not None and widths[0] > 0:
         angle = origins[0][2]
         return _nearest_anchor((_along(*mark, angle) - along[0]) / widths[0])
+    axes = artist.within("axes_")
+    edges = _axes_edges(axes, clip_boxes) if axes is not None and origins[0][2] == 0 else None
     if artist.within("legend_") is not None:
         return 0.0
+    if edges is not None:
+        start, width = origins[0][0], widths[0]
+        for fraction in ANCHORS:  # at the axes' left edge, middle or right edge: a title, an x axis's label
+            if abs(start + fraction * width - (edges[0] + fraction * (edges[1] - edges[0]))) < EDGE_TOLERANCE:
+                return fraction
+        return 0.0  # text placed in the axes (ax.text): matplotlib's default alignment, left
     return 0.5
 
 
@@ -329,12 +362,14 @@ def _parents(root: ET.Element) -> dict[ET.Element, ET.Element]:
     return {child: parent for parent in root.iter() for child in parent}
 
 
-def translate_artist(artist: TextArtist, translation: str, parents: Mapping[ET.Element, ET.Element]) -> None:
-    """Replace the lines of ``artist`` by those of ``translation`` (as many, each with its math)."""
+def translate_artist(artist: TextArtist, translation: str, parents: Mapping[ET.Element, ET.Element],
+                     clip_boxes: Mapping[str, tuple[float, float]]) -> None:
+    """Replace the lines of ``artist`` by those of ``translation`` (as many, each with its math);
+    ``parents`` maps each element of the figure to its parent, ``clip_boxes`` is :func:`_clip_boxes`."""
     if label_differences(artist.label, translation):
         return
     widths = [_width(line.text, line.font_size(), line.is_math, line.weight()) for line in artist.lines]
-    fraction = _fraction_of_alignment(artist, widths)
+    fraction = _fraction_of_alignment(artist, widths, clip_boxes)
     for line, text, width in zip(artist.lines, translation.split("\n"), widths):
         _replace_line(line, parents[line.group], text, fraction, width)
 
@@ -346,9 +381,9 @@ def translate_svg(svg: str, translations: Mapping[str, str]) -> str:
     translated = [artist for artist in text_artists(root) if artist.label in translations]
     if not translated:
         return svg
-    parents = _parents(root)
+    parents, clip_boxes = _parents(root), _clip_boxes(root)
     for artist in translated:
-        translate_artist(artist, translations[artist.label], parents)
+        translate_artist(artist, translations[artist.label], parents, clip_boxes)
     return '<?xml version="1.0" encoding="utf-8" standalone="no"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
