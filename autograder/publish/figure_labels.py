@@ -50,9 +50,6 @@ c.InlineBackend.rc = {SVG_RC!r}
 c.InlineBackend.print_figure_kwargs = {{"bbox_inches": "tight", "metadata": {{"Date": None}}}}
 """
 SVG_MIME = "image/svg+xml"
-BUILD = "_build"
-#: Where Jupyter Book keeps its execution cache, under the build folder (MyST-NB's default).
-CACHE = ".jupyter_cache"
 #: The catalogue context of a figure's labels: this prefix and the id of the code cell that draws it.
 CONTEXT_PREFIX = "figure:"
 SVG = "http://www.w3.org/2000/svg"
@@ -410,13 +407,6 @@ def notebook_labels(notebook: nbformat.NotebookNode) -> list[FigureLabel]:
                  for label in svg_labels(output["data"][SVG_MIME])]
         labels += [FigureLabel(cell.id, text) for text in dict.fromkeys(texts)]
     return labels
-
-
-def english_cache(config: dict, root: Path, output: Path) -> Path:
-    """The English build's execution cache: ``execute.cache`` of its configuration (relative to the
-    book) when set, else MyST-NB's default, ``.jupyter_cache`` in the build folder of ``output``."""
-    cache = config.get("execute", {}).get("cache")
-    return (root / cache).resolve() if cache else (output / BUILD / CACHE).resolve()
 
 
 def executed_notebook(cache: Path, notebook: Path) -> nbformat.NotebookNode | None:

@@ -32,8 +32,7 @@ from pathlib import Path
 import yaml
 
 from autograder.core import CHAPTERS
-from autograder.publish.figure_labels import BUILD, english_cache
-from autograder.publish.translations import CONFIG, TranslationError, book_words, read_yaml
+from autograder.publish.translations import BUILD, CONFIG, TranslationError, book_words, english_cache, read_yaml
 
 TOC = "_toc.yml"
 ENGLISH = "en"

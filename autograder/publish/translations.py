@@ -49,6 +49,9 @@ PAGES = {"intro": "intro.md"}
 BOOK = "book"
 CONFIG = "_config.yml"
 BOOK_SOURCES = (CONFIG, "_toc.yml")
+BUILD = "_build"
+#: Where Jupyter Book keeps its execution cache, under the build folder (MyST-NB's default).
+CACHE = ".jupyter_cache"
 #: The header of a new catalogue; msgmerge keeps it, and the template adds nothing that changes by itself.
 HEADER = {
     "Project-Id-Version": "bertlab course",
@@ -186,6 +189,13 @@ def source_messages(root: Path, domain: str) -> list[Message]:
     return notebook_messages(nbformat.read(path, as_version=4), path)
 
 
+def english_cache(config: dict, root: Path, output: Path) -> Path:
+    """The English build's execution cache: ``execute.cache`` of its configuration (relative to the
+    book) when set, else MyST-NB's default, ``.jupyter_cache`` in the build folder of ``output``."""
+    cache = config.get("execute", {}).get("cache")
+    return (root / cache).resolve() if cache else (output / BUILD / CACHE).resolve()
+
+
 def figure_messages(root: Path, language: str, domain: str) -> list[Message]:
     """The labels of a chapter's figures (context ``figure:<cell id>``), as the English book's build
     executed the chapter (its execution cache, :func:`autograder.publish.figure_labels.executed_labels`);
@@ -196,7 +206,7 @@ def figure_messages(root: Path, language: str, domain: str) -> list[Message]:
     root = Path(root)
     config = read_yaml(root / CONFIG) if (root / CONFIG).is_file() else {}
     notebook = root / CHAPTERS / domain / f"{domain}.ipynb"
-    labels = figure_labels.executed_labels(figure_labels.english_cache(config, root, root), notebook) if notebook.is_file() else None
+    labels = figure_labels.executed_labels(english_cache(config, root, root), notebook) if notebook.is_file() else None
     if labels is not None:
         return [Message(figure_labels.context(label.cell_id), label.text) for label in labels]
     path = catalogue_path(root, language, domain)
