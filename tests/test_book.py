@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import nbformat
+import polib
 import pytest
 import yaml
 from bs4 import BeautifulSoup
 
-from autograder.publish import release, translated_book, translations
+from autograder.publish import figure_labels, release, translated_book, translations
 
 ROOT = Path(__file__).resolve().parents[1]
 LANGUAGE = "zh_CN"
@@ -237,6 +238,7 @@ TINY_TRANSLATIONS = {
     "Transformers, from attention to BERT": "Transformer：从注意力到 BERT",
     "Tiny part": "小部分",
 }  # the chapter's "An untranslated paragraph." and the caption "Course" stay English
+TINY_FIGURE = 'import matplotlib.pyplot as plt\n\nplt.plot([0, 1], [1, 0])\nplt.title("Tiny figure & <key>")\nplt.show()'
 
 
 def chinese_small_book(folder: Path) -> Path:
@@ -258,7 +260,8 @@ def chinese_small_book(folder: Path) -> Path:
     notebook.cells = [nbformat.v4.new_markdown_cell(
         "# Tiny\n\nA translated paragraph with $x$.\n\nAn untranslated paragraph.\n\n"
         "See the [references](../../references.md) {cite:p}`vaswani2017attention`.", id="text"),
-        nbformat.v4.new_code_cell("print(6 * 7)", id="answer")]
+        nbformat.v4.new_code_cell("print(6 * 7)", id="answer"),
+        nbformat.v4.new_code_cell(TINY_FIGURE, id="figure")]
     nbformat.write(notebook, course / "solutions" / "01_tiny" / "01_tiny.ipynb")
     for domain in translations.domains(course):
         assert translations.update_catalogue(course, LANGUAGE, domain)
@@ -266,6 +269,9 @@ def chinese_small_book(folder: Path) -> Path:
         catalogue = translations.load(path)
         for entry in catalogue:
             entry.msgstr = TINY_TRANSLATIONS.get(entry.msgid, "")
+        if domain == "01_tiny":  # what `update` reads from the English build's cache, once built
+            catalogue.append(polib.POEntry(msgctxt=figure_labels.context("figure"), msgid="Tiny figure & <key>",
+                                           msgstr="小图 & <键>"))
         catalogue.save(str(path))
     release.generate(root=course)
     return course
@@ -332,6 +338,18 @@ def test_chinese_book_renders_falls_back_to_english_and_switches_both_ways(tmp_p
     assert "小部分" in navigation and "Course" in navigation and "Tiny part" not in navigation
     assert "Transformer：从注意力到 BERT" in chapter.find("title").get_text()
     assert "导言" in (files.html / "chapters" / LANGUAGE / "intro.html").read_text()
+
+    # the figure: SVG, its text drawn as paths; its title translated, as text, in the Chinese book's copy only
+    english_page = output / "_build" / "html" / "chapters" / "01_tiny" / "01_tiny.html"
+    [english_figure] = [img["src"] for img in BeautifulSoup(english_page.read_text(), "html.parser").find("main").find_all("img")
+                        if "_images/" in img["src"]]
+    [chinese_figure] = [img["src"] for img in chapter.find("main").find_all("img") if "_images/" in img["src"]]
+    assert english_figure.endswith(".svg") and chinese_figure.endswith(".svg") and english_figure != chinese_figure
+    english_svg = (english_page.parent / english_figure).read_text()
+    chinese_svg = (files.html / "chapters" / LANGUAGE / "01_tiny" / chinese_figure).read_text()
+    assert "<!-- Tiny figure &amp; &lt;key&gt; -->" in english_svg and "<text" not in english_svg  # text as paths
+    assert ">小图 &amp; &lt;键&gt;</text>" in chinese_svg and "<!-- 小图 &amp; &lt;键&gt; -->" in chinese_svg
+    assert "Tiny figure" not in chinese_svg and "小图" not in english_svg
 
     site = Site(output / "_build" / "html", files.html)
     assert len(site.pages()) == 10  # intro, the chapter, references, genindex and search in each book

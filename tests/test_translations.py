@@ -4,16 +4,19 @@ The machinery itself (blocks, msgmerge's fuzzy messages, the report, the release
 
 import importlib.util
 import posixpath
+import re
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
+from xml.sax.saxutils import unescape
 
 import nbformat
 import pytest
 
-from autograder.publish import release, translated_book, translations
+from autograder.publish import figure_labels, release, translated_book, translations
 from autograder.publish.myst_blocks import (
     LINK,
     NOT_RELATIVE,
@@ -375,3 +378,245 @@ def test_a_markdown_cell_without_an_id_is_named(tiny_course, tool):
     nbformat.write(notebook, solution)
     result = tool(tiny_course, "update", "--language", LANGUAGE)
     assert result.returncode == 2 and "01_tiny.ipynb: Markdown cell 2 has no id" in result.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# Figure labels: the words of the figures, translated in their SVG
+# --------------------------------------------------------------------------------------------------
+
+
+def _svg_figure(title: str = "Attention weights", xlabel: str = "key $j$") -> str:
+    """An SVG figure drawn as the book's kernels draw them (figure_labels.SVG_RC)."""
+    import io
+
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(figure_labels.SVG_RC):
+        figure = Figure(figsize=(4, 3))
+        axis = figure.subplots()
+        axis.plot([0, 1, 2], [0.1, 0.5, 0.4], label="scaled")
+        axis.set_xticks([0, 1, 2], ["The", "cat", "12"])
+        axis.set(title=title, xlabel=xlabel, ylabel="attention weight")
+        axis.legend()
+        axis.text(1, 0.2, "12.7 ms")  # a measurement on a bar: numbers and a unit, no message
+        figure.suptitle("Two lines\nof a title")
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    return buffer.getvalue()
+
+
+def _sources(svg: str) -> list[str]:
+    """The source of every line that the SVG draws, as the comment before it says."""
+    root = ElementTree.XMLParser(target=ElementTree.TreeBuilder(insert_comments=True))
+    root.feed(svg)
+    return [unescape(comment.text.strip()) for comment in root.close().iter(ElementTree.Comment)]
+
+
+def _texts(svg: str) -> list[str]:
+    """Every line that the SVG draws as text (a translated one), a mathtext line's glyphs joined in
+    order of position; the English lines are drawn as paths."""
+    root = ElementTree.fromstring(svg)
+    svg_text = "{http://www.w3.org/2000/svg}text"
+    lines = []
+    for element in root.iter(svg_text):
+        spans = list(element)
+        if spans:
+            lines.append("".join(span.text for span in sorted(spans, key=lambda span: float(span.get("x")))))
+        else:
+            lines.append(element.text)
+    return lines
+
+
+def test_a_figure_s_labels_are_its_words_and_not_its_numbers_or_measurements():
+    svg = _svg_figure()
+    assert "12.7 ms" in _sources(svg) and "0.5" in _sources(svg) and _texts(svg) == []  # all drawn as paths
+    labels = figure_labels.svg_labels(svg)
+    assert sorted(labels) == sorted(["The", "cat", "key $j$", "attention weight", "Attention weights", "scaled",
+                                     "Two lines\nof a title"])
+
+
+def test_a_translated_label_replaces_the_english_in_the_chinese_svg_only():
+    english = _svg_figure()
+    chinese = figure_labels.translate_svg(english, {"Attention weights": "注意力权重", "key $j$": "键 $j$",
+                                                    "Two lines\nof a title": "两行\n的标题", "The": "这只"})
+    texts = _texts(chinese)
+    assert "注意力权重" in texts and "两行" in texts and "的标题" in texts and "这只" in texts
+    assert "键\xa0j" in texts  # the mathtext line: 键, a space (matplotlib writes it no-break) and j
+    assert "注意力权重" in _sources(chinese) and "键 $j$" in _sources(chinese)
+    assert "Attention weights" not in _sources(chinese) and "key $j$" not in _sources(chinese)
+    assert "attention weight" in _sources(chinese) and "cat" in _sources(chinese)  # untranslated: English, as paths
+    assert "attention weight" not in texts and "cat" not in texts
+    assert "Attention weights" in _sources(english) and "key $j$" in _sources(english) and _texts(english) == []
+    assert figure_labels.translate_svg(english, {}) == english
+    assert figure_labels.translate_svg(english, {"not in the figure": "不在图中"}) == english
+
+
+def test_a_translated_mathtext_line_is_centred_where_the_english_was():
+    """The axis label "key $j$" is centred under the axis: its translation, laid out with the wide
+    character one em (10 px at matplotlib's default 10 pt), has the same middle."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    chinese = figure_labels.translate_svg(_svg_figure(), {"key $j$": "键 $j$"})
+    root = ElementTree.fromstring(chinese)
+    [shift] = [group for group in root.iter("{http://www.w3.org/2000/svg}g")  # the group around the glyphs
+               if any(span.text == "键" for text in group.findall("{http://www.w3.org/2000/svg}text") for span in text)]
+    offset = float(shift.get("transform").removeprefix("translate(").split()[0])
+    width = lambda text: TextToPath().get_text_width_height_descent(text, FontProperties(size=10), ismath=True)[0]
+    chinese_width = 10 + width(" $j$")
+    assert offset + chinese_width / 2 == pytest.approx(width("key $j$") / 2, abs=1e-3)
+
+
+def test_a_translated_line_of_a_two_line_title_is_anchored_at_its_middle():
+    """matplotlib places each line of a multi-line text by its left edge (no text-anchor): the
+    translation anchors each line at the middle of its English line, so it stays centred."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    root = ElementTree.fromstring(figure_labels.translate_svg(_svg_figure(), {"Two lines\nof a title": "两行\n的标题"}))
+    [first] = [element for element in root.iter("{http://www.w3.org/2000/svg}text") if element.text == "两行"]
+    assert "text-anchor: middle" in first.get("style")
+    size = float(re.search(r"font-size: ([\d.]+)px", first.get("style"))[1])
+    width = TextToPath().get_text_width_height_descent("Two lines", FontProperties(size=size), ismath=False)[0]
+    assert float(first.get("x")) == pytest.approx(width / 2, abs=1e-3)
+
+
+def test_a_label_with_xml_markup_is_read_and_written_escaped():
+    english = _svg_figure(title="Weights & <masks>")
+    assert "<!-- Weights &amp; &lt;masks&gt; -->" in english  # the line's source, in a comment
+    assert "Weights & <masks>" in figure_labels.svg_labels(english)
+    chinese = figure_labels.translate_svg(english, {"Weights & <masks>": "权重 & <掩码> \"引\""})
+    assert '>权重 &amp; &lt;掩码&gt; "引"</text>' in chinese and '<!-- 权重 &amp; &lt;掩码&gt; "引" -->' in chinese
+    assert "权重 & <掩码> \"引\"" in _texts(chinese)  # a well-formed SVG that reads back as the translation
+    assert "权重 & <掩码> \"引\"" in figure_labels.svg_labels(chinese)
+
+
+@pytest.mark.parametrize("english, translated, problem", [
+    ("position $p$", "位置 p", "math 'p' missing"),
+    ("head 1: slope 1/2", "头：斜率 1/2", "number '1' missing"),
+    ("two\nlines", "一行", "1 lines where the figure has 2"),
+    ("$d_k$ and\nkeys", "键\n$d_k$ 和", "line 1: math 'd_k' missing"),
+])
+def test_label_differences_name_what_a_figure_s_translation_lost(english, translated, problem):
+    assert problem in figure_labels.label_differences(english, translated)
+    assert figure_labels.label_differences(english, english) == []
+
+
+def _cache_executed(course: Path, chapter: str, svg: str) -> None:
+    """Put in the course's execution cache the released chapter as if the book had executed it, its
+    code cell showing the figure ``svg`` (jupyter-cache matches a notebook by its code)."""
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    path = course / "chapters" / chapter / f"{chapter}.ipynb"
+    executed = _read(path)
+    [code] = [cell for cell in executed.cells if cell.cell_type == "code"]
+    code.outputs = [nbformat.v4.new_output("display_data", data={"image/svg+xml": svg, "text/plain": "<Figure>"})]
+    cache = get_cache(course / "_build" / ".jupyter_cache")
+    cache.cache_notebook_bundle(CacheBundleIn(executed, str(path)), check_validity=False, overwrite=True)
+
+
+def test_update_takes_the_figure_labels_from_the_executed_chapter_and_report_counts_them(tiny_course, tool):
+    po = translations.catalogue_path(tiny_course, LANGUAGE, "01_tiny")
+    assert tool(tiny_course, "update", "--language", LANGUAGE).returncode == 0
+    release.generate(root=tiny_course)
+    _cache_executed(tiny_course, "01_tiny", _svg_figure(title="Weights & <masks>", xlabel="head 1: key $j$"))
+    assert tool(tiny_course, "update", "--dry-run").returncode == 1  # the figure's labels are new
+    assert tool(tiny_course, "update").returncode == 0
+    labels = {entry.msgid: entry for entry in translations.load(po) if entry.msgctxt == "figure:install"}
+    assert sorted(labels) == sorted(["The", "cat", "head 1: key $j$", "attention weight", "Weights & <masks>",
+                                     "scaled", "Two lines\nof a title"])
+    counts = translations.counts(po, "01_tiny")
+    assert (counts.total, counts.figure_labels, counts.figure_labels_translated) == (4 + 7, 7, 0)
+
+    catalogue = translations.load(po)
+    for entry in catalogue:
+        entry.msgstr = {"# Tiny": "# 小例子", "First paragraph.": "第一段。", "Second, with $x$.": "第二段，含 $x$。",
+                        "Third {cite:p}`key2020`.": "第三 {cite:p}`key2020`。", "The": "这只", "cat": "猫",
+                        "head 1: key $j$": "头 1：键 $j$", "attention weight": "注意力权重",
+                        "Weights & <masks>": "权重与<掩码>", "scaled": "缩放"}.get(entry.msgid, "")
+    catalogue.save(str(po))
+    report = tool(tiny_course, "report")
+    assert "01_tiny" in report.stdout and "6/7" in report.stdout and "figure labels" in report.stdout
+    assert tool(tiny_course, "report", "--release").returncode == 1  # "Two lines\nof a title" is untranslated
+    assert tool(tiny_course, "check").returncode == 0
+
+    catalogue = translations.load(po)
+    next(entry for entry in catalogue if entry.msgid == "Two lines\nof a title").msgstr = "两行标题"
+    catalogue.save(str(po))
+    check = tool(tiny_course, "check")
+    assert check.returncode == 1 and "cell figure:install" in check.stdout and "1 lines where the figure has 2" in check.stdout
+
+    shutil.rmtree(tiny_course / "_build")  # no executed chapter: the catalogue keeps its labels
+    assert tool(tiny_course, "update", "--dry-run").returncode == 0
+    assert translations.counts(po, "01_tiny").figure_labels == 7
+
+
+def test_the_books_kernels_draw_svg_with_text_as_paths():
+    config = {}
+    exec(figure_labels.KERNEL_CONFIG, {"c": _Config(config)})
+    assert config == {"InlineBackend.figure_formats": {"svg"}, "InlineBackend.rc": {"svg.fonttype": "path"},
+                      "InlineBackend.print_figure_kwargs": {"bbox_inches": "tight", "metadata": {"Date": None}}}
+
+
+class _Config:
+    """Records the assignments of an IPython configuration file (``c.Section.name = value``)."""
+
+    def __init__(self, values: dict, prefix: str = ""):
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_prefix", prefix)
+
+    def __getattr__(self, name: str) -> "_Config":
+        return _Config(self._values, f"{self._prefix}{name}.")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        self._values[f"{self._prefix}{name}"] = value
+
+
+def test_a_rotated_tick_label_aligned_right_still_ends_at_its_tick():
+    """A tick label rotated by 30 degrees and aligned right (matplotlib places it by its start, no
+    text-anchor): its translation is anchored at its end, where the English ends."""
+    import io
+
+    import matplotlib
+    from matplotlib.figure import Figure
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    with matplotlib.rc_context(figure_labels.SVG_RC):
+        figure = Figure(figsize=(3, 3))
+        axis = figure.subplots()
+        axis.set_xticks([0, 1], ["previous token", "next token"], rotation=30, ha="right")
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg")
+    root = ElementTree.fromstring(figure_labels.translate_svg(buffer.getvalue(), {"previous token": "前一个词元"}))
+    [placed] = [group for group in root.iter("{http://www.w3.org/2000/svg}g")
+                if any(text.text == "前一个词元" for text in group.findall("{http://www.w3.org/2000/svg}text"))]
+    [label] = placed
+    assert "rotate(-30" in placed.get("transform") and "text-anchor: end" in label.get("style")
+    width = TextToPath().get_text_width_height_descent("previous token", FontProperties(size=10), ismath=False)[0]
+    assert float(label.get("x")) == pytest.approx(width, abs=1e-3)
+
+
+def test_a_title_on_the_left_of_its_axes_still_starts_at_its_edge():
+    """A title with loc="left" starts where its axes start: its translation is anchored at its start
+    (a centred title keeps its middle: the tests above)."""
+    import io
+
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(figure_labels.SVG_RC):
+        figure = Figure(figsize=(4, 3))
+        axis = figure.subplots()
+        axis.plot([0, 1], [0, 1])
+        axis.set_title("(a) sentence pair", loc="left")
+        axis.set_title("right side", loc="right")
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg")
+    root = ElementTree.fromstring(figure_labels.translate_svg(buffer.getvalue(), {"(a) sentence pair": "(a) 句子对",
+                                                                                  "right side": "右边"}))
+    anchors = {text.text: (text.get("style").rsplit("text-anchor: ", 1)[1], float(text.get("x")))
+               for text in root.iter("{http://www.w3.org/2000/svg}text")}
+    assert anchors["(a) 句子对"] == ("start", 0.0) and anchors["右边"][0] == "end"

@@ -5,17 +5,22 @@
     python tools/translations.py check  [--language LANG]
     python tools/translations.py build  [--language LANG] [--output DIR] [-- JUPYTER_BOOK_OPTIONS]
 
-- ``update`` extracts the Markdown blocks of the solution notebooks (and ``intro.md``) and merges them
-  into ``locale/LANG/LC_MESSAGES/<domain>.po`` with ``msgmerge --previous``: changed English becomes
+- ``update`` extracts the Markdown blocks of the solution notebooks (and ``intro.md``), and the words of
+  each chapter's figures as the English build executed them (its execution cache; a chapter that the
+  cache lacks keeps the labels its catalogue has), and merges them into
+  ``locale/LANG/LC_MESSAGES/<domain>.po`` with ``msgmerge --previous``: changed English becomes
   fuzzy, new English untranslated. It writes only the catalogues that change; ``--dry-run`` lists them
   (exit status 1 when there are any). ``--language`` also starts a new language.
-- ``report`` prints, per catalogue, its translated, fuzzy and untranslated messages; with ``--release``
+- ``report`` prints, per catalogue, its translated, fuzzy and untranslated messages (figure labels
+  included, and counted apart: translated/all); with ``--release``
   the exit status is 1 unless every one is fully translated (the release gate).
 - ``check`` runs ``msgfmt --check`` and checks that every translation keeps its English's MyST roles,
-  directives, math, links, cited keys, inline code and numbers; exit status 1 on any problem.
+  directives, math, links, cited keys, inline code and numbers, and every figure label its lines, math
+  and numbers; exit status 1 on any problem.
 - ``build`` builds the English book (``DIR/_build/html``, ``DIR`` the repository by default), then the
   book in each language over ``chapters/LANG/`` (``DIR/_build/LANG/_build/html``), with the English
-  build's execution cache: the code cells are the same, so nothing runs twice. Publish the second in
+  build's execution cache: the code cells are the same, so nothing runs twice; its figures' words are
+  translated in their SVG (``_ext/figure_labels.py``). Publish the second in
   the folder ``LANG/`` of the first: the language switch on every page links there and back
   (``autograder/publish/translated_book.py``, ``_ext/language_switch.py``). Options after ``--`` go to
   ``jupyter-book build`` (``-- -W -n --keep-going``).
@@ -53,7 +58,8 @@ def update(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace) -> int:
     complete = True
     for language in _languages(args):
-        print(f"{language}: {'catalogue':<24}{'messages':>9}{'translated':>11}{'fuzzy':>7}{'untranslated':>13}")
+        print(f"{language}: {'catalogue':<24}{'messages':>9}{'translated':>11}{'fuzzy':>7}{'untranslated':>13}"
+              f"{'figure labels':>15}")
         for domain in translations.domains(args.root):
             path = translations.catalogue_path(args.root, language, domain)
             if not path.is_file():
@@ -63,8 +69,9 @@ def report(args: argparse.Namespace) -> int:
             counts = translations.counts(path, domain)
             complete = complete and counts.complete
             note = "  (English only)" if counts.total and not counts.translated else ""
+            labels = f"{counts.figure_labels_translated}/{counts.figure_labels}" if counts.figure_labels else "-"
             print(f"{language}: {domain:<24}{counts.total:>9}{counts.translated:>11}{counts.fuzzy:>7}"
-                  f"{counts.untranslated:>13}{note}")
+                  f"{counts.untranslated:>13}{labels:>15}{note}")
     if args.release and not complete:
         print("not ready for a release: translate the fuzzy and untranslated messages", file=sys.stderr)
         return 1

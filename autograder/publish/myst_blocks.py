@@ -168,7 +168,7 @@ def markup(block: str) -> Markup:
                                                        numbers)), marker, table_rows)
 
 
-def _multiset_difference(label: str, english: tuple[str, ...], translated: tuple[str, ...]) -> list[str]:
+def multiset_difference(label: str, english: tuple[str, ...], translated: tuple[str, ...]) -> list[str]:
     expected, found = Counter(english), Counter(translated)
     problems = [f"{label} {item!r} missing" for item in sorted((expected - found).elements())]
     return problems + [f"{label} {item!r} not in the English" for item in sorted((found - expected).elements())]
@@ -179,7 +179,7 @@ def markup_differences(english: str, translated: str) -> list[str]:
     source, target = markup(english), markup(translated)
     problems = []
     for field, label in MARKUP_LABELS.items():
-        problems += _multiset_difference(label, getattr(source, field), getattr(target, field))
+        problems += multiset_difference(label, getattr(source, field), getattr(target, field))
     if source.leading_marker != target.leading_marker:
         problems.append(f"starts with {target.leading_marker!r} where the English starts with {source.leading_marker!r}")
     if source.table_rows != target.table_rows:

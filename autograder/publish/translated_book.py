@@ -32,13 +32,9 @@ from pathlib import Path
 import yaml
 
 from autograder.core import CHAPTERS
-from autograder.publish.translations import TranslationError, book_words, read_yaml
+from autograder.publish.translations import BUILD, CONFIG, TranslationError, book_words, english_cache, read_yaml
 
-CONFIG = "_config.yml"
 TOC = "_toc.yml"
-BUILD = "_build"
-#: Where Jupyter Book keeps its execution cache, under the build folder (MyST-NB's default).
-CACHE = ".jupyter_cache"
 ENGLISH = "en"
 
 
@@ -161,13 +157,6 @@ def translated_config(config: dict, root: Path, switch: LanguageSwitch, title: s
                         "language_switch": switch.reverse().as_config()}
     config["sphinx"] = sphinx
     return config
-
-
-def english_cache(config: dict, root: Path, output: Path) -> Path:
-    """The English build's execution cache: ``execute.cache`` of its configuration (relative to the
-    book) when set, else MyST-NB's default, ``.jupyter_cache`` in the build folder of ``output``."""
-    cache = config.get("execute", {}).get("cache")
-    return (root / cache).resolve() if cache else (output / BUILD / CACHE).resolve()
 
 
 def write_build_files(root: Path, language: str, output: Path) -> BuildFiles:

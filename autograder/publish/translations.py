@@ -5,7 +5,10 @@ catalogue ``<domain>.po`` holds one message per Markdown block (:mod:`autograder
 chapter's Markdown cells (domain: the chapter, e.g. ``01_attention``) or of ``intro.md`` (domain
 ``intro``); a message's context (``msgctxt``) is its cell's id (``intro`` for ``intro.md``). The domain
 ``book`` holds the book's own words: its title (``_config.yml``, context ``title``) and the captions of
-the parts of its table of contents (``_toc.yml``, context ``caption``).
+the parts of its table of contents (``_toc.yml``, context ``caption``). A chapter's catalogue also
+holds the words of its figures, one message per label, context ``figure:<cell id>``
+(:func:`figure_messages`, :mod:`autograder.publish.figure_labels`): the translated book substitutes
+them in the executed figures.
 
 - :func:`source_messages`, :func:`template`: the messages of the English source, as a POT template.
 - :func:`update_catalogue` merges a template into a catalogue with ``msgmerge --previous``: a message
@@ -33,7 +36,8 @@ import nbformat
 import polib
 import yaml
 
-from autograder.core import ROOT, SOLUTIONS, chapter_names, replace_if_changed
+from autograder.core import CHAPTERS, ROOT, SOLUTIONS, chapter_names, replace_if_changed
+from autograder.publish import figure_labels
 from autograder.publish.myst_blocks import (
     blocks, is_translatable, join_blocks, markup_differences, relocate_links, split_blocks)
 
@@ -43,7 +47,11 @@ MESSAGES = "LC_MESSAGES"
 PAGES = {"intro": "intro.md"}
 #: The domain of the book's title (``_config.yml``) and its parts' captions (``_toc.yml``).
 BOOK = "book"
-BOOK_SOURCES = ("_config.yml", "_toc.yml")
+CONFIG = "_config.yml"
+BOOK_SOURCES = (CONFIG, "_toc.yml")
+BUILD = "_build"
+#: Where Jupyter Book keeps its execution cache, under the build folder (MyST-NB's default).
+CACHE = ".jupyter_cache"
 #: The header of a new catalogue; msgmerge keeps it, and the template adds nothing that changes by itself.
 HEADER = {
     "Project-Id-Version": "bertlab course",
@@ -80,6 +88,8 @@ class Counts:
     translated: int
     fuzzy: int
     untranslated: int
+    figure_labels: int = 0  # of the total, the words of the chapter's figures
+    figure_labels_translated: int = 0
 
     @property
     def complete(self) -> bool:
@@ -179,6 +189,31 @@ def source_messages(root: Path, domain: str) -> list[Message]:
     return notebook_messages(nbformat.read(path, as_version=4), path)
 
 
+def english_cache(config: dict, root: Path, output: Path) -> Path:
+    """The English build's execution cache: ``execute.cache`` of its configuration (relative to the
+    book) when set, else MyST-NB's default, ``.jupyter_cache`` in the build folder of ``output``."""
+    cache = config.get("execute", {}).get("cache")
+    return (root / cache).resolve() if cache else (output / BUILD / CACHE).resolve()
+
+
+def figure_messages(root: Path, language: str, domain: str) -> list[Message]:
+    """The labels of a chapter's figures (context ``figure:<cell id>``), as the English book's build
+    executed the chapter (its execution cache, :func:`autograder.publish.figure_labels.executed_labels`);
+    when the cache has no execution of the chapter's current code, those the catalogue has, kept until
+    the book is built again. Other domains have none."""
+    if domain not in chapter_names(root):
+        return []
+    root = Path(root)
+    config = read_yaml(root / CONFIG) if (root / CONFIG).is_file() else {}
+    notebook = root / CHAPTERS / domain / f"{domain}.ipynb"
+    labels = figure_labels.executed_labels(english_cache(config, root, root), notebook) if notebook.is_file() else None
+    if labels is not None:
+        return [Message(figure_labels.context(label.cell_id), label.text) for label in labels]
+    path = catalogue_path(root, language, domain)
+    return [Message(entry.msgctxt, entry.msgid) for entry in (load(path) if path.is_file() else [])
+            if not entry.obsolete and figure_labels.is_figure_context(entry.msgctxt)]
+
+
 def template(messages: list[Message]) -> polib.POFile:
     """A POT template of ``messages``."""
     pot = polib.POFile(wrapwidth=79)
@@ -204,7 +239,7 @@ def merged_catalogue(root: Path, language: str, domain: str) -> str:
     path = catalogue_path(root, language, domain)
     with tempfile.TemporaryDirectory(prefix="translations-") as scratch:
         pot = Path(scratch) / f"{domain}.pot"
-        template(source_messages(root, domain)).save(str(pot))
+        template(source_messages(root, domain) + figure_messages(root, language, domain)).save(str(pot))
         existing = path
         if not path.is_file():
             existing = Path(scratch) / f"{domain}.po"
@@ -257,7 +292,9 @@ def counts(path: Path, domain: str) -> Counts:
     entries = [entry for entry in catalogue if not entry.obsolete]
     fuzzy = sum(1 for entry in entries if entry.fuzzy)
     translated = sum(1 for entry in entries if entry.translated())
-    return Counts(domain, len(entries), translated, fuzzy, len(entries) - translated - fuzzy)
+    labels = [entry for entry in entries if figure_labels.is_figure_context(entry.msgctxt)]
+    return Counts(domain, len(entries), translated, fuzzy, len(entries) - translated - fuzzy,
+                  len(labels), sum(1 for entry in labels if entry.translated()))
 
 
 def _place(path: Path, entry: polib.POEntry) -> str:
@@ -267,7 +304,8 @@ def _place(path: Path, entry: polib.POEntry) -> str:
 
 def catalogue_problems(path: Path) -> list[str]:
     """What is wrong with a catalogue: ``msgfmt --check``'s errors, and each translated (or fuzzy)
-    message that loses or adds MyST markup of its English (:func:`markup_differences`)."""
+    message that loses or adds MyST markup of its English (:func:`markup_differences`), or a figure's
+    label that changes its lines, math or numbers (:func:`autograder.publish.figure_labels.label_differences`)."""
     result = _run(["msgfmt", "--check", "--output-file", "/dev/null", str(path)], path)
     problems = [f"{path}: msgfmt --check: {line}" for line in result.stderr.splitlines() if line.strip()]
     if result.returncode != 0 and not problems:
@@ -275,7 +313,9 @@ def catalogue_problems(path: Path) -> list[str]:
     for entry in load(path):
         if entry.obsolete or not entry.msgstr:
             continue
-        problems += [f"{_place(path, entry)}: {difference}" for difference in markup_differences(entry.msgid, entry.msgstr)]
+        differences = (figure_labels.label_differences if figure_labels.is_figure_context(entry.msgctxt)
+                       else markup_differences)(entry.msgid, entry.msgstr)
+        problems += [f"{_place(path, entry)}: {difference}" for difference in differences]
     return problems
 
 
