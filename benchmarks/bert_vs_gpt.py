@@ -28,7 +28,6 @@ the last finished stage. A Markdown table is printed and written next to the JSO
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import sys
 from collections.abc import Callable
@@ -41,7 +40,7 @@ from torch import nn
 from benchmark_runs import (Stages, computed_in, machine, mr_splits, paired_comparison, quietly, summary,
                             without_example_results)
 from bertlab.bert import BertForSequenceClassification
-from bertlab.course_model import course_bert_folder, course_gpt_folder
+from bertlab.course_model import course_bert_folder, course_gpt_folder, weights_sha256
 from bertlab.finetuning import FineTuningRecipe, choose_learning_rate, finetune, predict
 from bertlab.gpt import GPTForSequenceClassification
 from bertlab.tokenization import BertTokenizer
@@ -66,9 +65,6 @@ class ComparedModel:
     classifier: type[nn.Module]
     poolings: tuple[str, ...]
 
-    def weights_sha256(self) -> str:
-        return hashlib.sha256((self.folder() / "model.safetensors").read_bytes()).hexdigest()
-
     def classifier_with(self, pooling: str) -> nn.Module:
         """The pretrained model with a new two-class head (seeded by the caller) reading ``pooling``."""
         pretrained = quietly(self.classifier.from_pretrained, self.folder(), num_labels=2)
@@ -88,7 +84,7 @@ def run(args: argparse.Namespace, models: tuple[ComparedModel, ...]) -> dict:
     device = resolve_device(args.device)
     splits = mr_splits(args.data_root, settings["max_train_examples"])
     train, dev, test = splits.train, splits.dev, splits.test
-    stages = Stages(args.work_dir, {"weights_sha256": {model.name: model.weights_sha256() for model in models},
+    stages = Stages(args.work_dir, {"weights_sha256": {model.name: weights_sha256(model.folder()) for model in models},
                                     "precision": computed_in(device, args),
                                     "dataset": [splits.source, len(train), len(dev), len(test)]})
     training = {key: settings[key] for key in ("epochs", "batch_size", "max_length")}

@@ -60,9 +60,14 @@ def course_bert_token_counts() -> torch.Tensor:
     return torch.tensor([float(line) for line in path.read_text().split()], dtype=torch.float64)
 
 
+def weights_sha256(folder: str | Path) -> str:
+    """The SHA-256 (hex) of a model folder's weights file (``model.safetensors``): which weights a run used."""
+    return hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()
+
+
 def course_bert_sha256() -> str:
     """The SHA-256 (hex) of the course BERT's weights file: which release of the model a run used."""
-    return hashlib.sha256((course_bert_folder() / "model.safetensors").read_bytes()).hexdigest()
+    return weights_sha256(course_bert_folder())
 
 
 def read_course_bert_results(name: str, required: Mapping[str, Sequence[str]], start: str | Path | None = None) -> dict:

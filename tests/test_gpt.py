@@ -798,7 +798,8 @@ def test_the_course_gpt_tool_packs_pretrains_and_exports_a_model_hugging_face_re
     monkeypatch.setattr(course_gpt, "DEV_REVIEWS", 4)
     monkeypatch.setattr(course_gpt, "PACKAGE_FOLDER", package)
     monkeypatch.setattr(course_gpt, "RESULTS_FILE", tmp_path / "course-gpt.json")
-    assert course_gpt.main(tool, ["export", "--data-root", str(tmp_path), "--work", str(work)]) == 0
+    assert course_gpt.main(tool, ["export", "--data-root", str(tmp_path), "--work", str(work), "--packed",
+                                  str(packed)]) == 0
 
     record = json.loads((tmp_path / "course-gpt.json").read_text())["held_out"]
     baselines = record["baselines"]

@@ -64,7 +64,7 @@ from bertlab.pretraining import (
     unigram_masked_lm,
 )
 from bertlab.tokenization import BertTokenizer
-from course_models import COMMAND_FILE, REPO_ROOT, CourseModel, main, placeholders, training_machine
+from course_models import COMMAND_FILE, REPO_ROOT, CourseModel, main, placeholders, training_machine, training_tokens
 
 PACKAGE_FOLDER = REPO_ROOT / "bertlab" / "course_bert"
 RESULTS_FILE = REPO_ROOT / "benchmarks" / "results" / "course-bert.json"
@@ -80,7 +80,6 @@ def card(recipe: PretrainingRecipe, config: dict, history: list[dict], scores: d
          pretraining_dropout: float, command: list[str]) -> str:
     """The model card: what the model is, what it was trained on and how, and how well it predicts."""
     hours = sum(record["seconds"] for record in history) / 3600
-    segments_tokens = recipe.max_steps * recipe.batch_size * recipe.seq_len
     final = history[-1]
     model, unigram = scores["model"], scores["unigram"]
     return f"""# The course's BERT: BERT-mini pretrained on IMDB movie reviews
@@ -129,7 +128,7 @@ model = BertForPreTraining.from_pretrained(folder)             # or BertForSeque
 # transformers.BertForPreTraining.from_pretrained(folder), BertTokenizerFast.from_pretrained(folder)
 ```
 
-It is a small model trained for {hours:.1f} hours on {segments_tokens / 1e6:.0f}M token positions of movie reviews: it
+It is a small model trained for {hours:.1f} hours on {training_tokens(recipe) / 1e6:.0f}M token positions of movie reviews: it
 knows the words and phrasing of reviews, not the world; a released BERT-base saw 3.3B words for 1M steps.
 
 ## Data and citations

@@ -5,7 +5,8 @@
     python tools/course_gpt.py sweep --lrs 1e-3 2e-3 --steps 11350 [--seconds S] [--work runs/course-gpt-sweep]
     python tools/course_gpt.py score --data-root DIR [--work runs/course-gpt]
     python tools/course_gpt.py record --work RUN [RUN ...] [--out benchmarks/results/course-gpt-sweep.json]
-    python tools/course_gpt.py export --data-root DIR [--work runs/course-gpt] [--machine "..."]
+    python tools/course_gpt.py export --data-root DIR [--work runs/course-gpt] [--packed FILE] [--bert FOLDER]
+                                      [--machine "..."]
 
 The course GPT is the course BERT's sibling for chapter 11: the same data, size and budget, trained the
 other way. It reads the same packed segments of the 75,000 training reviews (``tools/course_bert.py
@@ -58,7 +59,8 @@ from bertlab.pretraining import (
 )
 from bertlab.tokenization import BertTokenizer
 from course_bert import BATCH_SIZE, STEPS
-from course_models import COMMAND_FILE, REPO_ROOT, CourseModel, main, placeholders, training_machine
+from course_models import (COMMAND_FILE, PACKED_FILE, REPO_ROOT, CourseModel, main, placeholders, training_machine,
+                           training_tokens)
 
 PACKAGE_FOLDER = REPO_ROOT / "bertlab" / "course_gpt"
 RESULTS_FILE = REPO_ROOT / "benchmarks" / "results" / "course-gpt.json"
@@ -69,12 +71,10 @@ DEV_REVIEWS = 500  # test reviews of each polarity after the held-out ones, on w
 ADD_K_GRID = (1.0, 0.1, 0.01, 0.001)
 
 
-def training_tokens(recipe: PretrainingRecipe) -> int:
-    """The token positions a run trained on: steps x segments per step x segment length."""
-    return recipe.max_steps * recipe.batch_size * recipe.seq_len
-
-
 def export_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--packed", type=Path, default=PACKED_FILE,
+                        help="the packed training segments (pack's file), whose counts the baselines read "
+                             f"(default: {PACKED_FILE.relative_to(REPO_ROOT)})")
     parser.add_argument("--bert", type=Path, default=COURSE_BERT_FOLDER,
                         help="the BERT of the same data, size and budget whose masked words the card compares "
                              "(default: the shipped course BERT, bertlab/course_bert)")
@@ -93,10 +93,10 @@ def dev_reviews(data_root: Path) -> list[list[str]]:
                                            max_reviews_per_folder=HELD_OUT_REVIEWS + DEV_REVIEWS)[HELD_OUT_REVIEWS:]]
 
 
-def baseline_scores(tokenizer: BertTokenizer, data_root: Path, seq_len: int, held_out: list) -> dict:
-    """The count-based models of the training text on the held-out tokens: the add-k unigram and bigram
+def baseline_scores(tokenizer: BertTokenizer, packed: PackedSegments, data_root: Path, seq_len: int,
+                    held_out: list) -> dict:
+    """The count-based models of the training segments on the held-out tokens: the add-k unigram and bigram
     (k of ``ADD_K_GRID`` with the lowest loss on ``dev_reviews``) and the interpolated Kneser-Ney bigram."""
-    packed = PackedSegments.pack(tokenizer, imdb_documents(data_root), seq_len)
     counts = NGramCounts.fit(packed, tokenizer.vocab_size, bos_token_id=tokenizer.cls_token_id,
                              eos_token_id=tokenizer.sep_token_id)
     dev = dev_reviews(data_root)
@@ -210,7 +210,7 @@ def export(args: argparse.Namespace, history: list[dict], recipe: PretrainingRec
     start = time.perf_counter()
     held_out = held_out_reviews(args.data_root)
     model_scores = evaluate_causal_lm(model, tokenizer, held_out, seq_len=recipe.seq_len)
-    baselines = baseline_scores(tokenizer, args.data_root, recipe.seq_len, held_out)
+    baselines = baseline_scores(tokenizer, PackedSegments.load(args.packed), args.data_root, recipe.seq_len, held_out)
     bert = BertForPreTraining.from_pretrained(args.bert).eval()
     bert_tokenizer = BertTokenizer(args.bert / "vocab.txt")
     masked_words = {

@@ -76,6 +76,11 @@ class CourseModel:
         return f"python {self.tool.relative_to(REPO_ROOT)}"
 
 
+def training_tokens(recipe: PretrainingRecipe) -> int:
+    """The token positions a run trained on: steps x segments per step x segment length."""
+    return recipe.max_steps * recipe.batch_size * recipe.seq_len
+
+
 def pretrain_arguments(model: CourseModel, batch_size: int) -> list[str]:
     """The ``bertlab pretrain`` arguments of a run of ``model``, less the data, steps, learning rate, output
     folder and device: the model's objective, then what both course models share: segments of ``SEQ_LEN``
