@@ -26,6 +26,12 @@ if TYPE_CHECKING:
 ENGINES = ("local", "dask")  # autograder.grade.Engine, which this module does not import to build its parser
 
 
+def _folder(value: str) -> Path:
+    """A folder option, absolute: the paths printed and compared under it are then relative to it
+    wherever the command was started (``--root .`` as ``--root /the/clone``)."""
+    return Path(value).resolve()
+
+
 def _run_release(args: argparse.Namespace) -> int:
     try:
         warning = release.placeholder_warning(args.root)
@@ -67,7 +73,7 @@ def add_release_command(subcommands) -> None:
                         help="write nothing; list what differs between chapters/ and a fresh generation "
                         "(exit status 1 when something does)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="notebooks executed at once by --check (default 1)")
-    parser.add_argument("--root", type=Path, default=ROOT, metavar="DIR",
+    parser.add_argument("--root", type=_folder, default=ROOT, metavar="DIR",
                         help="the course repository (default: the one this package is installed from)")
     parser.add_argument("--timeout", type=int, default=600, metavar="S", help="time limit per cell for --check, in seconds (default 600)")
     parser.set_defaults(handler=_run_release)
@@ -145,7 +151,7 @@ def add_grade_command(subcommands) -> None:
                         help=f"memory of a submission, in MB (default {defaults.memory_mb}): of all its processes "
                         "where cgroup v2 is delegated, else per process; a Python with PyTorch takes about 1 GB")
     parser.add_argument("--db", metavar="URL", help="SQLAlchemy URL of the gradebook (default: DIR/gradebook.db)")
-    parser.add_argument("--root", type=Path, default=ROOT, metavar="DIR",
+    parser.add_argument("--root", type=_folder, default=ROOT, metavar="DIR",
                         help="the course repository, whose solutions/ are graded against (default: this one)")
     parser.add_argument("--seed", type=int, metavar="N",
                         help="the seed of the hidden tests' inputs (default: a new random one for each run; "

@@ -24,7 +24,7 @@ import torch
 
 from bertlab.data import load_sentiment
 from bertlab.recorded import RecordedCheck, Significance
-from bertlab.utils import autocast_dtype
+from bertlab.utils import autocast_dtype, resolve_device
 
 
 #: The key under which stages.json files of an earlier scheme kept the layout of their records in every stage's
@@ -268,6 +268,15 @@ def mr_splits(data_root: Path, max_train_examples: int | None):
     splits = dataclasses.replace(splits, train=splits.train[:max_train_examples])
     print(f"MR: {len(splits.train)} train, {len(splits.dev)} dev, {len(splits.test)} test ({splits.source})")
     return splits
+
+
+def device_or_exit(parser: argparse.ArgumentParser, name: str) -> torch.device:
+    """``resolve_device(name)``; a name that is no device here (``cuda`` without a GPU) ends the script
+    with the parser's one-line error."""
+    try:
+        return resolve_device(name)
+    except ValueError as error:
+        parser.error(str(error))
 
 
 def measured(measure: Callable[[argparse.Namespace], dict], markdown_table: Callable[[dict], str],

@@ -73,8 +73,8 @@ from bertlab.finetuning import (
 from bertlab.pretraining import course_bert_folder, course_bert_sha256
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
-from benchmark_runs import (Stages, checks_table, computed_in, expectation, holding, machine, mr_splits,
-                            paired_comparison, quietly, summary, without_example_results)
+from benchmark_runs import (Stages, checks_table, computed_in, device_or_exit, expectation, holding, machine,
+                            mr_splits, paired_comparison, quietly, summary, without_example_results)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # What the expectations' paired tests read from the stages: each model's result on each test example. A stage
@@ -496,7 +496,7 @@ def main() -> None:
                              "runs/bert-results-DEVICE[-quick] in the repository)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args()
-    run_name = f"{resolve_device(args.device).type}{'-quick' if args.quick else ''}"  # cpu, cuda-quick, ...
+    run_name = f"{device_or_exit(parser, args.device).type}{'-quick' if args.quick else ''}"  # cpu, cuda-quick, ...
     if args.work_dir is None:
         args.work_dir = Path(__file__).resolve().parents[1] / "runs" / f"bert-results-{run_name}"
     if args.threads is not None:

@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from benchmark_runs import (Stages, computed_in, machine, mr_splits, paired_comparison, quietly, summary,
-                            without_example_results)
+from benchmark_runs import (Stages, computed_in, device_or_exit, machine, mr_splits, paired_comparison, quietly,
+                            summary, without_example_results)
 from bertlab.bert import BertForSequenceClassification
 from bertlab.course_model import course_bert_folder, course_gpt_folder, weights_sha256
 from bertlab.finetuning import FineTuningRecipe, choose_learning_rate, finetune, predict
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    name = f"bert-vs-gpt-{resolve_device(args.device).type}{'-quick' if args.quick else ''}"
+    name = f"bert-vs-gpt-{device_or_exit(parser, args.device).type}{'-quick' if args.quick else ''}"
     args.out = args.out or RESULTS / f"{name}.json"
     args.work_dir = args.work_dir or Path(__file__).resolve().parents[1] / "runs" / name
     models = tuple(model if folder is None else dataclasses.replace(model, folder=lambda folder=folder: folder)

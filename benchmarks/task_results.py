@@ -57,9 +57,9 @@ from bertlab.task_data import SentencePair
 from bertlab.task_finetuning import (SENTENCES, SPANS, TASKS, evaluate_task, finetune_task, predict_answers, span_task,
                                      task_example_scores, task_model)
 from bertlab.tokenization import BertTokenizer
-from bertlab.utils import PRECISIONS, resolve_device, seed_everything
-from benchmark_runs import (Stages, checks_table, computed_in, expectation, holding, machine, paired_comparison,
-                            quietly, summary, without_example_results)
+from bertlab.utils import PRECISIONS, seed_everything
+from benchmark_runs import (Stages, checks_table, computed_in, device_or_exit, expectation, holding, machine,
+                            paired_comparison, quietly, summary, without_example_results)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SETTINGS = {
@@ -340,7 +340,7 @@ def main() -> None:
                                                       "runs/task-results-DEVICE[-quick] in the repository)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args()
-    device = resolve_device(args.device)
+    device = device_or_exit(parser, args.device)
     run_name = f"{device.type}{'-quick' if args.quick else ''}"
     work_dir = args.work_dir or Path(__file__).resolve().parents[1] / "runs" / f"task-results-{run_name}"
     out = args.out or RESULTS / f"tasks-{run_name}.json"

@@ -17,10 +17,14 @@ def default_device() -> torch.device:
 
 
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """Return ``device`` as a ``torch.device``; ``None`` or ``"auto"`` is ``default_device()``."""
+    """Return ``device`` as a ``torch.device``; ``None`` or ``"auto"`` is ``default_device()``. A name
+    that is no device, or CUDA where there is none, is a ValueError that says so."""
     if device is None or device == "auto":
         return default_device()
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device {device!r} is not a device PyTorch knows (auto, cpu, cuda, cuda:N, ...)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(device)!r} was asked for, but CUDA is not available here")
     return device

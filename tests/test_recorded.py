@@ -1,6 +1,7 @@
 """The recorded results of the course's benchmarks, as the chapters read them (``bertlab/recorded.py``), and
 the paired significance of a recorded comparison (``benchmarks/benchmark_runs.py``)."""
 
+import argparse
 import dataclasses
 import fnmatch
 import json
@@ -10,6 +11,7 @@ import sys
 import tomllib
 
 import pytest
+import torch
 
 from bertlab import recorded
 from tests.script_helpers import benchmark_script
@@ -218,6 +220,23 @@ def test_a_chapter_run_outside_the_repository_prints_the_recorded_tables(chapter
 @pytest.fixture(scope="module")
 def benchmark_runs():
     return benchmark_script("benchmark_runs")
+
+
+@pytest.mark.parametrize("script", ["bert_throughput", "generation"])
+def test_a_timing_benchmark_refuses_a_device_that_is_none_in_one_line(script, capsys):
+    assert benchmark_script(script).main(["--device", "nonsense"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: device 'nonsense' is not a device") and error.count("\n") == 1, error
+
+
+def test_a_device_that_is_none_here_ends_a_script_with_its_parser_error(benchmark_runs, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as ended:
+        benchmark_runs.device_or_exit(argparse.ArgumentParser(prog="script.py"), "cuda")
+    assert ended.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "script.py: error: device 'cuda' was asked for, but CUDA is not available here")
+    assert benchmark_runs.device_or_exit(argparse.ArgumentParser(), "cpu") == torch.device("cpu")
 
 
 def test_paired_bootstrap_by_hand(benchmark_runs):

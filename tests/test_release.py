@@ -194,6 +194,12 @@ def test_cli_release(tiny_course, capsys):
     assert "no solution notebook for 02_missing" in capsys.readouterr().err
 
 
+def test_cli_release_takes_a_relative_root(tiny_course, capsys, monkeypatch):
+    monkeypatch.chdir(tiny_course)
+    assert main(["release", "--root", "."]) == 0
+    assert "generated chapters/01_tiny/01_tiny.ipynb" in capsys.readouterr().out
+
+
 def test_release_warns_about_the_placeholder_url_and_still_generates(tiny_course, capsys):
     (tiny_course / "_config.yml").write_text(f"repository:\n  url: {release.PLACEHOLDER_REPOSITORY}\n")
     assert main(["release", "--root", str(tiny_course)]) == 0

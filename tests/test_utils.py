@@ -27,6 +27,14 @@ def test_a_test_that_does_not_pin_its_device_fails_here():
     assert resolve_device("cpu") == torch.device("cpu")
 
 
+def test_a_name_that_is_no_device_is_a_value_error_naming_it(monkeypatch):
+    with pytest.raises(ValueError, match="'nonsense' is not a device"):
+        resolve_device("nonsense")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        resolve_device("cuda")
+
+
 @pytest.mark.parametrize("native_bf16, expected", [(True, torch.bfloat16), (False, torch.float16)])
 def test_mixed_precision_is_bf16_where_native_else_fp16(monkeypatch, native_bf16, expected):
     calls = []
