@@ -239,24 +239,23 @@ def _review_order(path: Path) -> tuple[int, str]:
 
 
 @dataclass
-class SentimentSplits:
-    """A sentiment dataset in train, dev and test splits of ``(text, label)`` pairs.
-
-    ``name`` is the dataset ("mr", "sst2", "imdb" or "synthetic"); ``source`` says where the data
-    came from (the files read, or that it was generated).
-    """
+class DatasetSplits:
+    """A dataset in train, dev and test splits of examples; ``name`` is the dataset, ``source`` says where
+    the data came from (the files read, or that it was generated). Shown with the splits' sizes."""
 
     name: str
-    train: list[Example]
-    dev: list[Example]
-    test: list[Example]
+    train: list
+    dev: list
+    test: list
     source: str
 
     def __repr__(self) -> str:
-        return (
-            f"SentimentSplits(name={self.name!r}, train={len(self.train)}, dev={len(self.dev)}, "
-            f"test={len(self.test)}, source={self.source!r})"
-        )
+        return (f"{type(self).__name__}(name={self.name!r}, train={len(self.train)}, dev={len(self.dev)}, "
+                f"test={len(self.test)}, source={self.source!r})")
+
+
+class SentimentSplits(DatasetSplits):
+    """A sentiment dataset ("mr", "sst2", "imdb" or "synthetic") in splits of ``(text, label)`` pairs."""
 
 
 def split_examples(

@@ -46,7 +46,7 @@ from bertlab.bert import (
     checkpoint_files,
     config_values,
 )
-from bertlab.data import SentimentSplits, load_sentiment
+from bertlab.data import DatasetSplits, load_sentiment
 from bertlab.gpt import GPTConfig, GPTForSequenceClassification, GPTModel
 from bertlab.optimization import get_linear_schedule
 from bertlab.tokenization import BasicTokenizer, BertTokenizer
@@ -877,7 +877,7 @@ class TaskType:
     - ``max_length``: the default number of tokens of an encoded example.
     - ``dataset``: the name of its dataset, as results show it.
     - ``load_splits(root, seed=seed)``: its dataset's train, dev and test splits from the data folder
-      ``root`` (None: ``$BERTLAB_DATA``), a ``SentimentSplits`` or ``bertlab.task_data.TaskSplits``.
+      ``root`` (None: ``$BERTLAB_DATA``), a ``DatasetSplits`` (``SentimentSplits``, ``bertlab.task_data.TaskSplits``).
     - ``baselines(train, dev, test)``: its simple baselines, trained on ``train`` (a setting chosen on
       ``dev``) and scored on ``test``: a dict from a baseline's name to its :class:`BaselineResult`.
     """
@@ -893,7 +893,7 @@ class TaskType:
     texts: Callable[[Sequence], list[str]]
     max_length: int
     dataset: str
-    load_splits: Callable[..., SentimentSplits]
+    load_splits: Callable[..., DatasetSplits]
     baselines: Callable[[Sequence, Sequence, Sequence], dict[str, BaselineResult]]
 
 

@@ -45,6 +45,8 @@ SETTINGS_FILE = "pretraining_args.json"
 #: What a model learns to predict: "masked" tokens from both sides (BERT's MLM, and NSP), or each token
 #: from the ones before it ("causal" language modelling, a GPT).
 OBJECTIVES = ("masked", "causal")
+#: The settings of the masked objective, which a causal run leaves at their defaults.
+MASKED_OBJECTIVE_OPTIONS = ("masking", "nsp", "mlm_probability", "static_mask_copies")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -103,6 +105,11 @@ class PretrainingRecipe:
             raise ValueError(f"mlm_probability must be between 0 and 1, got {self.mlm_probability!r}")
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
+        if self.causal:  # nothing is masked: an option of the masked objective would be silently ignored
+            defaults = {field.name: field.default for field in dataclasses.fields(self)}
+            changed = [name for name in MASKED_OBJECTIVE_OPTIONS if getattr(self, name) != defaults[name]]
+            if changed:
+                raise ValueError(f"{', '.join(changed)}: settings of the masked objective, which a causal run does not use")
 
     @property
     def causal(self) -> bool:
@@ -117,8 +124,7 @@ class PretrainingRecipe:
         """The settings that decide the run's result, as ``pretraining_args.json`` and the checkpoint hold
         them: the masking options for the masked objective (the keys such a run has always written),
         ``objective`` for the causal one; warmup_steps resolved."""
-        objective = (dict(masking=self.masking, nsp=self.nsp, mlm_probability=self.mlm_probability,
-                          static_mask_copies=self.static_mask_copies) if not self.causal
+        objective = ({name: getattr(self, name) for name in MASKED_OBJECTIVE_OPTIONS} if not self.causal
                      else dict(objective=self.objective))
         return dict(max_steps=self.max_steps, batch_size=self.batch_size, seq_len=self.seq_len, lr=self.lr,
                     weight_decay=self.weight_decay, warmup_steps=self.warmup, grad_accum_steps=self.grad_accum_steps,

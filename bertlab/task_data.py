@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from bertlab.data import data_root
+from bertlab.data import DatasetSplits, data_root
 
 # --------------------------------------------------------------------------------------------------
 # Files
@@ -281,19 +281,9 @@ def split_squad_by_article(
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class TaskSplits:
-    """The train, dev and test examples of a task type's dataset; ``source`` names the files read."""
-
-    name: str
-    train: list
-    dev: list
-    test: list
-    source: str
-
-    def __repr__(self) -> str:
-        return (f"TaskSplits(name={self.name!r}, train={len(self.train)}, dev={len(self.dev)}, "
-                f"test={len(self.test)}, source={self.source!r})")
+class TaskSplits(DatasetSplits):
+    """The splits of a task type's dataset (SNLI, UD English EWT, SQuAD): its pairs, tagged sentences or
+    questions; ``source`` names the files read."""
 
 
 def find_dataset_file(root: Path, folder: str, name: str, title: str) -> Path:

@@ -640,6 +640,8 @@ def test_an_objective_must_fit_the_model_and_the_checkpoint(tokenizer, corpus, t
         pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], masked, output_dir=tmp_path, **arguments)
     with pytest.raises(ValueError, match="objective must be one of masked, causal, got 'both'"):
         dataclasses.replace(masked, objective="both")
+    with pytest.raises(ValueError, match="nsp, mlm_probability: settings of the masked objective"):
+        dataclasses.replace(without_nsp, objective="causal", mlm_probability=0.3)
     # a run of one objective does not resume from the checkpoint of the other
     pretrain(small_gpt(tokenizer), tokenizer, corpus[:3], causal, output_dir=tmp_path / "gpt", **arguments)
     with pytest.raises(ValueError, match=r"other settings \(masking None -> 'dynamic'"):

@@ -820,7 +820,7 @@ EMBEDDINGS_DROPOUT_HINTS = DropoutHints(
 )
 
 
-def _check_dropout(student_module, reference, config, case, context, forbidden) -> None:
+def _check_embeddings_dropout(student_module, reference, config, case, context, forbidden) -> None:
     """In training mode, the output must be a dropout of the eval-mode output (see :func:`check_dropout`)."""
     student_module.train()
     output = run_student(student_module, case, check="BertEmbeddings", forbidden=forbidden, context=context)
@@ -853,7 +853,7 @@ def _compare_configuration(exercise: Exercise, student_cls, case: EmbeddingsCase
         inputs.append(batch)
     if case.training is not None:
         batch = case.training
-        _check_dropout(module, reference, config, batch, f"{batch.description}; config {description}", forbidden)
+        _check_embeddings_dropout(module, reference, config, batch, f"{batch.description}; config {description}", forbidden)
         inputs.append(batch)
     return len(inputs)
 
