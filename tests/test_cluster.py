@@ -11,6 +11,7 @@ The end of a run writes the whole class into the gradebook in bulk (autograder/r
 writes is what nbgrader's own API writes, result by result, and an unchanged class writes nothing.
 """
 
+import contextlib
 import csv
 import io
 import os
@@ -390,12 +391,94 @@ def test_the_class_reaches_the_gradebook_as_nbgrader_s_api_writes_it_and_an_unch
     assert [row[7] for row in exports["bulk"] if row[0] == "01_tiny" and row[3] == "bob"] == ["2.5"]  # 0.5 by hand
 
 
-def _guide_block(after: str) -> str:
-    """The first ```bash block of instructors.md after the line that starts with ``after``, its lines continued
-    with a backslash joined."""
+def _guide_block(after: str, language: str = "bash") -> str:
+    """The first block of ``language`` in instructors.md after the line that starts with ``after``, its
+    shell lines continued with a backslash joined."""
     guide = (REPO / "instructors.md").read_text()
-    start = guide.index("```bash\n", guide.index(after)) + len("```bash\n")
-    return guide[start:guide.index("```", start)].replace("\\\n", " ")
+    fence = f"```{language}\n"
+    start = guide.index(fence, guide.index(after)) + len(fence)
+    block = guide[start:guide.index("```", start)]
+    return block.replace("\\\n", " ") if language == "bash" else block
+
+
+#: A stand-in for Slurm's commands on this machine: ``sbatch`` starts the job script in a session of its own
+#: (the script is copied first: dask-jobqueue deletes it once ``sbatch`` returns) and prints its job id,
+#: which ``scancel`` ends with the session's processes.
+FAKE_SLURM = {
+    "sbatch": 'cp "$1" "$SLURM_JOBS/job.$$.sh"\n'
+              'setsid bash "$SLURM_JOBS/job.$$.sh" > "$SLURM_JOBS/job.$$.log" 2>&1 < /dev/null &\n'
+              'echo $! >> "$SLURM_JOBS/jobs"\n'
+              'echo "Submitted batch job $!"\n',
+    "scancel": 'kill -TERM -- "-$1" 2>/dev/null || true\n',
+}
+
+
+def _ended(session: int, seconds: float) -> bool:
+    """Whether no process of the session (process group) ``session`` is left, waiting up to ``seconds``."""
+    def members() -> list[int]:  # running or sleeping, not zombies (which a container's init may not reap)
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+            except OSError:  # ended meanwhile
+                continue
+            if int(group) == session and state != "Z":
+                found.append(int(stat.parent.name))
+        return found
+
+    deadline = time.monotonic() + seconds
+    while members():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def test_the_guide_s_slurm_example_grades_the_class_over_tls(tiny, graded_here, tmp_path):
+    """The Slurm example of instructors.md, run as printed (with this environment, 2 workers of one job
+    for 8 of 20, 4 GB) against Slurm's commands played on this machine (:data:`FAKE_SLURM`): its
+    workers join over TLS, started by the job script's prologue, and the class gets the local engine's
+    grades."""
+    pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed")
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    root, submissions, _ = tiny
+    subprocess.run(["bash", "-e", "-c", _guide_block("Keep the key files readable")], cwd=tmp_path, check=True,
+                   capture_output=True, timeout=300)
+    example = _guide_block("### A Slurm cluster", "python")
+    for printed, here in (("/shared/course/.venv", sys.prefix), ("cores=8, processes=8", "cores=2, processes=2"),
+                          ('memory="48GB"', 'memory="4GB"'), ("scale(jobs=20)", "scale(jobs=1)")):
+        assert printed in example, printed
+        example = example.replace(printed, here)
+    slurm = tmp_path / "slurm-bin"
+    slurm.mkdir()
+    for command, script in FAKE_SLURM.items():
+        (slurm / command).write_text("#!/bin/bash\n" + script)
+        (slurm / command).chmod(0o755)
+    environment = {**os.environ, "SLURM_JOBS": str(tmp_path),
+                   "PATH": os.pathsep.join([str(slurm), str(Path(sys.executable).parent), os.environ["PATH"]])}
+    login_node = subprocess.Popen([sys.executable, "-c", example], cwd=tmp_path, env=environment, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+    try:
+        address = login_node.stdout.readline().strip()
+        assert address.startswith("tls://"), address
+        grader = TlsFiles(tmp_path / "ca.pem", tmp_path / "grader.pem", tmp_path / "grader-key.pem")
+        out = tmp_path / "out"
+        report = grade(submissions, out, limits=LIMITS, course_root=root, seed=1, engine=Engine.DASK,
+                       cluster=ClusterOptions(address, tls=grader))
+        login_node.communicate("\n", timeout=120)  # Enter: the cluster cancels its job (scancel)
+    finally:
+        if login_node.poll() is None:
+            os.killpg(login_node.pid, signal.SIGKILL)
+        jobs = [int(job) for job in (tmp_path / "jobs").read_text().split()] if (tmp_path / "jobs").is_file() else []
+        left = [job for job in jobs if not _ended(job, seconds=30)]  # scancel ends each job's session
+        for job in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job, signal.SIGKILL)
+    assert login_node.returncode == 0 and len(jobs) == 1 and left == []
+    assert report.failures == [] and report.graded == 4
+    assert _grades(out) == _grades(graded_here)
 
 
 def test_the_guide_s_plain_machines_example_grades_the_class_over_tls(tiny, graded_here, tmp_path):
