@@ -127,13 +127,16 @@ def test_books_have_no_solutions_or_code_folders(built_book, built_chinese_book)
 
 
 def test_top_level_pages_exist_in_both_books(built_book, built_chinese_book):
-    for html in (built_book, built_chinese_book):
-        for name in ("instructors", "references"):
-            assert (html / f"{name}.html").exists()
-        references = (html / "references.html").read_text().lower()
-        assert "attention is all you need" in references and "bahdanau" in references
-    assert (built_book / "intro.html").exists()
+    english_references = built_book / "references.html"
+    chinese_references = built_chinese_book / "chapters" / LANGUAGE / "references.html"
+    for html, references in ((built_book, english_references), (built_chinese_book, chinese_references)):
+        assert (html / "instructors.html").exists()
+        text = references.read_text().lower()
+        assert "attention is all you need" in text and "bahdanau" in text
+    assert (built_book / "intro.html").exists() and not (built_chinese_book / "references.html").exists()
     assert "注意力" in (built_chinese_book / "chapters" / LANGUAGE / "intro.html").read_text()
+    assert "参考文献" in chinese_references.read_text()
+    assert bibliographies(built_chinese_book) == {chinese_references: bibliography_labels(english_references)}
 
 
 def test_every_page_of_both_books_switches_to_the_other_and_back(built_book, built_chinese_book):
@@ -235,9 +238,10 @@ TINY_TRANSLATIONS = {
     "See the [references](../../references.md) {cite:p}`vaswani2017attention`.":
         "见[参考文献](../../references.md) {cite:p}`vaswani2017attention`。",
     "# Intro": "# 导言",
+    "# References": "# 参考文献",
     "Transformers, from attention to BERT": "Transformer：从注意力到 BERT",
     "Tiny part": "小部分",
-}  # the chapter's "An untranslated paragraph." and the caption "Course" stay English
+}  # the chapter's "An untranslated paragraph.", the caption "Course" and the references' paragraph stay English
 TINY_FIGURE = 'import matplotlib.pyplot as plt\n\nplt.plot([0, 1], [1, 0])\nplt.title("Tiny figure & <key>")\nplt.show()'
 
 
@@ -275,6 +279,17 @@ def chinese_small_book(folder: Path) -> Path:
         catalogue.save(str(path))
     release.generate(root=course)
     return course
+
+
+def bibliography_labels(page: Path) -> list[str]:
+    """The labels of the bibliography entries of a built page (``VSP+17``), in order."""
+    entries = BeautifulSoup(page.read_text(), "html.parser").select("div.citation")
+    return [entry.select_one(".label").get_text("", strip=True).strip("[]") for entry in entries]
+
+
+def bibliographies(html: Path) -> dict[Path, list[str]]:
+    """Each page of a built book that has bibliography entries, with their labels."""
+    return {page: labels for page in sorted(html.rglob("*.html")) if (labels := bibliography_labels(page))}
 
 
 @dataclass(frozen=True)
@@ -332,10 +347,25 @@ def test_chinese_book_renders_falls_back_to_english_and_switches_both_ways(tmp_p
     text = chapter.find("main").get_text()
     assert "小章" in text and "译好的一段" in text and "An untranslated paragraph." in text and "42" in text
     assert chapter.find("html")["lang"] == "zh-CN"
+    # the references page is the translated one: the chapter's link and its citation lead there, and it
+    # is the Chinese book's only bibliography (the English page is not built into it)
+    folder = files.html / "chapters" / LANGUAGE / "01_tiny"
+    references_page = files.html / "chapters" / LANGUAGE / "references.html"
     [references] = [a for a in chapter.find("main").find_all("a") if a.get_text() == "参考文献"]
-    assert (files.html / "chapters" / LANGUAGE / "01_tiny" / references["href"]).resolve() == files.html / "references.html"
+    assert (folder / references["href"]).resolve() == references_page
+    [citation] = [a for a in chapter.find("main").find_all("a") if a.get_text() == "Vaswani et al., 2017"]
+    target, _, anchor = citation["href"].partition("#")
+    assert (folder / target).resolve() == references_page
+    entry = BeautifulSoup(references_page.read_text(), "html.parser").find(id=anchor)
+    assert "citation" in entry["class"] and "Attention is all you need" in entry.get_text()
+    english_references = output / "_build" / "html" / "references.html"
+    assert bibliographies(files.html) == {references_page: bibliography_labels(english_references)}
+    assert len(bibliography_labels(english_references)) == len(set(bibliography_labels(english_references))) > 50
+    assert bibliographies(output / "_build" / "html") == {english_references: bibliography_labels(english_references)}
+    assert "参考文献" in BeautifulSoup(references_page.read_text(), "html.parser").find("h1").get_text()
     navigation = chapter.select_one(".bd-sidebar-primary").get_text()
     assert "小部分" in navigation and "Course" in navigation and "Tiny part" not in navigation
+    assert "参考文献" in navigation and "References" not in navigation
     assert "Transformer：从注意力到 BERT" in chapter.find("title").get_text()
     assert "导言" in (files.html / "chapters" / LANGUAGE / "intro.html").read_text()
 
@@ -354,3 +384,5 @@ def test_chinese_book_renders_falls_back_to_english_and_switches_both_ways(tmp_p
     site = Site(output / "_build" / "html", files.html)
     assert len(site.pages()) == 10  # intro, the chapter, references, genindex and search in each book
     site.check_switches()
+    assert site.switch(PurePosixPath("references.html")) == PurePosixPath(LANGUAGE, "chapters", LANGUAGE,
+                                                                          "references.html")

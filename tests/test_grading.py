@@ -516,7 +516,8 @@ def chinese_solution(chapter: str) -> str:
     """The solution of ``chapter`` with its Markdown in Chinese, as a student of the Chinese edition who
     solved it hands it in (the release translates the chapter the same way)."""
     catalogue = translations.translations(translations.catalogue_path(REPO, "zh_CN", chapter))
-    move = translations.Move(f"{course.SOLUTIONS}/{chapter}", f"{course.CHAPTERS}/zh_CN/{chapter}")
+    move = translations.Move(f"{course.SOLUTIONS}/{chapter}", f"{course.CHAPTERS}/zh_CN/{chapter}",
+                             translations.translated_pages(REPO, "zh_CN"))
     solution = nbformat.read(REPO / course.SOLUTIONS / chapter / f"{chapter}.ipynb", as_version=4)
     return nbformat.writes(translations.translate_notebook(solution, catalogue, move))
 

@@ -2,6 +2,7 @@
 Markdown only, are what the catalogues generate, and the catalogues keep the English's MyST markup.
 The machinery itself (blocks, msgmerge's fuzzy messages, the report, the release) on a tiny course."""
 
+import fnmatch
 import importlib.util
 import posixpath
 import re
@@ -9,7 +10,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from xml.etree import ElementTree
 from xml.sax.saxutils import unescape
 
@@ -50,9 +51,9 @@ def _editions(chapter: str) -> tuple[nbformat.NotebookNode, nbformat.NotebookNod
 # --------------------------------------------------------------------------------------------------
 
 
-def test_the_course_has_a_chinese_catalogue_for_every_chapter_the_intro_and_the_book():
+def test_the_course_has_a_chinese_catalogue_for_every_chapter_its_pages_and_the_book():
     assert translations.languages(ROOT) == [LANGUAGE]
-    assert translations.domains(ROOT) == ["intro", translations.BOOK, *CHAPTERS]
+    assert translations.domains(ROOT) == ["intro", "references", translations.BOOK, *CHAPTERS]
     for domain in translations.domains(ROOT):
         assert translations.catalogue_path(ROOT, LANGUAGE, domain).is_file(), domain
 
@@ -72,7 +73,8 @@ def test_code_cells_and_metadata_are_identical_in_both_editions(chapter):
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chinese_notebooks_are_what_the_catalogues_generate(chapter):
     english = ROOT / "chapters" / chapter / f"{chapter}.ipynb"
-    move = translations.Move(f"chapters/{chapter}", f"chapters/{LANGUAGE}/{chapter}")
+    move = translations.Move(f"chapters/{chapter}", f"chapters/{LANGUAGE}/{chapter}",
+                             translations.translated_pages(ROOT, LANGUAGE))
     expected = translations.translated_notebook_text(english, translations.catalogue_path(ROOT, LANGUAGE, chapter), move)
     translated = ROOT / "chapters" / LANGUAGE / chapter / f"{chapter}.ipynb"
     assert translated.read_text(encoding="utf-8") == expected, f"{translated.relative_to(ROOT)} is stale; run `autograder release`"
@@ -106,6 +108,25 @@ def test_the_intro_and_the_book_s_words_are_translated_completely():
     words = translations.book_words(ROOT, LANGUAGE)
     assert words.title == "Transformer：从注意力到 BERT"
     assert words.captions["Attention"] == "注意力" and words.captions["Course"] == "课程"
+
+
+def test_the_references_page_is_translated_and_keeps_its_one_bibliography():
+    counts = translations.counts(translations.catalogue_path(ROOT, LANGUAGE, "references"), "references")
+    assert counts.complete and counts.translated == counts.total == 2, counts
+    page = ROOT / translations.translated_page(LANGUAGE, "references")
+    assert page == ROOT / "chapters" / LANGUAGE / "references.md"
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# 参考文献\n") and text.count("```{bibliography}\n:all:\n```") == 1
+    move = translations.Move("", f"chapters/{LANGUAGE}", translations.translated_pages(ROOT, LANGUAGE))
+    assert text == translations.translated_page_text(ROOT, LANGUAGE, "references", move), "run `autograder release`"
+
+
+def test_the_chinese_chapters_link_to_the_chinese_references_page():
+    """The chapters' ``../../references.md`` reaches the translated page from chapters/zh_CN/NN/, not the
+    English one, which is not a page of the Chinese book."""
+    for chapter in CHAPTERS:
+        links = _relative_links(_markdown_of(ROOT / "chapters" / LANGUAGE / chapter / f"{chapter}.ipynb"))
+        assert "../references.md" in links and "../../../references.md" not in links, chapter
 
 
 def _relative_links(text: str) -> list[str]:
@@ -149,8 +170,18 @@ def test_relocate_links_from_the_repository_root():
     assert relocate_links("[a](chapters/01_a/01_a.ipynb)", ".", "chapters/zh_CN") == "[a](../01_a/01_a.ipynb)"
 
 
+def test_relocate_links_reaches_a_translated_page_instead_of_its_english():
+    moved = {"references.md": "chapters/zh_CN/references.md"}
+    text = "The [list](../../references.md#top), the [intro](../../intro.md)."
+    assert (relocate_links(text, "chapters/01_a", "chapters/zh_CN/01_a", moved)
+            == "The [list](../references.md#top), the [intro](../../../intro.md).")
+    assert relocate_links("[self](references.md)", "", "chapters/zh_CN", moved) == "[self](references.md)"
+
+
 SWITCH = translated_book.LanguageSwitch(language="zh_CN", label="中文", root="zh_CN/", back_label="English",
-                                        pages=(("intro", "chapters/zh_CN/intro"), ("chapters/", "chapters/zh_CN/")))
+                                        pages=(("intro", "chapters/zh_CN/intro"),
+                                               ("references", "chapters/zh_CN/references"),
+                                               ("chapters/", "chapters/zh_CN/")))
 
 
 def test_the_books_configuration_declares_the_switch_to_chinese():
@@ -162,7 +193,8 @@ def test_the_books_configuration_declares_the_switch_to_chinese():
     ("chapters/01_attention/01_attention", "chapters/zh_CN/01_attention/01_attention",
      "../../zh_CN/chapters/zh_CN/01_attention/01_attention.html"),
     ("intro", "chapters/zh_CN/intro", "zh_CN/chapters/zh_CN/intro.html"),
-    ("references", "references", "zh_CN/references.html"),
+    ("references", "chapters/zh_CN/references", "zh_CN/chapters/zh_CN/references.html"),
+    ("instructors", "instructors", "zh_CN/instructors.html"),
 ])
 def test_the_switch_links_a_page_to_its_translation_and_back(page, counterpart, href):
     assert SWITCH.counterpart(page) == counterpart
@@ -171,6 +203,13 @@ def test_the_switch_links_a_page_to_its_translation_and_back(page, counterpart, 
     assert (back.language, back.label, back.root, back.back_label) == ("en", "English", "../", "中文")
     assert back.counterpart(counterpart) == page
     assert back.href(counterpart, f"{page}.html") == posixpath.relpath(f"{page}.html", posixpath.dirname(f"zh_CN/{counterpart}"))
+
+
+def test_the_switch_maps_every_translated_page_to_where_the_release_writes_it():
+    for domain, page in translations.PAGES.items():
+        english = str(PurePosixPath(page).with_suffix(""))
+        translated = str(translations.translated_page(LANGUAGE, domain).with_suffix(""))
+        assert SWITCH.counterpart(english) == translated and SWITCH.reverse().counterpart(translated) == english
 
 
 def test_a_wrong_switch_is_named():
@@ -188,13 +227,16 @@ def test_the_chinese_table_of_contents_and_configuration_are_generated_from_the_
     assert [part["caption"] for part in toc["parts"]] == ["注意力", "位置与归一化", "高效注意力", "BERT", "仅解码器模型", "课程"]
     files_of = [[chapter["file"] for chapter in part["chapters"]] for part in toc["parts"]]
     assert files_of == [[SWITCH.counterpart(chapter["file"]) for chapter in part["chapters"]] for part in english_toc["parts"]]
-    assert files_of[-1] == ["instructors", "references"]
+    assert files_of[-1] == ["instructors", "chapters/zh_CN/references"]
     config = translations.read_yaml(files.config)
     assert config["title"] == "Transformer：从注意力到 BERT"
     assert config["sphinx"]["config"]["language"] == LANGUAGE
     assert config["sphinx"]["config"]["language_switch"] == SWITCH.reverse().as_config()
     assert config["execute"]["cache"] == str(tmp_path / "_build" / ".jupyter_cache")
     assert "chapters/zh_CN/**" not in config["exclude_patterns"] and "locale/**" in config["exclude_patterns"]
+    # the English pages that have a translation are not documents of the Chinese book: one bibliography
+    replaced = {"intro.md", "references.md", *(f"chapters/{chapter}/{chapter}.ipynb" for chapter in CHAPTERS)}
+    assert replaced <= set(config["exclude_patterns"]) and "instructors.md" not in config["exclude_patterns"]
     assert all(Path(path).is_dir() for path in config["sphinx"]["local_extensions"].values())
     assert files.html == tmp_path / "_build" / LANGUAGE / "_build" / "html"
 
@@ -368,6 +410,54 @@ def test_update_translate_change_report_and_release(tiny_course, tool):
     assert release.stale_chapters(tiny_course) == [f"chapters/{LANGUAGE}/01_tiny/01_tiny.ipynb differs from what generation produces"]
     assert release.generate(root=tiny_course) == [chinese]
     assert _read(chinese).cells[0].source == "# 小例子\n\n第一段。\n\n第二段，含 $x$。"
+
+
+def test_a_references_page_is_translated_released_and_replaces_the_english_in_the_translated_book(tiny_course, tool):
+    """A course with the book's configuration and a bibliography page: ``update`` makes its catalogue, the
+    release writes its translation beside the chapters and points the chapter's link at it, and the
+    translated book lists it in place of the English page, which it excludes (one bibliography), with
+    the switch between the two both ways."""
+    for name in ("_config.yml", "references.md", "references.bib"):
+        shutil.copy(ROOT / name, tiny_course / name)
+    (tiny_course / "_toc.yml").write_text("format: jb-book\nroot: chapters/01_tiny/01_tiny\nparts:\n"
+                                          "  - caption: Course\n    chapters:\n      - file: references\n")
+    solution = _tiny_notebook("First paragraph.")
+    solution.cells.append(_markdown("See the [references](../../references.md).", "see"))
+    nbformat.write(solution, tiny_course / "solutions" / "01_tiny" / "01_tiny.ipynb")
+    assert tool(tiny_course, "update", "--language", LANGUAGE).returncode == 0
+    assert translations.domains(tiny_course) == ["references", translations.BOOK, "01_tiny"]
+    po = translations.catalogue_path(tiny_course, LANGUAGE, "references")
+    catalogue = translations.load(po)
+    assert [entry.msgid for entry in catalogue][0] == "# References"
+    for entry in catalogue:
+        entry.msgstr = "# 参考文献" if entry.msgid == "# References" else "各章引用的论文。"
+    catalogue.save(str(po))
+    po = translations.catalogue_path(tiny_course, LANGUAGE, "01_tiny")
+    catalogue = translations.load(po)
+    next(entry for entry in catalogue if entry.msgctxt == "see").msgstr = "见[参考文献](../../references.md)。"
+    catalogue.save(str(po))
+    assert tool(tiny_course, "check").returncode == 0
+
+    release.generate(root=tiny_course)
+    page = tiny_course / "chapters" / LANGUAGE / "references.md"
+    expected = "# 参考文献\n\n各章引用的论文。\n\n```{bibliography}\n:all:\n```\n"
+    assert page.read_text(encoding="utf-8") == expected
+    chinese = _read(tiny_course / "chapters" / LANGUAGE / "01_tiny" / "01_tiny.ipynb")
+    assert chinese.cells[-1].source == "见[参考文献](../references.md)。"
+    assert (page.parent / "01_tiny" / "../references.md").resolve() == page.resolve()
+    english = _read(tiny_course / "chapters" / "01_tiny" / "01_tiny.ipynb")
+    assert english.cells[-1].source == "See the [references](../../references.md)."
+
+    files = translated_book.write_build_files(tiny_course, LANGUAGE, tiny_course)
+    toc = translations.read_yaml(files.toc)
+    assert toc["root"] == "chapters/zh_CN/01_tiny/01_tiny"
+    assert toc["parts"][0]["chapters"] == [{"file": "chapters/zh_CN/references"}]
+    excluded = translations.read_yaml(files.config)["exclude_patterns"]
+    assert "references.md" in excluded and "chapters/01_tiny/01_tiny.ipynb" in excluded
+    assert not any(fnmatch.fnmatch(f"chapters/{LANGUAGE}/references.md", pattern) for pattern in excluded)
+    switch = translated_book.switch_of(translations.read_yaml(tiny_course / "_config.yml"), "_config.yml")
+    assert switch.counterpart("references") == "chapters/zh_CN/references"
+    assert switch.reverse().counterpart("chapters/zh_CN/references") == "references"
 
 
 def test_a_markdown_cell_without_an_id_is_named(tiny_course, tool):

@@ -5,9 +5,9 @@
     python tools/translations.py check  [--language LANG]
     python tools/translations.py build  [--language LANG] [--output DIR] [-- JUPYTER_BOOK_OPTIONS]
 
-- ``update`` extracts the Markdown blocks of the solution notebooks (and ``intro.md``), and the words of
-  each chapter's figures as the English build executed them (its execution cache; a chapter that the
-  cache lacks keeps the labels its catalogue has), and merges them into
+- ``update`` extracts the Markdown blocks of the solution notebooks (and of the pages ``intro.md`` and
+  ``references.md``), and the words of each chapter's figures as the English build executed them (its
+  execution cache; a chapter that the cache lacks keeps the labels its catalogue has), and merges them into
   ``locale/LANG/LC_MESSAGES/<domain>.po`` with ``msgmerge --previous``: changed English becomes
   fuzzy, new English untranslated. It writes only the catalogues that change; ``--dry-run`` lists them
   (exit status 1 when there are any). ``--language`` also starts a new language.

@@ -11,7 +11,8 @@
   the block's leading Markdown marker (heading level, list item, table); :func:`markup_differences`
   says, in words, what a translation lost or added.
 - :func:`relocate_links`: a text's relative link targets rewritten for the text's new folder, so that a
-  page copied one folder deeper (a translation in ``chapters/LANG/``) still reaches the same files.
+  page copied one folder deeper (a translation in ``chapters/LANG/``) still reaches the same files, or
+  their translations where a page it links to has one.
 """
 
 import posixpath
@@ -192,27 +193,29 @@ def _code_spans(text: str) -> list[tuple[int, int]]:
     return [match.span() for pattern in (CODE_FENCE, INLINE_CODE) for match in pattern.finditer(text)]
 
 
-def relocate_link(target: str, old_folder: str, new_folder: str) -> str:
+def relocate_link(target: str, old_folder: str, new_folder: str, moved: dict[str, str] | None = None) -> str:
     """``target``, a link written in a page of ``old_folder``, as written in a page of ``new_folder`` to
-    reach the same file (both folders relative to one root, ``""`` for the root itself). A target that
-    is not relative (:data:`NOT_RELATIVE`) is returned as it is; the anchor (``#...``) is kept."""
+    reach the same file (both folders relative to one root, ``""`` for the root itself), or the file
+    that ``moved`` (file -> file, relative to that root) puts in its place: a page's translation. A
+    target that is not relative (:data:`NOT_RELATIVE`) is returned as it is; the anchor (``#...``) is kept."""
     if NOT_RELATIVE.match(target):
         return target
     path, hash_sign, anchor = target.partition("#")
     reached = posixpath.normpath(posixpath.join(old_folder, path))
+    reached = (moved or {}).get(reached, reached)
     return posixpath.relpath(reached, new_folder or ".") + hash_sign + anchor
 
 
-def relocate_links(text: str, old_folder: str, new_folder: str) -> str:
+def relocate_links(text: str, old_folder: str, new_folder: str, moved: dict[str, str] | None = None) -> str:
     """``text`` (Markdown written in ``old_folder``) with each relative link target of a Markdown link or
-    image, ``[text](target)``, rewritten by :func:`relocate_link` for a page in ``new_folder``. Code
-    fences and inline code are left as they are."""
+    image, ``[text](target)``, rewritten by :func:`relocate_link` for a page in ``new_folder`` (with the
+    files ``moved``). Code fences and inline code are left as they are."""
     code = _code_spans(text)
 
     def rewrite(match: re.Match) -> str:
         if any(start <= match.start() < end for start, end in code):
             return match[0]
         start, end = match.start("target") - match.start(), match.end("target") - match.start()
-        return match[0][:start] + relocate_link(match["target"], old_folder, new_folder) + match[0][end:]
+        return match[0][:start] + relocate_link(match["target"], old_folder, new_folder, moved) + match[0][end:]
 
     return LINK.sub(rewrite, text)

@@ -7,8 +7,9 @@
   each replaced in one step, and deletes nothing. For each language with translation catalogues
   (``locale/LANG/LC_MESSAGES``, :mod:`autograder.publish.translations`) it also writes ``chapters/LANG/``: the
   same notebooks with their Markdown translated, code cells, ids, metadata and outputs unchanged, and
-  the translated pages of the book (``chapters/LANG/intro.md``), the root of the translated book;
-  their relative links are rewritten to reach the same files from one folder deeper.
+  the translated pages of the book (``chapters/LANG/intro.md``, the root of the translated book, and
+  ``chapters/LANG/references.md``, its bibliography); their relative links are rewritten to reach the
+  same files from one folder deeper, a link to a translated page reaching its translation.
 - :class:`InstallCell`, one of generate_assignment's preprocessors (``nbgrader_config.py`` adds it,
   so plain ``nbgrader generate_assignment`` does the same): the repository URL of ``_config.yml``
   in the install cell, which the book's pages leave out (:data:`BOOK_HIDDEN_TAG`).
@@ -213,12 +214,13 @@ def _write_translations(root: Path, name: str, generated: Path, output: Path) ->
     written = []
     for language in translations.languages(root):
         catalogue = translations.catalogue_path(root, language, name)
+        pages = translations.translated_pages(root, language)
         for path in sorted(path for path in generated.rglob("*") if path.is_file()):
             relative = path.relative_to(generated)
             destination = output / language / name / relative
             if path.suffix == ".ipynb":
                 folder = PurePosixPath(name, relative.as_posix()).parent
-                move = translations.Move(str(CHAPTERS / folder), str(PurePosixPath(CHAPTERS, language) / folder))
+                move = translations.Move(str(CHAPTERS / folder), str(PurePosixPath(CHAPTERS, language) / folder), pages)
                 text = translations.translated_notebook_text(path, catalogue, move)
                 changed = write_if_changed(destination, text.encode("utf-8"), SHARED)
             else:
@@ -233,10 +235,12 @@ def _write_translated_pages(root: Path, output: Path) -> list[Path]:
     language, into ``output/LANG/``. Only the files whose bytes change are written."""
     written = []
     for language in translations.languages(root):
+        pages = translations.translated_pages(root, language)
         for domain in translations.page_domains(root):
             page = PurePosixPath(translations.PAGES[domain])
-            move = translations.Move(str(page.parent), str(PurePosixPath(CHAPTERS, language) / page.parent))
-            destination = output / language / page
+            translated = translations.translated_page(language, domain)
+            move = translations.Move(str(page.parent), str(translated.parent), pages)
+            destination = output / translated.relative_to(CHAPTERS)
             text = translations.translated_page_text(root, language, domain, move)
             if write_if_changed(destination, text.encode("utf-8"), SHARED):
                 written.append(destination)

@@ -5,8 +5,8 @@ The English book (``jupyter-book build .``, ``_build/html``) declares the switch
 ``sphinx.config.language_switch`` (read by :meth:`LanguageSwitch.from_config`): the other edition's
 language, where it is published relative to this book (``zh_CN/``: English at ``/``, Chinese at
 ``/zh_CN/``), the link's text each way, and how page names map, by prefix (``chapters/`` ->
-``chapters/zh_CN/``, ``intro`` -> ``chapters/zh_CN/intro``; any other page, ``references`` or
-``instructors``, is the same page in both).
+``chapters/zh_CN/``, ``intro`` -> ``chapters/zh_CN/intro``, ``references`` -> ``chapters/zh_CN/references``;
+any other page, ``instructors``, is the same page in both).
 
 The translated edition is built from the same source folder with a generated configuration and
 table of contents (:func:`write_build_files`), in ``_build/LANG/``:
@@ -17,7 +17,12 @@ table of contents (:func:`write_build_files`), in ``_build/LANG/``:
 - its configuration is the English one with ``language: LANG``, the translated title, the switch back
   to English, ``chapters/LANG/`` no longer excluded, the paths of local extensions made absolute, and
   the English build's execution cache: the translated notebooks have the English code cells, so
-  jupyter-cache finds their outputs by the same hash and nothing is executed twice.
+  jupyter-cache finds their outputs by the same hash and nothing is executed twice;
+- every English page that the table of contents replaced by its translation is excluded, whatever
+  ``only_build_toc_files`` says: no page is a document twice, in two languages. The bibliography is one
+  (``references.md``, a ``{bibliography}`` with ``:all:``): sphinxcontrib-bibtex gives each citation one
+  target per bibliography of the build, so a second one would warn of duplicates and could take the
+  chapters' ``{cite}`` links away from the translated page.
 
 ``tools/translations.py build`` runs it; ``_ext/language_switch.py`` renders the switch.
 """
@@ -35,6 +40,8 @@ from autograder.core import CHAPTERS
 from autograder.publish.translations import BUILD, CONFIG, TranslationError, book_words, english_cache, read_yaml
 
 TOC = "_toc.yml"
+#: The keys of a table of contents' entry that hold entries.
+TOC_LISTS = ("parts", "chapters", "sections")
 ENGLISH = "en"
 
 
@@ -118,37 +125,54 @@ def switch_of(config: dict, where: str) -> LanguageSwitch:
     return LanguageSwitch.from_config(value, where)
 
 
+def replacement_page(name: str, switch: LanguageSwitch, exists: Callable[[str], bool]) -> str:
+    """The page of the other edition that replaces the English page ``name``: its counterpart where that
+    ``exists`` (a predicate on page names), else ``name`` itself."""
+    translated = switch.counterpart(name)
+    return translated if exists(translated) else name
+
+
+def toc_pages(item: dict) -> list[str]:
+    """Every page name of a Jupyter Book table of contents (or of one of its entries), in order: its
+    root, then each entry's file."""
+    own = [item[key] for key in ("root", "file") if key in item]
+    return own + [name for key in TOC_LISTS for child in item.get(key, []) for name in toc_pages(child)]
+
+
+def replaced_pages(toc: dict, switch: LanguageSwitch, exists: Callable[[str], bool]) -> list[str]:
+    """The English pages of ``toc`` that the translated table of contents replaces by their translation."""
+    return [name for name in toc_pages(toc) if replacement_page(name, switch, exists) != name]
+
+
 def translated_toc(toc: dict, switch: LanguageSwitch, captions: dict[str, str],
                    exists: Callable[[str], bool]) -> dict:
     """The English table of contents ``toc`` with each page that ``exists`` in the other edition (a
     predicate on page names) replaced by it and each caption translated where ``captions`` has it."""
 
-    def page(name: str) -> str:
-        translated = switch.counterpart(name)
-        return translated if exists(translated) else name
-
     def entry(item: dict) -> dict:
         item = dict(item)
         if "file" in item:
-            item["file"] = page(item["file"])
+            item["file"] = replacement_page(item["file"], switch, exists)
         if "caption" in item:
             item["caption"] = captions.get(item["caption"], item["caption"])
-        for key in ("parts", "chapters", "sections"):
+        for key in TOC_LISTS:
             if key in item:
                 item[key] = [entry(child) for child in item[key]]
         return item
 
-    return {**entry(toc), "root": page(toc["root"])}
+    return {**entry(toc), "root": replacement_page(toc["root"], switch, exists)}
 
 
-def translated_config(config: dict, root: Path, switch: LanguageSwitch, title: str, cache: Path) -> dict:
-    """The English configuration ``config`` (of the book in ``root``) for the edition of ``switch``."""
+def translated_config(config: dict, root: Path, switch: LanguageSwitch, title: str, cache: Path,
+                      replaced: list[str]) -> dict:
+    """The English configuration ``config`` (of the book in ``root``) for the edition of ``switch``, the
+    source files ``replaced`` (English pages that have a translation, relative to ``root``) excluded."""
     config = dict(config)
     if title:
         config["title"] = title
     folder = f"{CHAPTERS}/{switch.language}/"
     config["exclude_patterns"] = [pattern for pattern in config.get("exclude_patterns", [])
-                                  if not fnmatch.fnmatch(folder + "page.ipynb", pattern)]
+                                  if not fnmatch.fnmatch(folder + "page.ipynb", pattern)] + replaced
     config["execute"] = {**config.get("execute", {}), "cache": str(cache)}
     sphinx = dict(config.get("sphinx", {}))
     sphinx["local_extensions"] = {name: str((root / path).resolve())
@@ -170,15 +194,23 @@ def write_build_files(root: Path, language: str, output: Path) -> BuildFiles:
         raise TranslationError(f"{root / CONFIG}: language_switch is to {switch.language}, not {language}")
     words = book_words(root, language)
 
+    def source(name: str) -> Path | None:
+        """The source file of the page ``name``, if it has one."""
+        candidates = [(root / name).with_suffix(suffix) for suffix in (".ipynb", ".md")]
+        return next((path for path in candidates if path.is_file()), None)
+
     def exists(name: str) -> bool:
-        return any((root / name).with_suffix(suffix).is_file() for suffix in (".ipynb", ".md"))
+        return source(name) is not None
+
+    replaced = [path.relative_to(root).as_posix() for name in replaced_pages(toc, switch, exists)
+                if (path := source(name)) is not None]
 
     files = BuildFiles(output / BUILD / language / CONFIG, output / BUILD / language / TOC, output / BUILD / language)
     files.config.parent.mkdir(parents=True, exist_ok=True)
     files.toc.write_text(yaml.safe_dump(translated_toc(toc, switch, words.captions, exists), allow_unicode=True,
                                         sort_keys=False), encoding="utf-8")
     files.config.write_text(yaml.safe_dump(translated_config(config, root, switch, words.title,
-                                                             english_cache(config, root, output)),
+                                                             english_cache(config, root, output), replaced),
                                            allow_unicode=True, sort_keys=False), encoding="utf-8")
     return files
 

@@ -2,8 +2,9 @@
 
 English is the single source. For each language ``LANG`` (a folder ``locale/LANG/LC_MESSAGES``) a
 catalogue ``<domain>.po`` holds one message per Markdown block (:mod:`autograder.publish.myst_blocks`) of a
-chapter's Markdown cells (domain: the chapter, e.g. ``01_attention``) or of ``intro.md`` (domain
-``intro``); a message's context (``msgctxt``) is its cell's id (``intro`` for ``intro.md``). The domain
+chapter's Markdown cells (domain: the chapter, e.g. ``01_attention``) or of a page of :data:`PAGES`
+(``intro.md``, domain ``intro``; ``references.md``, domain ``references``); a message's context
+(``msgctxt``) is its cell's id (the domain for a page). The domain
 ``book`` holds the book's own words: its title (``_config.yml``, context ``title``) and the captions of
 the parts of its table of contents (``_toc.yml``, context ``caption``). A chapter's catalogue also
 holds the words of its figures, one message per label, context ``figure:<cell id>``
@@ -18,7 +19,8 @@ them in the executed figures.
 - :func:`translate_notebook`: a notebook with each Markdown block replaced by its translation
   (untranslated and fuzzy messages stay English); every code cell, cell id and metadata as they were.
   Its relative links are rewritten for its folder (:func:`autograder.publish.myst_blocks.relocate_links`): a
-  translation lives one folder deeper than its English.
+  translation lives one folder deeper than its English, and a link to a page of :data:`PAGES` reaches
+  that page's translation (:func:`translated_pages`), the page of the translated book.
 - :func:`translated_page_text`: the same for a page of :data:`PAGES`; :func:`book_words`: the
   translated title and captions, for the translated book (:mod:`autograder.publish.translated_book`).
 
@@ -30,7 +32,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import nbformat
 import polib
@@ -44,7 +46,8 @@ from autograder.publish.myst_blocks import (
 LOCALE = "locale"
 MESSAGES = "LC_MESSAGES"
 #: Markdown pages of the book that are translated, besides the chapters: domain -> file in the repository.
-PAGES = {"intro": "intro.md"}
+#: The translation of one is ``chapters/LANG/<file>`` (:func:`translated_page`).
+PAGES = {"intro": "intro.md", "references": "references.md"}
 #: The domain of the book's title (``_config.yml``) and its parts' captions (``_toc.yml``).
 BOOK = "book"
 CONFIG = "_config.yml"
@@ -131,6 +134,19 @@ def domains(root: Path = ROOT) -> list[str]:
 def page_domains(root: Path = ROOT) -> list[str]:
     """The domains of the pages of :data:`PAGES` that exist."""
     return [name for name, page in PAGES.items() if (Path(root) / page).is_file()]
+
+
+def translated_page(language: str, domain: str) -> PurePosixPath:
+    """Where ``autograder release`` writes the translation of the page of :data:`PAGES` ``domain``,
+    relative to the repository: ``chapters/LANG/<page>``."""
+    return PurePosixPath(CHAPTERS, language, PAGES[domain])
+
+
+def translated_pages(root: Path, language: str) -> tuple[tuple[str, str], ...]:
+    """``(page, its translation)`` for each page of :data:`PAGES` that exists (:func:`translated_page`),
+    paths relative to the repository: a translated text's link to the page reaches the translation
+    (:class:`Move`)."""
+    return tuple((PAGES[domain], str(translated_page(language, domain))) for domain in page_domains(root))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -348,15 +364,17 @@ def translate_text(context: str, text: str, catalogue: dict[tuple[str, str], str
 @dataclass(frozen=True)
 class Move:
     """Where a translation is written, for its relative links: the folders of the English and of the
-    translation, relative to the repository (``""`` for the repository itself)."""
+    translation, relative to the repository (``""`` for the repository itself), and the translated pages
+    (``(English page, translation)`` pairs, :func:`translated_pages`), which take their English's place."""
 
     english_folder: str
     translated_folder: str
+    pages: tuple[tuple[str, str], ...] = ()
 
     def links(self, text: str) -> str:
         """``text`` with its relative links rewritten to reach, from the translation's folder, what they
-        reach from the English's."""
-        return relocate_links(text, self.english_folder, self.translated_folder)
+        reach from the English's, or its translation when that is one of :attr:`pages`."""
+        return relocate_links(text, self.english_folder, self.translated_folder, dict(self.pages))
 
 
 def translate_notebook(notebook: nbformat.NotebookNode, catalogue: dict[tuple[str, str], str],
