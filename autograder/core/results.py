@@ -334,7 +334,9 @@ class RunTimes:
     admitted: float | None = None  # a Dask run: its first worker was admitted (its grader and its sandbox checked)
     refreshes: int = 0  # a Dask run: its looks at the cluster for workers that joined
     refresh_seconds: float = 0.0  # their time
-    cpu_seconds: float | None = None  # CPU of this machine's processes but the jobs' from `began` to the last job's end
+    # CPU from `began` to the last job's end of this machine's processes of the run: their own time, not that of the
+    # processes they reaped (the jobs, their sandboxes, a sandbox's check); with a LocalCluster, its workers' too
+    cpu_seconds: float | None = None
     worker_cpu_seconds: float | None = None  # a Dask run: its workers' own processes' CPU (not their job servers')
     closed: float | None = None  # the engine was done: its last job had ended, a LocalCluster was closed
 
