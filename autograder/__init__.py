@@ -30,5 +30,6 @@ The orchestration, on top:
 - ``autograder.job``        one (student, chapter) in a fresh worker process: run, grade, graded notebook,
                             feedback; the job's process as both engines run it
 - ``autograder.cluster``    the jobs on a Dask cluster's workers
+- ``autograder.cluster_preload``  what a LocalCluster's worker does as it starts
 - ``autograder.worker_preload``  what every worker would do for itself, done once by the workers' server
 """

@@ -38,6 +38,7 @@ reaches nothing, the scheduler included.
 
 import asyncio
 import contextlib
+import gc
 import importlib.metadata
 import ipaddress
 import logging
@@ -48,7 +49,6 @@ import platform
 import secrets
 import select
 import shutil
-import signal
 import socket
 import tempfile
 import threading
@@ -61,10 +61,10 @@ from urllib.parse import urlsplit
 
 from autograder.bounds import IN_FLIGHT_PER_SLOT, SCHEDULER_SECONDS, WORKERLESS_SECONDS, Limits
 from autograder.collect import error_line
-from autograder.core import ROOT, GradingError, JobFolder, Report
+from autograder.core import ROOT, GradingError, JobFolder, JobTimes, Report, RunTimes
 from autograder.job import (
-    Finished, Job, JobProcess, grader_sources, job_seconds, kill_descendants, sandbox_options, source_digests, work,
-    worker_context)
+    Finished, Job, JobProcess, grader_sources, job_seconds, jobs_done, kill_descendants, sandbox_options,
+    source_digests, work, worker_context)
 from autograder.run.sandbox import SandboxOptions, isolation_available, resource_bounds
 from autograder.run.stand_ins import Withholding, withhold
 
@@ -74,6 +74,16 @@ EXTRA = 'pip install -e ".[cluster]"'  # what installs Dask distributed for the 
 GRADE_PACKAGES = ("torch", "numpy", "tokenizers", "safetensors", "ipython", "nbformat")
 REFRESH_SECONDS = 2.0  # between two looks for workers that joined (each is checked before it gets a job)
 ENCRYPTED = ("tls", "wss")  # the protocols of Dask's that authenticate and encrypt (with TLS certificates)
+# A LocalCluster's Dask configuration besides its workers' not being daemonic: its periodic work made rarer. Its
+# tasks only wait for their job's process, and its processes share the machine's cores with the jobs (the CPU they
+# take is in benchmarks/grading.py's table of where the time goes).
+LOCAL_CLUSTER_CONFIG = {
+    "distributed.worker.daemon": False,  # a daemonic process cannot start the job's processes
+    "distributed.worker.profile.enabled": False,  # a worker's thread sampled every 10 ms, for the dashboard
+    "distributed.admin.tick.interval": "1s",  # each process's check of its event loop (blocked?), every 20 ms
+    "distributed.worker.memory.monitor-interval": "1s",  # the nannies' look at their workers' memory, every 100 ms
+    "distributed.admin.system-monitor.interval": "5s",  # each process's CPU, memory and network, every 500 ms
+}
 
 
 @dataclass(frozen=True)
@@ -185,6 +195,9 @@ class Identity:
     forks: str | None  # why this process cannot start a job's process; None where it can
 
 
+_PROBING = threading.Lock()  # a worker's warm-up and its admission share one first start of its sandbox
+
+
 def identity() -> Identity:
     """This process's :class:`Identity`."""
     versions = {"python": platform.python_version()}
@@ -193,7 +206,8 @@ def identity() -> Identity:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = "not installed"
-    isolated, how = isolation_available()
+    with _PROBING:
+        isolated, how = isolation_available()
     forks = ("it is a daemonic process, which cannot start a job's process: start it with "
              "DASK_DISTRIBUTED__WORKER__DAEMON=False (distributed.worker.daemon: False)"
              if multiprocessing.current_process().daemon else None)
@@ -249,9 +263,22 @@ async def _admit(token: str, threads: int, limits: Limits, *, dask_worker) -> st
 
 
 def _start_job_server() -> None:
-    """The server the job processes are forked from, which imports the grader once (as the local engine's)."""
+    """The server the job processes are forked from, which imports the grader once (as the local engine's);
+    where it runs already, nothing."""
     worker_context()
     multiprocessing.forkserver.ensure_running()
+
+
+def warm_up() -> None:
+    """What a LocalCluster's worker does as it starts, in a thread of its own (:mod:`autograder.cluster_preload`),
+    while the instructor prepares the course: it starts its job server, and finds what it says of itself
+    (:func:`identity`: its sandbox's first start takes seconds), which its admission then asks. What it imported
+    for it (the grader, PyTorch) is left alone by the garbage collector (``gc.freeze``), as in a job's process:
+    without, the worker's end, which the cluster's close waits for, took seconds more (benchmarks/grading.py,
+    "after the last job")."""
+    _start_job_server()
+    identity()
+    gc.freeze()
 
 
 @dataclass(frozen=True)
@@ -264,10 +291,10 @@ class Parcel:
     hide: tuple[str, ...]  # the instructor's private paths (output and submissions folders, TLS files)
 
 
-def grade_parcel(parcel: Parcel, token: str) -> tuple[Finished | None, str | None]:
+def grade_parcel(parcel: Parcel, token: str) -> tuple[Finished | None, str | None, JobTimes]:
     """The Dask task of one job, on a worker admitted to the run ``token``: the job in a fresh process of
     its own (:func:`work_parcel`), within its time limit, in a scratch folder of the worker's Dask folder;
-    ``(what it left, None)`` or ``(None, why it failed)``."""
+    ``(what it left, None)`` or ``(None, why it failed)``, with when it ran on this worker's thread."""
     from distributed import get_worker
 
     worker = get_worker()
@@ -279,16 +306,18 @@ def grade_parcel(parcel: Parcel, token: str) -> tuple[Finished | None, str | Non
     hide = (*parcel.hide, worker.local_directory, *_key_files(worker.security))
     with tempfile.TemporaryDirectory(prefix="job-", dir=root) as scratch:
         process = JobProcess(worker_context(), work_parcel, (parcel, scratch, threads, hide, os.getpid()),
-                             JobFolder(Path(scratch) / "job"), job_seconds(parcel.job.limits))
-        return process.wait()
+                             JobFolder(Path(scratch) / "job"), job_seconds(parcel.job.limits),
+                             f"{worker.address} {threading.current_thread().name}")
+        return *process.wait(), process.times
 
 
 def work_parcel(parcel: Parcel, scratch: str, threads: int, hide: tuple[str, ...], worker: int, connection) -> None:
     """A Dask job's process: it ends, with its sandboxes, as soon as the Dask worker's process ``worker``
     does (:func:`_end_with`), and grades the parcel's job with this machine's paths (:func:`unpack`) as
-    the local engine's worker does (:func:`autograder.job.work`)."""
+    the local engine's worker does (:func:`autograder.job.work`), the unpacking counted in its setup."""
+    began = time.perf_counter()
     _end_with(worker)
-    work(unpack(parcel, Path(scratch), threads, hide), connection)
+    work(unpack(parcel, Path(scratch), threads, hide), connection, began)
 
 
 def _end_with(pid: int) -> None:
@@ -353,14 +382,17 @@ class _Workers:
 
     def __init__(self, client, token: str, isolated: bool, limits: Limits, report: Report):
         self.client, self.token, self.isolated, self.limits, self.report = client, token, isolated, limits, report
+        self.times = report.times
         self.ours = identity()
         self.refused: dict[tuple[str, str], str] = {}  # (address, Dask folder) of a worker's process -> why
         self.bounds: dict[str, str] = {}  # how each admitted worker bounds a job
+        self.admitted: set[str] = set()  # the addresses of the admitted workers alive, at the last look
         self.slots = 0  # threads of the admitted workers alive
 
     def refresh(self) -> None:
         """Check the workers that joined since the last look, admit those that may grade; count the
-        threads of the workers admitted."""
+        threads of the workers admitted (and the look, in the run's times)."""
+        started = time.perf_counter()
         workers = self.client.scheduler_info(n_workers=-1)["workers"]
         admitted = {address for address, info in workers.items() if self.token in info.get("resources", {})}
         new = [address for address, info in workers.items()
@@ -388,6 +420,9 @@ class _Workers:
                 else:
                     self._refuse(address, workers[address], f"it could not be admitted ({error_line(answer)})", theirs)
         self.slots = sum(workers[address]["nthreads"] for address in admitted)
+        self.admitted = admitted
+        self.times.refreshes += 1
+        self.times.refresh_seconds += time.perf_counter() - started
 
     def wait_for_one(self) -> None:
         """Wait for a worker that can grade; raise :class:`GradingError` when every worker of the cluster
@@ -418,24 +453,18 @@ class _Workers:
 def local_cluster(workers: int, security=None) -> Iterator:
     """A Dask LocalCluster on this machine for the time of the block: ``workers`` worker processes of one
     thread each, the scheduler, the workers and the scheduler's web server listening on 127.0.0.1 only
-    (TLS with ``security``, a Dask ``Security``), the workers not daemonic (a daemonic process cannot start
-    the job processes), also when their nannies restart them, and deaf to Ctrl-C (:func:`dask_setup`)."""
+    (TLS with ``security``, a Dask ``Security``), configured by :data:`LOCAL_CLUSTER_CONFIG` (not daemonic, also
+    when their nannies restart them), deaf to Ctrl-C and warming up as they start
+    (:mod:`autograder.cluster_preload`)."""
     import dask
     from distributed import LocalCluster
 
-    with dask.config.set({"distributed.worker.daemon": False}), \
+    with dask.config.set(LOCAL_CLUSTER_CONFIG), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                          protocol="tls://" if security else "tcp://", security=security,
                          dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
-                         preload=[__name__]) as cluster:
+                         preload=["autograder.cluster_preload"]) as cluster:
         yield cluster
-
-
-def dask_setup(worker) -> None:
-    """Dask's hook for a module a worker preloads, here a LocalCluster's: Ctrl-C in the instructor's
-    terminal reaches every process of its group, these workers too, but the instructor's process stops
-    them itself (each would print a traceback)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class DaskEngine:
@@ -447,6 +476,8 @@ class DaskEngine:
         require_distributed()
         self.options, self.workers = options, max(1, jobs)
         self.security = _security(options)
+        self._connection = None  # the client, within :meth:`connected`
+        self._closing = contextlib.ExitStack()  # what closes the client (and a LocalCluster)
 
     @property
     def description(self) -> str:
@@ -479,24 +510,41 @@ class DaskEngine:
         with client:
             yield client
 
+    @contextlib.contextmanager
+    def connected(self, times: RunTimes) -> Iterator[None]:
+        """The cluster reached for the block, before the course is prepared (a LocalCluster started, whose
+        workers then start their job servers and check their sandboxes while it is: :func:`warm_up`), as the
+        local engine's job server starts; closed when :meth:`run` ends, or the block."""
+        with self._closing:
+            self._connection = self._closing.enter_context(self._client())
+            times.connected = time.time()
+            yield
+
     def run(self, todo: list[Job], finish: Callable[[Job, Finished | None, str | None], None], report: Report,
             private: tuple[Path, ...], isolated: bool) -> None:
-        """Grade ``todo`` on the cluster, ``finish`` each job here as it ends; ``private`` are the
-        instructor's folders that every sandbox hides, ``isolated`` whether it has namespaces."""
+        """Grade ``todo`` on the cluster (within :meth:`connected`), ``finish`` each job here as it ends;
+        ``private`` are the instructor's folders that every sandbox hides, ``isolated`` whether it has namespaces."""
         from distributed import wait
 
         if not todo:
             return
+        if self._connection is None:
+            raise RuntimeError("DaskEngine.run grades within DaskEngine.connected")
         hide = tuple(str(path) for path in private) + _key_files(self.security)
         token = f"autograder-{secrets.token_hex(8)}"
-        with self._client() as client:
+        times = report.times
+        with self._closing:
+            client = self._connection
             workers = _Workers(client, token, isolated, todo[0].limits, report)
             workers.wait_for_one()
+            times.admitted = looked = time.time()
             waiting, in_flight, chapters = list(todo), {}, {}
             workerless = None
             try:
                 while waiting or in_flight:
-                    workers.refresh()
+                    if time.time() - looked >= REFRESH_SECONDS:  # for workers that joined, or left
+                        workers.refresh()
+                        looked = time.time()
                     while waiting and len(in_flight) < IN_FLIGHT_PER_SLOT * workers.slots:
                         job = waiting.pop(0)
                         future = client.submit(grade_parcel, pack(job, hide, chapters), token, pure=False,
@@ -514,8 +562,15 @@ class DaskEngine:
                     except TimeoutError:
                         continue
                     for future in done:
-                        finish(in_flight.pop(future), *_outcome(future))
+                        output, failure, ran = _outcome(future)
+                        if ran is not None:
+                            times.jobs.append(ran)
+                        finish(in_flight.pop(future), output, failure)
                         future.release()
+                jobs_done(times)
+                workers.refresh()  # the workers alive now: a dead one's address would be tried for 30 s
+                worker_cpu = client.run(time.process_time, workers=list(workers.admitted), on_error="return")
+                times.worker_cpu_seconds = sum(value for value in worker_cpu.values() if isinstance(value, float))
             except BaseException:
                 with contextlib.suppress(Exception):  # the scheduler may be gone too
                     client.cancel(list(in_flight))
@@ -526,14 +581,14 @@ class DaskEngine:
                     report.notes.insert(0, f"memory, processes and CPU on the Dask workers: {report.results.bounds}")
 
 
-def _outcome(future) -> tuple[Finished | None, str | None]:
-    """What a finished task sent back, or why it has nothing: the workers that ran it died (as many times
-    as Dask allows), or the task itself failed."""
+def _outcome(future) -> tuple[Finished | None, str | None, JobTimes | None]:
+    """What a finished task sent back (:func:`grade_parcel`), or why it has nothing: the workers that ran it
+    died (as many times as Dask allows), or the task itself failed."""
     from distributed.scheduler import KilledWorker
 
     try:
         return future.result()
     except KilledWorker as error:
-        return None, f"the Dask workers that ran it died ({error_line(error)})"
+        return None, f"the Dask workers that ran it died ({error_line(error)})", None
     except Exception as error:  # noqa: BLE001 -- whatever the task raised, the job is a grader error
-        return None, f"its Dask task failed: {error_line(error)}"
+        return None, f"its Dask task failed: {error_line(error)}", None

@@ -31,6 +31,7 @@ the graded notebooks and the stored results) by the instructor only (0600). An o
 the course's git repository is refused unless git ignores it: the grades must never be committed.
 """
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -52,10 +53,11 @@ from autograder.bounds import GIT_SECONDS, MAX_JOB_FAILURE_CHARS, Limits
 from autograder.collect import Layout, Submission, collect_submissions, error_line, look_alike_names
 from autograder.core import (
     PRIVATE, ROOT, SHARED, SOLUTIONS, UNSANDBOXED, Cause, Chapter, ClassResults, CopyPolicy, GradingError,
-    NotebookResult, OutputLayout, Report, ResultStore, Skipped, Status, TestResult, load_chapters, prepare_gradebook,
-    quiet_nbgrader, read_references, register_chapters, without_password, write_atomically)
+    NotebookResult, OutputLayout, Report, ResultStore, RunTimes, Skipped, Status, TestResult, load_chapters,
+    prepare_gradebook, quiet_nbgrader, read_references, register_chapters, without_password, write_atomically)
 from autograder.job import (
-    Finished, Job, JobProcess, grader_sources, job_seconds, sandbox_options, work, worker_context)
+    Finished, Job, JobProcess, grader_sources, job_seconds, jobs_done, sandbox_options, tree_cpu_seconds, work,
+    worker_context)
 from autograder.report import export_csv, plain_page, write_grades
 from autograder.run.sandbox import SandboxOptions, isolation_available, resource_bounds
 from autograder.run.stand_ins import Withholding, withhold
@@ -215,6 +217,7 @@ def grade(
         raise ValueError(f"engine={engine!r}: one of {', '.join(Engine)}")
     if cluster is not None and engine != Engine.DASK:
         raise ValueError("cluster options are for engine=Engine.DASK")
+    times = RunTimes(time.time(), cpu_at_start=tree_cpu_seconds())
     if engine == Engine.DASK:  # before anything: a cluster that cannot be used safely stops the run here
         from autograder.cluster import ClusterOptions, DaskEngine
 
@@ -240,7 +243,7 @@ def grade(
         found, skipped = collect_submissions(submissions, chapters, prefer)
         bounds = resource_bounds().describe(limits)  # a Dask run's are its workers' (autograder.cluster)
         report = Report(ClassResults([], skipped, bounds, sandbox, look_alike_names(found)),
-                        notes=[f"memory, processes and CPU: {bounds}"] if engine == Engine.LOCAL else [])
+                        notes=[f"memory, processes and CPU: {bounds}"] if engine == Engine.LOCAL else [], times=times)
         if engine == Engine.DASK:
             report.engine = dask.description
         if not isolated:
@@ -255,8 +258,9 @@ def grade(
         options = sandbox_options(course_root, isolated, private)
         report.notes.append(_data_note(options))
         references = read_references(course_root / "references.bib")
-        withheld = {name: withhold(name, chapters[name].exercises, layout.stand_ins(name)) if isolated
-                    else Withholding() for name in {s.chapter for s in found if s.chapter in chapters}}
+        withheld = {name: withhold(name, chapters[name].exercises, layout.stand_ins(name))
+                    if isolated and engine == Engine.LOCAL else Withholding()  # a Dask worker makes its own
+                    for name in {s.chapter for s in found if s.chapter in chapters}}
         todo = []
         for submission in found:
             if submission.chapter not in chapters:
@@ -276,24 +280,29 @@ def grade(
                 continue
             todo.append(_job(submission, chapter, layout, print_id, seed, limits, options, references, copies,
                              withheld[chapter.name]))
-        if todo and engine == Engine.LOCAL:  # the workers' server imports the grader while the course is prepared
-            worker_context()
-            multiprocessing.forkserver.ensure_running()
-        _prepare_course(layout, course_root, involved, db_url)
-        if progress == Progress.LINES:
-            where = f"{max(1, jobs)} at a time" if engine == Engine.LOCAL else "on a Dask cluster"
-            print(f"grading {len(todo)} notebook(s), {where} ({report.reused} unchanged)", file=sys.stderr, flush=True)
-        finish = _Finisher(layout, store, report, _ProgressShown(len(todo), progress))
-        try:
-            if engine == Engine.LOCAL:
-                _run_jobs(todo, jobs, finish)
-            else:
-                dask.run(todo, finish, report, private, isolated)
-        finally:
-            finish.progress.close()
-            _write_class_results(layout, db_url, chapters, {**previous, **finish.stored, **report.grader_errors},
-                                 report)
-            shutil.rmtree(layout.jobs, ignore_errors=True)
+        with contextlib.ExitStack() as engine_starting:  # the engine starts while the course is prepared:
+            if todo and engine == Engine.LOCAL:  # the workers' server imports the grader
+                worker_context()
+                multiprocessing.forkserver.ensure_running()
+            elif todo:  # the Dask cluster is reached (a LocalCluster's workers start their job servers)
+                engine_starting.enter_context(dask.connected(times))
+            _prepare_course(layout, course_root, involved, db_url)
+            if progress == Progress.LINES:
+                where = f"{max(1, jobs)} at a time" if engine == Engine.LOCAL else "on a Dask cluster"
+                print(f"grading {len(todo)} notebook(s), {where} ({report.reused} unchanged)", file=sys.stderr,
+                      flush=True)
+            finish = _Finisher(layout, store, report, _ProgressShown(len(todo), progress))
+            try:
+                if engine == Engine.LOCAL:
+                    _run_jobs(todo, jobs, finish, times)
+                else:
+                    dask.run(todo, finish, report, private, isolated)
+            finally:
+                times.closed = time.time()
+                finish.progress.close()
+                _write_class_results(layout, db_url, chapters, {**previous, **finish.stored, **report.grader_errors},
+                                     report)
+                shutil.rmtree(layout.jobs, ignore_errors=True)
     return report
 
 
@@ -417,27 +426,30 @@ def grader_error_result(job: Job, why: str) -> NotebookResult:
                                                        for test in job.chapter.tests))
 
 
-def _run_jobs(todo: list[Job], jobs: int, finish: _Finisher) -> None:
+def _run_jobs(todo: list[Job], jobs: int, finish: _Finisher, times: RunTimes) -> None:
     """Each job in a fresh worker process (forked from a server that imported the grader once), at
-    most ``jobs`` at a time, each killed when it runs past :func:`job_seconds`."""
+    most ``jobs`` at a time, each killed when it runs past :func:`job_seconds`; when each ran goes to ``times``."""
     if not todo:
         return
     context = worker_context()
-    waiting, running = list(todo), {}
+    waiting, running, free = list(todo), {}, [str(slot) for slot in range(max(1, jobs), 0, -1)]
     try:
         while waiting or running:
-            while waiting and len(running) < max(1, jobs):
+            while waiting and free:
                 job = waiting.pop(0)
                 shutil.rmtree(job.folder.root, ignore_errors=True)
                 job.folder.root.mkdir(parents=True)
-                running[JobProcess(context, work, (job,), job.folder, job_seconds(job.limits))] = job
+                running[JobProcess(context, work, (job,), job.folder, job_seconds(job.limits), free.pop())] = job
             wait = max(0.0, min(process.deadline for process in running) - time.monotonic())
             multiprocessing.connection.wait([each for process in running for each in process.sentinels], wait)
             for process, job in list(running.items()):
                 outcome = process.outcome()
                 if outcome is not None:
                     del running[process]
+                    free.append(process.slot)
+                    times.jobs.append(process.times)
                     finish(job, *outcome)
+        jobs_done(times)
     except KeyboardInterrupt:
         for process in running:
             process.kill()

@@ -40,12 +40,12 @@ from autograder.bounds import (
     REAP_SECONDS, STARTUP_SECONDS, Limits)
 from autograder.collect import error_line, read_notebook
 from autograder.core import (
-    GRADER_VERSION, ROOT, SOLUTIONS, UNSANDBOXED, Cause, Certainty, Chapter, CodeStep, CopyPolicy, JobFolder,
-    NotebookResult, NotebookRun, Outcome, Reference, ReferenceCopy, Status, SubmissionStep, TestResult, TestStep,
-    grade_id, quiet_nbgrader)
+    GRADER_VERSION, ROOT, SOLUTIONS, UNSANDBOXED, Cause, Certainty, Chapter, CodeStep, CopyPolicy, JobFolder, JobTimes,
+    NotebookResult, NotebookRun, Outcome, Reference, ReferenceCopy, RunTimes, Status, SubmissionStep, TestResult,
+    TestStep, grade_id, quiet_nbgrader)
 from autograder.run.reference_copies import find_copies
 from autograder.run.runner import run_notebook
-from autograder.run.sandbox import SandboxOptions, descendants
+from autograder.run.sandbox import SandboxOptions, cpu_times, descendants
 from autograder.run.stand_ins import Withholding
 
 SOURCES = ("autograder", "bertlab")  # packages whose code the grades depend on
@@ -221,8 +221,10 @@ def _feedback_page(job: Job, graded, run: NotebookRun | None, result: NotebookRe
         return report.plain_page(result, problem), problem
 
 
-def work(job: Job, connection) -> None:
-    """A worker process's whole life: grade ``job``, send its result (or the error) back, end.
+def work(job: Job, connection, began: float | None = None) -> None:
+    """A worker process's whole life: grade ``job``, send its result (or the error) back, end. The result's
+    ``seconds`` hold ``setup``: from ``began`` (the ``time.perf_counter()`` at which this process began its
+    work; by default, this call) to the start of the grading (:func:`grade_job`).
 
     The instructor code of the tests runs here as in the notebook's graded run (``NBGRADER_EXECUTION``
     set, the course's data, the chapter's files in the working folder). What the worker inherits from
@@ -231,6 +233,7 @@ def work(job: Job, connection) -> None:
     collection a walk through 400,000 objects (0.2 s) and their memory pages a copy."""
     import torch
 
+    began = time.perf_counter() if began is None else began
     gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the class run's to handle
     quiet_nbgrader()
@@ -240,7 +243,9 @@ def work(job: Job, connection) -> None:
     shutil.copytree(job.chapter_files, job.folder.files)  # the job's one copy of the chapter's files
     os.chdir(job.folder.files)
     try:
-        connection.send(("ok", grade_job(job)))
+        setup = time.perf_counter() - began
+        result = grade_job(job)
+        connection.send(("ok", replace(result, seconds={"setup": round(setup, 2), **result.seconds})))
     except BaseException as error:  # noqa: B036 -- whatever happens, the class run hears of it
         import traceback
 
@@ -313,6 +318,18 @@ def worker_context():
     return context
 
 
+def tree_cpu_seconds() -> float:
+    """The CPU seconds used so far by this process and its living descendants, each its own time only, not that
+    of the children it reaped: so not the jobs' processes, which their job server reaps, nor their sandboxes."""
+    return sum(times.own for times in cpu_times(descendants([os.getpid()])).values())
+
+
+def jobs_done(times: RunTimes) -> None:
+    """Record in ``times``, once the run's last job ended, the CPU this machine's processes but the jobs' used
+    since the run began (:func:`tree_cpu_seconds`: with a LocalCluster, its scheduler, nannies and workers)."""
+    times.cpu_seconds = tree_cpu_seconds() - times.cpu_at_start
+
+
 def kill_descendants(pid: int) -> None:
     """Kill every process that descends from the process ``pid``: a job's process's sandboxes. Their first
     process also dies with its parent (``sandbox_inside.enter``); this ends, besides, a sandbox that the job's
@@ -328,15 +345,22 @@ class JobProcess:
     as both engines run it: ``target(*args, connection)`` grades the job into ``folder`` and sends its
     result (or why it failed) on ``connection`` (:func:`autograder.job.work`); past ``seconds`` the
     process is killed, with its sandboxes (:meth:`kill`). What it leaves (:meth:`outcome`) is read from
-    ``folder``, which is then deleted."""
+    ``folder``, which is then deleted. :attr:`times` says when it ran, in the engine's ``slot``."""
 
-    def __init__(self, context, target, args: tuple, folder: JobFolder, seconds: float):
-        self.folder = folder
+    def __init__(self, context, target, args: tuple, folder: JobFolder, seconds: float, slot: str):
+        self.folder, self.slot = folder, slot
+        self.started, self.ended = time.time(), None
         self.receiver, sender = context.Pipe(duplex=False)
         self.process = context.Process(target=target, args=(*args, sender), daemon=True)
         self.process.start()
+        self.forked = time.time()
         sender.close()
         self.deadline = time.monotonic() + seconds
+
+    @property
+    def times(self) -> JobTimes:
+        """When the job was taken up, its process forked and (once :meth:`outcome` is known) ended."""
+        return JobTimes(self.slot, self.started, self.forked, self.ended or time.time())
 
     @property
     def sentinels(self) -> list:
@@ -360,6 +384,7 @@ class JobProcess:
             return None, f"the job's files cannot be read: {error}"
         finally:
             shutil.rmtree(self.folder.root, ignore_errors=True)
+            self.ended = time.time()
 
     def wait(self) -> tuple[Finished | None, str | None]:
         """The :meth:`outcome`, once the job ended or ran out of time."""

@@ -7,21 +7,28 @@ a 2-core machine):
 
 - the imports that jobs made on first use: ``torch.testing.assert_close`` imports
   ``torch.distributed.tensor``, and sympy with it (0.6 s), :mod:`autograder.run.reference_copies` every
-  ``bertlab`` module (0.06 s);
+  ``bertlab`` module (0.06 s), and the checks' modules (:func:`autograder.checks.exercises_by_chapter`): a
+  job imports its chapter's, a Dask job's stand-ins (:func:`autograder.run.stand_ins.withhold`) every one
+  (most of the setup of a Dask job's process, which ``benchmarks/grading.py`` reports);
 - the feedback pages' exporter (:func:`autograder.report.feedback.exporter`), its Jinja template compiled, and
   what a first page builds (the Python lexer, the notebook schema's validator, the parsers of Markdown,
   HTML and TeX), by rendering a sample page and the sample's notebook for the formgrader (0.3 s).
+
+The server keeps the garbage collector off all of it (``gc.freeze``), as the workers do: its end, which a
+Dask worker's death or a class run's end brings, does not walk through it all.
 
 Nothing here sees a submission: the server runs the grader's code on this module's sample only, so a
 worker starts with the grader's state and nothing of any student's. Should this fail, each worker does
 the work itself (a line on stderr says why).
 """
 
+import gc
 import sys
 
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from autograder import report
+from autograder.checks import exercises_by_chapter
 from autograder.core import Chapter, NotebookResult, Reference
 from autograder.run.reference_copies import reference_modules
 
@@ -48,6 +55,7 @@ def prepare() -> None:
 
     torch.testing.assert_close(torch.zeros(1), torch.zeros(1))
     reference_modules()
+    exercises_by_chapter()
     references = {"sample": Reference("Vaswani et al.", "2017")}
     chapter = Chapter("sample", "sample", tests=(), grade_ids=frozenset(), exercises=(), context=(), fingerprint="")
     result = NotebookResult("sample", "sample", tests=())
@@ -61,3 +69,4 @@ try:
 except Exception as error:  # noqa: BLE001 -- the workers can do it all themselves
     print(f"note: the grading workers' server could not prepare their common work ({type(error).__name__}: {error}); "
           "each worker does it", file=sys.stderr)
+gc.freeze()

@@ -24,16 +24,27 @@ decides who gets what. The same class is then
    ``autograder.cluster``): its throughput against ``--jobs 2`` of the local engine, and the engine's
    cost per job (the difference of their wall times over the notebooks).
 
+Each grading runs in a fresh process of its own, as a run of ``autograder grade`` does: its imports, its job
+server (the process the jobs fork from) and, with ``--dask``, its cluster start with it. This script imports
+at its top no more of the grader than the command's script does (``autograder.cli``): the workers of a
+``LocalCluster`` import the main script again (multiprocessing's spawn), as they import the command's.
+
 It prints a markdown table: wall time, notebooks per minute, the speed-up of two workers over one,
 the time over plain execution, and where a job's time goes (the run in the sandbox, tests included,
-and the feedback). The full class (50 students x 9 chapters, three passes) takes
-hours on 2 cores: ``--students`` sets the size; a run prints its own duration, so a small run
-(``--students 2``) tells how large a class fits a time budget. Timings depend on the machine and its
-load, which the table reports; compare rows of one run only.
+and the feedback); then where each grading's time went besides its jobs' own work
+(:class:`autograder.core.results.RunTimes`): from its start to its first job's process, the mean start of
+a job's process (the job server's fork) and of its setup in it (a Dask job: its parcel unpacked), the mean
+wait of a worker between two jobs, the worker-seconds idle at the end, the time from the last job's end to
+the engine's close, and the CPU of its processes but the jobs' (with a LocalCluster: the scheduler and
+nannies in the instructor's process, the workers and their job servers). The full class (50 students x 9
+chapters, three passes) takes hours on 2 cores: ``--students`` sets the size; a run prints its own duration,
+so a small run (``--students 2``) tells how large a class fits a time budget. Timings depend on the machine
+and its load, which the table reports; compare rows of one run only.
 """
 
 import argparse
 import json
+import multiprocessing
 import os
 import random
 import resource
@@ -50,8 +61,7 @@ from nbformat.v4 import new_code_cell
 from autograder.bounds import Limits
 from autograder.core import course
 from autograder.core.course import grade_id, is_solution
-from autograder.core.results import ClassResults
-from autograder.grade import Engine, grade
+from autograder.core.results import ClassResults, RunTimes
 from autograder.publish import release
 from autograder.run.sandbox import isolation_available, resource_bounds
 
@@ -173,10 +183,39 @@ def execute_plainly(folder: Path, timeout: int, memory_mb: int) -> float:
 
 
 def phases(out: Path) -> dict[str, float]:
-    """Mean seconds per job of each phase, from the results of a grading run."""
+    """Mean seconds per job of each phase, from the results of a grading run (``setup``: in the job's process,
+    before the grading; ``total``: the grading's)."""
     seconds = [result.seconds for result in ClassResults.from_json((out / "results.json").read_text()).notebooks
                if result.seconds]
-    return {phase: statistics.mean(s.get(phase, 0.0) for s in seconds) for phase in ("run", "feedback", "total")}
+    return {phase: statistics.mean(s.get(phase, 0.0) for s in seconds)
+            for phase in ("setup", "run", "feedback", "total")}
+
+
+def engine_times(times: RunTimes) -> dict[str, float | int | None]:
+    """Where a grading's time went besides its jobs' own work (see :class:`RunTimes`), in seconds."""
+    since = {name: None if value is None else value - times.began
+             for name, value in (("connected", times.connected), ("admitted", times.admitted))}
+    return {"to_first_job": times.to_first_job, "fork": times.fork, "between_jobs": times.between_jobs,
+            "idle_at_end": times.idle_at_end, "after_last_job": times.after_last_job,
+            "cpu_seconds": times.cpu_seconds, "worker_cpu_seconds": times.worker_cpu_seconds,
+            "connected": since["connected"], "admitted": since["admitted"], "refreshes": times.refreshes,
+            "refresh_seconds": times.refresh_seconds}
+
+
+def graded(submissions: Path, out: Path, engine: str, jobs: int, limits: Limits, seed: int) -> dict:
+    """Grade the class into ``out`` (in the fresh process of :func:`graded_apart`): the row of the table."""
+    from autograder.grade import Engine, grade  # here, not at the top: see the module's docstring
+
+    start = time.perf_counter()
+    report = grade(submissions, out, jobs=jobs, limits=limits, seed=seed, engine=Engine(engine))
+    return {"engine": engine, "jobs": jobs, "seconds": time.perf_counter() - start, "failures": len(report.failures),
+            "phases": phases(out), "statuses": statuses(out), "times": engine_times(report.times)}
+
+
+def graded_apart(*args) -> dict:
+    """:func:`graded` in a fresh process, as a run of ``autograder grade`` (its imports, its job server)."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(graded, *args).result()
 
 
 def statuses(out: Path) -> dict[str, int]:
@@ -184,7 +223,7 @@ def statuses(out: Path) -> dict[str, int]:
     counts: dict[str, int] = {}
     for result in ClassResults.from_json((out / "results.json").read_text()).notebooks:
         for test in result.tests:
-            counts[test.status] = counts.get(test.status, 0) + 1
+            counts[str(test.status)] = counts.get(str(test.status), 0) + 1
     return dict(sorted(counts.items()))
 
 
@@ -199,6 +238,26 @@ def table(notebooks: int, plain: float, rows: list[dict]) -> str:
         lines.append(f"| grade{engine} --jobs {row['jobs']} | {row['seconds']:.0f} | {60 * notebooks / row['seconds']:.1f} | "
                      f"{rows[0]['seconds'] / row['seconds']:.2f} | {row['seconds'] / plain:.2f} | {phase['run']:.1f} | "
                      f"{phase['feedback']:.1f} | {row['failures']} |")
+    return "\n".join(lines)
+
+
+def times_table(rows: list[dict]) -> str:
+    """Where each grading's time went besides its jobs' own work (:func:`engine_times`, :func:`phases`)."""
+    def seconds(value) -> str:
+        return "" if value is None else f"{value:.2f}"
+
+    lines = ["| run | to the first job's process (s) | cluster reached, first worker admitted (s) | fork (s) | "
+             "setup in the job's process (s) | between two jobs (s) | idle at the end (worker-s) | "
+             "after the last job (s) | CPU but the jobs' (s) | of it, Dask workers' own (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        times, engine = row["times"], "" if row["engine"] == "local" else f" --engine {row['engine']}"
+        cluster = f"{seconds(times['connected'])}, {seconds(times['admitted'])}" if times["connected"] else ""
+        lines.append(f"| grade{engine} --jobs {row['jobs']} | {seconds(times['to_first_job'])} | {cluster} | "
+                     f"{seconds(times['fork'])} | {seconds(row['phases']['setup'])} | "
+                     f"{seconds(times['between_jobs'])} | "
+                     f"{seconds(times['idle_at_end'])} | {seconds(times['after_last_job'])} | "
+                     f"{seconds(times['cpu_seconds'])} | {seconds(times['worker_cpu_seconds'])} |")
     return "\n".join(lines)
 
 
@@ -223,10 +282,8 @@ def main() -> None:
         plain = execute_plainly(scratch / "class", args.timeout, args.memory)
         rows = []
         for engine, jobs in (("local", 1), ("local", 2), *((("dask", 2),) if args.dask else ())):
-            start, folder = time.perf_counter(), scratch / f"out-{engine}-{jobs}"
-            report = grade(scratch / "class", folder, jobs=jobs, limits=limits, seed=args.seed, engine=Engine(engine))
-            rows.append({"engine": engine, "jobs": jobs, "seconds": time.perf_counter() - start,
-                         "failures": len(report.failures), "phases": phases(folder), "statuses": statuses(folder)})
+            rows.append(graded_apart(scratch / "class", scratch / f"out-{engine}-{jobs}", engine, jobs, limits,
+                                     args.seed))
     end_load = os.getloadavg()
     minutes = (datetime.now(timezone.utc) - began).total_seconds() / 60
     print(f"Class: {notebooks} notebooks, {args.students} students x {len(chapters)} chapters ({', '.join(chapters)}): "
@@ -235,6 +292,8 @@ def main() -> None:
           f"{end_load[2]:.1f} at the end; sandbox: {isolation_available()[1]}; limits: {args.timeout} s per cell, "
           f"{args.memory} MB; bounds: {resource_bounds().describe(limits)}. Started {began:%Y-%m-%d %H:%M} UTC, took {minutes:.1f} min.\n")
     print(table(notebooks, plain, rows))
+    print("\nWhere each grading's time went besides its jobs' own work:\n")
+    print(times_table(rows))
     print("\nStatuses of the test cells:", "; ".join(f"{row['engine']} --jobs {row['jobs']}: {row['statuses']}"
                                                     for row in rows))
     if args.dask:

@@ -18,7 +18,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder.core.course import grade_id as course_grade_id, is_graded_test
 from autograder.core.nbgrader_adapter import create_gradebook, register_chapters
-from autograder.core.results import ClassResults, NotebookResult
+from autograder.core.results import ClassResults, NotebookResult, RunTimes
 
 CHAPTERS = ("01_tiny", "02_tiny", "03_tiny")
 ADD = "def add(x, *rest):\n    return x + rest[0]"
@@ -203,6 +203,18 @@ def descendants(pid: int) -> set[int]:
             stack += children - found
             found |= children
     return found
+
+
+def assert_one_job_at_a_time(times: RunTimes, slots: int) -> None:
+    """A run's record of when its jobs ran (:class:`RunTimes`): each in ``slots`` slots or fewer, taken up, forked
+    and ended in that order within the run, and in each slot one job at a time."""
+    by_slot: dict[str, list] = {}
+    for job in sorted(times.jobs, key=lambda job: job.started):
+        assert times.began <= job.started <= job.forked <= job.ended <= times.closed, job
+        by_slot.setdefault(job.slot, []).append(job)
+    assert 0 < len(by_slot) <= slots, by_slot.keys()
+    for jobs in by_slot.values():
+        assert all(earlier.ended <= later.started for earlier, later in zip(jobs, jobs[1:])), jobs
 
 
 def alive(pid: int) -> bool:

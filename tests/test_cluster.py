@@ -26,8 +26,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from tests.conftest import free_port, wait_until_listening
-from grading_helpers import (ADD, CHAPTERS, DOUBLE, SOFTMAX, alive, build_course, descendants, nbgrader_export_csv,
-                             notebooks, put, records, with_cells)
+from grading_helpers import (ADD, CHAPTERS, DOUBLE, SOFTMAX, alive, assert_one_job_at_a_time, build_course, descendants,
+                             nbgrader_export_csv, notebooks, put, records, with_cells)
 
 from autograder import cli
 from autograder.bounds import Limits
@@ -88,6 +88,33 @@ def test_a_class_graded_on_a_local_dask_cluster_gets_the_grades_of_the_local_eng
     assert "LocalCluster of 2 worker(s) on this machine (127.0.0.1)" in report.engine
     assert any(note.startswith("memory, processes and CPU on the Dask workers: ") for note in report.notes)
     assert not (out / ".work" / "jobs").exists()  # nothing of a job's folder reaches the instructor's machine
+    times = report.times  # when the cluster was reached, admitted its workers and ran each job, on which
+    assert times.began < times.connected < times.admitted <= min(job.started for job in times.jobs)
+    assert len(times.jobs) == 4 and times.refreshes >= 1
+    assert_one_job_at_a_time(times, slots=2)
+    assert 0 < times.worker_cpu_seconds < times.cpu_seconds  # the workers' own, within all but the jobs'
+
+
+def test_a_local_cluster_s_workers_warm_up_as_they_start_and_keep_dask_s_periodic_work_rare():
+    from distributed import Client
+
+    def state():
+        import gc
+
+        import dask
+
+        return (os.getpid(), gc.get_freeze_count() > 0, dask.config.get("distributed.worker.profile.enabled"),
+                dask.config.get("distributed.admin.tick.interval"))
+
+    with local_cluster(1) as started, Client(started) as client:
+        deadline = time.monotonic() + 240
+        while not (found := next(iter(client.run(state).values())))[1] and time.monotonic() < deadline:
+            time.sleep(0.5)  # no job, no admission: the worker warms up as it starts
+        pid, frozen, profiled, tick = found
+        servers = [child for child in descendants(pid)
+                   if b"multiprocessing.forkserver" in Path(f"/proc/{child}/cmdline").read_bytes()]
+        assert frozen and len(servers) == 1  # its job server started, the grader's import kept off the collector
+        assert (profiled, tick) == (False, "1s")  # no stack sampling every 10 ms, no look at its loop every 20 ms
 
 
 def _listening(pids: set[int]) -> set[str]:

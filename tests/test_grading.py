@@ -24,13 +24,14 @@ import torch
 import yaml
 from checks_helpers import run_in_grader
 from grading_helpers import (
-    ADD, DOUBLE, HIDDEN_LINES, build_course, feedback_pages, graded_notebook, insert_after, notebooks, put, records,
-    tiny_solutions, with_cells, without)
+    ADD, DOUBLE, HIDDEN_LINES, assert_one_job_at_a_time, build_course, feedback_pages, graded_notebook, insert_after,
+    notebooks, put, records, tiny_solutions, with_cells, without)
 
 from autograder import cli
 from autograder.bounds import Limits
 from autograder.collect.submissions import read_notebook, student_id
 from autograder.core import course
+from autograder.core.results import JobTimes, RunTimes
 from autograder.grade import grade
 from autograder.publish import translations
 from autograder.run.wire import UnreadableReply, decode, dumps_reply
@@ -241,6 +242,30 @@ def test_results_record_the_run_seed_and_the_bound_in_force(graded):
     graded_ones = [result for result in results["notebooks"] if result["origin"]]
     assert graded_ones and all(result["seed"] == 1 for result in graded_ones)
     assert "RLIMIT_NPROC" in results["bounds"] or "cgroup v2" in results["bounds"]
+
+
+def test_the_run_records_when_each_job_ran_and_what_the_engine_cost(graded):
+    _, out, report = graded
+    times = report.times
+    assert len(times.jobs) == report.graded + len(report.failures)
+    assert_one_job_at_a_time(times, slots=2)
+    assert {job.slot for job in times.jobs} == {"1", "2"}
+    assert times.cpu_seconds > 0 and times.connected is times.admitted is times.worker_cpu_seconds is None
+    assert all(result.seconds["setup"] >= 0 for result in notebooks(out).values() if result.seconds)
+
+
+def test_run_times_break_a_run_down_into_the_engine_s_costs():
+    jobs = [JobTimes("a", 10.0, 10.5, 20.0), JobTimes("b", 10.0, 11.0, 15.0), JobTimes("b", 16.0, 16.5, 25.0),
+            JobTimes("a", 20.25, 20.5, 30.0)]
+    times = RunTimes(began=4.0, jobs=jobs, closed=31.0)
+    assert times.to_first_job == 6.5  # the first fork (10.5) after the start (4)
+    assert times.fork == (0.5 + 1.0 + 0.5 + 0.25) / 4
+    assert times.between_jobs == (0.25 + 1.0) / 2  # a: from 20 to 20.25; b: from 15 to 16
+    assert times.idle_at_end == 5.0  # b from 25 to the last end, 30
+    assert times.after_last_job == 1.0
+    nothing = RunTimes(began=4.0, closed=5.0)
+    assert (nothing.to_first_job, nothing.fork, nothing.between_jobs, nothing.idle_at_end,
+            nothing.after_last_job) == (None,) * 5
 
 
 def test_regrading_is_idempotent_and_the_cli_reports(graded, course_folder, capsys):

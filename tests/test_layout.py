@@ -22,7 +22,7 @@ ROOMS = {
     "report": ("autograder.report",),
     "publish": ("autograder.publish",),
     "orchestration": ("autograder", "autograder.__main__", "autograder.cli", "autograder.grade", "autograder.job",
-                      "autograder.cluster", "autograder.worker_preload"),
+                      "autograder.cluster", "autograder.cluster_preload", "autograder.worker_preload"),
 }
 #: The steps, in their order: each room imports its own and those of the steps before it, never a later one.
 STEPS = ("core", "collect", "run", "report", "orchestration")
@@ -32,7 +32,9 @@ BESIDE = {"publish": ("core",)}
 #: (``autograder.run`` and ``autograder.publish`` have none: their ``__init__`` imports nothing, the one for the
 #: student process, see below, the other for the book's extension, which imports its translations only.)
 INTERFACES = ("autograder.core", "autograder.collect", "autograder.report")
-MAX_EDGES = 109  # 135 before the rooms (issue 39); 107 before the figure labels (issue 41: translations and myst_blocks)
+#: 135 before the rooms (issue 39); 107 before the figure labels (issue 41: translations and myst_blocks); 109 before
+#: the light preload of a LocalCluster's workers (issue 40: autograder.cluster_preload imports autograder.cluster late).
+MAX_EDGES = 110
 #: What the student process imports of the grader, and the modules that may come with it (standard library
 #: only, and nothing of the grader's side): its modules' top-level imports, and their packages' __init__.
 STUDENT_PROCESS = ("autograder.run.student_side", "autograder.run.stand_ins")

@@ -1,7 +1,7 @@
 """The class run's workers: the server they are forked from does, once, the work of every job that
 depends on no submission (autograder/worker_preload.py): the imports jobs made on first use, and the
-feedback exporter with its template compiled; a worker keeps the garbage collector off what it
-starts with (autograder/job.py)."""
+feedback exporter with its template compiled, the checks' modules; a worker keeps the garbage collector
+off what it starts with (autograder/job.py) and counts its setup before the grading."""
 
 import json
 import pickle
@@ -27,6 +27,8 @@ print(json.dumps({{
     "template compiled": feedback.exporter()._template_cached is not None,
     "bertlab modules": sorted(module.__name__ for module in reference_copies.reference_modules()),
     "dtensor imported": "torch.distributed.tensor" in sys.modules or not torch.distributed.is_available(),
+    "checks modules": sorted(name for name in sys.modules if name.count(".") == 2
+                             and name.startswith("autograder.checks.") and not name.endswith(".framework")),
 }}))
 """
 
@@ -38,7 +40,10 @@ def test_the_workers_server_imports_and_renders_once_what_every_job_would():
     state = json.loads(server.stdout)
     bertlab = sorted(f"bertlab.{path.stem}" for path in (REPO / "bertlab").glob("*.py")
                      if not path.stem.startswith("_"))
-    assert state == {"template compiled": True, "bertlab modules": bertlab, "dtensor imported": True}
+    checks = sorted(f"autograder.checks.{path.stem}" for path in (REPO / "autograder" / "checks").glob("*.py")
+                    if not path.stem.startswith("_"))
+    assert state == {"template compiled": True, "bertlab modules": bertlab, "dtensor imported": True,
+                     "checks modules": checks}
 
 
 WORKER = """
@@ -47,7 +52,8 @@ from autograder.job import work
 receiver, sender = multiprocessing.Pipe(duplex=False)
 work(pickle.loads(sys.stdin.buffer.read()), sender)
 status, result = receiver.recv()
-print(status, result.tests[0].cause, gc.get_freeze_count())
+print(status, result.tests[0].cause, gc.get_freeze_count(), ",".join(sorted(result.seconds)),
+      result.seconds["setup"] >= 0)
 """
 
 
@@ -61,5 +67,6 @@ def test_a_worker_keeps_the_collector_off_what_it_starts_with(tmp_path):
               references={})
     worker = subprocess.run([sys.executable, "-c", WORKER], input=pickle.dumps(job), capture_output=True, cwd=REPO,
                             timeout=300)
-    status, cause, frozen = worker.stdout.decode().split()
+    status, cause, frozen, phases, setup_counted = worker.stdout.decode().split()
     assert (status, cause) == ("ok", "unreadable") and int(frozen) > 100_000  # PyTorch's objects, the grader's
+    assert (phases, setup_counted) == ("feedback,run,setup,total", "True")  # its time before the grading too

@@ -5,7 +5,8 @@
 - ``instructor_context``  the instructor code the tests need, sliced from the solution notebook
 - ``steps``               the notebook as the runner replays it: code cells, test cells, instructor code
 - ``results``             the run's records: a notebook's run and outcomes, its result, what was skipped,
-                          ``results.json`` and the summary, the signed result files, a grading run's report
+                          ``results.json`` and the summary, the signed result files, a grading run's report and
+                          where its time went
 - ``cell_outputs``        the outputs of the student's cells as the grader keeps them, and the HTML budgets
 - ``citations``           the book's citations as text, from ``references.bib``
 - ``output_layout``       every path of the output folder and of a job's folder
@@ -32,15 +33,16 @@ from autograder.core.nbgrader_adapter import (
     create_gradebook, hidden_password, prepare_gradebook, quiet_nbgrader, register_chapters, without_password)
 from autograder.core.output_layout import JobFolder, OutputLayout
 from autograder.core.results import (
-    GRADER_VERSION, UNSANDBOXED, Cause, Certainty, ClassResults, CopyPolicy, NotebookResult, NotebookRun, Outcome,
-    ReferenceCopy, Report, ResultStore, Skipped, Status, TestResult)
+    GRADER_VERSION, UNSANDBOXED, Cause, Certainty, ClassResults, CopyPolicy, JobTimes, NotebookResult, NotebookRun,
+    Outcome, ReferenceCopy, Report, ResultStore, RunTimes, Skipped, Status, TestResult)
 from autograder.core.steps import CodeStep, ContextStep, SubmissionStep, TestStep
 
 __all__ = [
     "CHAPTERS", "GRADER_VERSION", "INSTALL_TAG", "PRIVATE", "ROOT", "SHARED", "SOLUTIONS", "UNSANDBOXED", "Cause",
     "Certainty", "Chapter", "ClassResults", "CodeStep", "ContextStep", "CopyPolicy", "GradingError", "JobFolder",
-    "NotebookResult", "NotebookRun", "Outcome", "OutputBudget", "OutputLayout", "Reference", "ReferenceCopy",
-    "Report", "ResultStore", "Skipped", "Status", "SubmissionStep", "TagBudget", "TestResult", "TestStep",
+    "JobTimes", "NotebookResult", "NotebookRun", "Outcome", "OutputBudget", "OutputLayout", "Reference",
+    "ReferenceCopy", "Report", "ResultStore", "RunTimes", "Skipped", "Status", "SubmissionStep", "TagBudget",
+    "TestResult", "TestStep",
     "chapter_names", "cite", "clean", "create_gradebook", "free_names", "grade_id", "hidden_password",
     "hidden_test_lines", "is_graded_test", "load_chapters", "prepare_gradebook", "python_source", "quiet_nbgrader",
     "read_references", "register_chapters", "replace_if_changed", "start_tags", "strip_hidden_tests",

@@ -310,6 +310,74 @@ class ClassResults:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class JobTimes:
+    """When one job's process ran, as the process that started it saw it, on its machine's clock
+    (``time.time()``, seconds): the instructor's with the local engine, a Dask worker's with Dask's."""
+
+    slot: str  # where it ran: a slot of the local engine ("1", "2", ...), or a Dask worker's address
+    started: float  # the engine took the job up: a slot of the local engine came free, or the Dask task began
+    forked: float  # its process, forked by the job server (autograder.job.JobProcess), was running
+    ended: float  # its process had ended and what it left was read
+
+
+@dataclass
+class RunTimes:
+    """Where a grading run's time went besides the jobs' own work, for the instructor and the benchmark
+    (``benchmarks/grading.py``). Instants are ``time.time()`` of the instructor's machine, a job's of the machine
+    that ran it: compare them across machines only as far as their clocks agree."""
+
+    began: float  # grade() began
+    cpu_at_start: float = 0.0  # CPU of this machine's processes but the jobs' when it began (their time so far)
+    jobs: list[JobTimes] = field(default_factory=list)
+    connected: float | None = None  # a Dask run: its client reached the cluster (a LocalCluster's, once started)
+    admitted: float | None = None  # a Dask run: its first worker was admitted (its grader and its sandbox checked)
+    refreshes: int = 0  # a Dask run: its looks at the cluster for workers that joined
+    refresh_seconds: float = 0.0  # their time
+    # CPU from `began` to the last job's end of this machine's processes of the run: their own time, not that of the
+    # processes they reaped (the jobs, their sandboxes, a sandbox's check); with a LocalCluster, its workers' too
+    cpu_seconds: float | None = None
+    worker_cpu_seconds: float | None = None  # a Dask run: its workers' own processes' CPU (not their job servers')
+    closed: float | None = None  # the engine was done: its last job had ended, a LocalCluster was closed
+
+    @property
+    def to_first_job(self) -> float | None:
+        """Seconds from the run's start to its first job's process running: what the engine took to start
+        (a Dask run: the cluster's start, the workers' admission, the job servers' import of the grader)."""
+        return min(job.forked for job in self.jobs) - self.began if self.jobs else None
+
+    @property
+    def fork(self) -> float | None:
+        """Mean seconds from a job taken up to its process running (the job server's fork)."""
+        return sum(job.forked - job.started for job in self.jobs) / len(self.jobs) if self.jobs else None
+
+    @property
+    def between_jobs(self) -> float | None:
+        """Mean seconds a slot waited between the end of one job and the start of its next (the scheduling
+        latency of a Dask worker's tasks; the local engine's loop), over the pairs of jobs one after the other."""
+        gaps = [later.started - earlier.ended for earlier, later in self._consecutive()]
+        return sum(gaps) / len(gaps) if gaps else None
+
+    @property
+    def idle_at_end(self) -> float | None:
+        """Slot-seconds idle at the run's end: for each slot, from its last job's end to the run's last job's end."""
+        if not self.jobs:
+            return None
+        last = {job.slot: job.ended for job in sorted(self.jobs, key=lambda job: job.ended)}
+        return sum(max(last.values()) - ended for ended in last.values())
+
+    @property
+    def after_last_job(self) -> float | None:
+        """Seconds from the last job's end to the engine done (a LocalCluster closed)."""
+        return self.closed - max(job.ended for job in self.jobs) if self.jobs and self.closed else None
+
+    def _consecutive(self) -> list[tuple[JobTimes, JobTimes]]:
+        by_slot: dict[str, list[JobTimes]] = defaultdict(list)
+        for job in sorted(self.jobs, key=lambda job: job.started):
+            by_slot[job.slot].append(job)
+        return [pair for jobs in by_slot.values() for pair in zip(jobs, jobs[1:])]
+
+
 @dataclass
 class Report:
     """What a grading run did."""
@@ -321,6 +389,7 @@ class Report:
     grader_errors: dict[tuple[str, str], NotebookResult] = field(default_factory=dict)  # their results
     notes: list[str] = field(default_factory=list)
     engine: str | None = None  # where a Dask run graded, in words (an unencrypted network named); None: here
+    times: RunTimes | None = None  # where the run's time went besides the jobs' own work
 
     @property
     def exit_status(self) -> int:
