@@ -22,9 +22,12 @@ share ``stride`` pieces); each model's learning rate chosen on dev from the same
 then the other seeds at that rate; test scores as mean and standard deviation over the seeds. The
 simple baselines of each task: the majority class, a bag-of-words logistic regression on the pair
 and on the hypothesis alone (Gururangan et al., 2018), the most frequent tag of each word, the
-sliding window of Rajpurkar et al. (2016) (``bertlab.task_baselines``). On sentence pairs the same
-comparison is made again on the first quarter and the first half of the training split, with the
-same epochs (``learning_curve``): whether the pretrained model gains on the baselines as labels grow.
+sliding window adapted from Rajpurkar et al. (2016) (``bertlab.task_baselines``). On sentence pairs
+both BERTs are also fine-tuned on the hypothesis alone (``hypothesis_only``: what they make of the
+annotation artefacts), and the comparison is made again on the first quarter and the first half of the
+training split, with the same epochs (``learning_curve``) and with as many optimiser steps as the whole
+split's (``learning_curve_equal_steps``, more epochs): whether the pretrained model's lead grows or
+shrinks as labels grow, each point with its paired tests.
 
 Every fine-tuning run is a stage of its own, kept in ``--work-dir`` (default ``runs/task-results-<device>``)
 with what it depends on, so that the same command started again goes on after the last finished run
@@ -71,6 +74,8 @@ SETTINGS = {
                   learning_curve={"pairs": [0.5]}),
 }
 MODELS = ("course_bert", "random_init")
+#: The learning curves of a task's record: the key of each and what its smaller training sets keep the same.
+LEARNING_CURVES = (("learning_curve", "same epochs"), ("learning_curve_equal_steps", "same optimiser steps"))
 MODEL_NAMES = {"course_bert": "course BERT, fine-tuned whole", "random_init": "same BERT from random weights"}
 #: The task types compared here; sentences (MR) are benchmarks/bert_results.py's.
 TASK_NAMES = [name for name, task in TASKS.items() if task is not SENTENCES]
@@ -216,37 +221,58 @@ def check_expectations(tasks: dict) -> list[dict]:
     """Issue 23's expectations for each finished task: the course BERT above random weights and above
     the best simple baseline, on the task's metric (means over the seeds), each with its paired test over
     the test examples (:func:`benchmark_runs.paired_comparison`; McNemar's too for pairs' accuracies,
-    the sentence the unit of tagging): an expectation holds only when significant."""
+    the sentence the unit of tagging): an expectation holds only when significant. Pairs add the course
+    BERT above itself reading the hypothesis alone, and the first two expectations at each point of the
+    learning curves (a lead that shrinks as labels grow is a finding of its own)."""
     checks = []
     for name, record in tasks.items():
-        metric = record["metric"]
-        scale = 1 if metric == "f1" else 100  # SQuAD's scores are in percent already
-        pretrained, random_init = (record[model]["test"][metric]["mean"] * scale for model in MODELS)
-        baseline_name, baseline = max(((key, scores[metric] * scale) for key, scores in record["baselines"].items()),
-                                      key=lambda item: item[1])
-        bert_runs = record["course_bert"].get("test_examples_by_seed")
-
-        def test(other_runs: list | None) -> Significance | None:
-            if bert_runs is None or other_runs is None:  # a record of an older layout: nothing to test
-                return None
-            return paired_comparison([run["scores"] for run in bert_runs], [run["scores"] for run in other_runs],
-                                     weights=bert_runs[0]["weights"], accuracy=name == "pairs")
-
-        baseline_examples = record["baselines"][baseline_name].get("test_examples")
-        checks.append(expectation(f"{name}: course BERT above the same BERT from random weights ({metric})",
-                                  f"{pretrained:.1f} vs {random_init:.1f} ({pretrained - random_init:+.1f})",
-                                  pretrained > random_init, test(record["random_init"].get("test_examples_by_seed"))))
-        checks.append(expectation(f"{name}: course BERT above the best simple baseline ({baseline_name})",
-                                  f"{pretrained:.1f} vs {baseline:.1f} ({pretrained - baseline:+.1f})",
-                                  pretrained > baseline, test(None if baseline_examples is None else [baseline_examples])))
+        checks += compared_to_random_and_baselines(name, name, record["metric"], record)
         if "hypothesis_only" in record:  # what reading the premise adds to the annotation artefacts
+            metric, scale = record["metric"], metric_scale(record["metric"])
+            pretrained = record["course_bert"]["test"][metric]["mean"] * scale
             alone = record["hypothesis_only"]["course_bert"]
             alone_score = alone["test"][metric]["mean"] * scale
             checks.append(expectation(
                 f"{name}: course BERT above the same BERT reading the hypothesis alone ({metric})",
                 f"{pretrained:.1f} vs {alone_score:.1f} ({pretrained - alone_score:+.1f})", pretrained > alone_score,
-                test(alone.get("test_examples_by_seed"))))
+                paired_test(name, record["course_bert"], alone.get("test_examples_by_seed"))))
+        for key, kind in LEARNING_CURVES:
+            for point in record.get(key, []):
+                checks += compared_to_random_and_baselines(name, f"{name}, first {point['train']} train ({kind})",
+                                                           record["metric"], point)
     return checks
+
+
+def metric_scale(metric: str) -> int:
+    """What turns a score of ``metric`` into points: 100, or 1 for SQuAD's scores (in percent already)."""
+    return 1 if metric in ("exact_match", "f1") else 100
+
+
+def paired_test(name: str, bert: dict, other_runs: list | None) -> Significance | None:
+    """The paired test of the course BERT's runs ``bert`` above ``other_runs`` (each a run's scores on the
+    test examples) of task ``name``; None where either lacks them (a record of an older layout)."""
+    bert_runs = bert.get("test_examples_by_seed")
+    if bert_runs is None or other_runs is None:
+        return None
+    return paired_comparison([run["scores"] for run in bert_runs], [run["scores"] for run in other_runs],
+                             weights=bert_runs[0]["weights"], accuracy=name == "pairs")
+
+
+def compared_to_random_and_baselines(task: str, label: str, metric: str, point: dict) -> list[dict]:
+    """The course BERT above the same BERT from random weights, and above the best simple baseline, on
+    ``metric`` in ``point`` (the record of ``task`` or a point of its learning curve), named by ``label``."""
+    scale = metric_scale(metric)
+    pretrained, random_init = (point[model]["test"][metric]["mean"] * scale for model in MODELS)
+    baseline_name, baseline = max(((key, scores[metric] * scale) for key, scores in point["baselines"].items()),
+                                  key=lambda item: item[1])
+    baseline_examples = point["baselines"][baseline_name].get("test_examples")
+    return [expectation(f"{label}: course BERT above the same BERT from random weights ({metric})",
+                        f"{pretrained:.1f} vs {random_init:.1f} ({pretrained - random_init:+.1f})",
+                        pretrained > random_init,
+                        paired_test(task, point["course_bert"], point["random_init"].get("test_examples_by_seed"))),
+            expectation(f"{label}: course BERT above the best simple baseline ({baseline_name})",
+                        f"{pretrained:.1f} vs {baseline:.1f} ({pretrained - baseline:+.1f})", pretrained > baseline,
+                        paired_test(task, point["course_bert"], None if baseline_examples is None else [baseline_examples]))]
 
 
 def markdown(results: dict) -> str:
@@ -281,7 +307,7 @@ def markdown(results: dict) -> str:
                       f"{window['answer_words']:.1f} (its longest answer, {window['max_answer_words']} words, chosen on "
                       f"dev; its test F1 by longest answer: " + ", ".join(
                           f"{limit}: {f1:.1f}" for limit, f1 in window["test_f1_by_max_answer_words"].items()) + ")."]
-        for key, kind in (("learning_curve", "same epochs"), ("learning_curve_equal_steps", "same optimiser steps")):
+        for key, kind in LEARNING_CURVES:
             if key in record:
                 lines += learning_curve_table(record, key, kind)
     lines += ["", *checks_table(results["checks"])]
@@ -322,7 +348,7 @@ def format_summary(metric: str, summary_record: dict) -> str:
 
 def format_score(metric: str, value: float, unit: str = "%") -> str:
     """A score in percent: accuracies and F1 of classifiers are fractions, SQuAD's already percents."""
-    percent = value if metric in ("exact_match", "f1") else 100 * value
+    percent = value * metric_scale(metric)
     return f"{percent:.1f}{unit}" if metric != "loss" else f"{value:.3f}"
 
 

@@ -151,6 +151,27 @@ def test_task_records_test_every_expectation_from_the_stages_and_complete_an_old
     assert trained == [] and _checks(out) == again
 
 
+def test_each_point_of_both_learning_curves_has_its_paired_tests(task_results, tmp_path, monkeypatch):
+    module, _ = task_results
+    monkeypatch.setitem(module.SETTINGS, "quick", {**module.SETTINGS["quick"], "learning_curve": {"pairs": [0.5]}})
+    runs = []  # (training examples, epochs) of every fine-tuning run
+    finetune = module.finetune_task
+    monkeypatch.setattr(module, "finetune_task", lambda task, model, tokenizer, examples, *, recipe, **options: (
+        runs.append((len(examples), recipe.epochs)), finetune(task, model, tokenizer, examples, recipe=recipe)))
+    checks = _checks(_run_tasks(module, tmp_path))
+    # The first half of the 60 training pairs: the same 1 epoch, then the whole split's number of steps (2 epochs).
+    assert {run for run in runs if run[0] == 30} == {(30, 1), (30, 2)}
+    for kind in ("same epochs", "same optimiser steps"):
+        random_weights = checks[f"pairs, first 30 train ({kind}): course BERT above the same BERT from random weights "
+                                "(accuracy)"]
+        assert random_weights.measured == "90.0 vs 50.0 (+40.0)" and random_weights.holds is True
+        assert random_weights.significance.examples == TEST_PAIRS and random_weights.significance.mcnemar_p < 0.05
+        baseline = next(check for name, check in checks.items()
+                        if name.startswith(f"pairs, first 30 train ({kind}): course BERT above the best simple baseline"))
+        assert baseline.significance is not None and baseline.significance.examples == TEST_PAIRS
+    assert sum(name.startswith("pairs, first ") for name in checks) == 4
+
+
 # --------------------------------------------------------------------------------------------------
 # benchmarks/benchmark_runs.py: Stages
 # --------------------------------------------------------------------------------------------------
