@@ -210,6 +210,9 @@ def test_the_switch_maps_every_translated_page_to_where_the_release_writes_it():
         english = str(PurePosixPath(page).with_suffix(""))
         translated = str(translations.translated_page(LANGUAGE, domain).with_suffix(""))
         assert SWITCH.counterpart(english) == translated and SWITCH.reverse().counterpart(translated) == english
+    # and the other way: a page the switch names (not a prefix of chapters) is one the release translates
+    named = {here for here, _ in SWITCH.pages if not here.endswith("/")}
+    assert named == {str(PurePosixPath(page).with_suffix("")) for page in translations.PAGES.values()}
 
 
 def test_a_wrong_switch_is_named():
