@@ -477,7 +477,6 @@ class DaskEngine:
         self.options, self.workers = options, max(1, jobs)
         self.security = _security(options)
         self._connection = None  # the client, within :meth:`connected`
-        self._closing = contextlib.ExitStack()  # what closes the client (and a LocalCluster)
 
     @property
     def description(self) -> str:
@@ -514,11 +513,14 @@ class DaskEngine:
     def connected(self, times: RunTimes) -> Iterator[None]:
         """The cluster reached for the block, before the course is prepared (a LocalCluster started, whose
         workers then start their job servers and check their sandboxes while it is: :func:`warm_up`), as the
-        local engine's job server starts; closed when :meth:`run` ends, or the block."""
-        with self._closing:
-            self._connection = self._closing.enter_context(self._client())
+        local engine's job server starts; the client (and a LocalCluster) closed when the block ends."""
+        with self._client() as client:
+            self._connection = client
             times.connected = time.time()
-            yield
+            try:
+                yield
+            finally:
+                self._connection = None
 
     def run(self, todo: list[Job], finish: Callable[[Job, Finished | None, str | None], None], report: Report,
             private: tuple[Path, ...], isolated: bool) -> None:
@@ -533,52 +535,51 @@ class DaskEngine:
         hide = tuple(str(path) for path in private) + _key_files(self.security)
         token = f"autograder-{secrets.token_hex(8)}"
         times = report.times
-        with self._closing:
-            client = self._connection
-            workers = _Workers(client, token, isolated, todo[0].limits, report)
-            workers.wait_for_one()
-            times.admitted = looked = time.time()
-            waiting, in_flight, chapters = list(todo), {}, {}
-            workerless = None
-            try:
-                while waiting or in_flight:
-                    if time.time() - looked >= REFRESH_SECONDS:  # for workers that joined, or left
-                        workers.refresh()
-                        looked = time.time()
-                    while waiting and len(in_flight) < IN_FLIGHT_PER_SLOT * workers.slots:
-                        job = waiting.pop(0)
-                        future = client.submit(grade_parcel, pack(job, hide, chapters), token, pure=False,
-                                               resources={token: 1})
-                        in_flight[future] = job
-                    workerless = None if workers.slots else workerless or time.monotonic()
-                    if workerless and time.monotonic() - workerless > WORKERLESS_SECONDS:
-                        raise GradingError(f"the Dask cluster had no worker that can grade for "
-                                           f"{WORKERLESS_SECONDS:g} s; what was graded is kept: run again to resume")
-                    if not in_flight:  # until a worker that can grade joins
-                        time.sleep(REFRESH_SECONDS)
-                        continue
-                    try:
-                        done = wait(list(in_flight), timeout=REFRESH_SECONDS, return_when="FIRST_COMPLETED").done
-                    except TimeoutError:
-                        continue
-                    for future in done:
-                        output, failure, ran = _outcome(future)
-                        if ran is not None:
-                            times.jobs.append(ran)
-                        finish(in_flight.pop(future), output, failure)
-                        future.release()
-                jobs_done(times)
-                workers.refresh()  # the workers alive now: a dead one's address would be tried for 30 s
-                worker_cpu = client.run(time.process_time, workers=list(workers.admitted), on_error="return")
-                times.worker_cpu_seconds = sum(value for value in worker_cpu.values() if isinstance(value, float))
-            except BaseException:
-                with contextlib.suppress(Exception):  # the scheduler may be gone too
-                    client.cancel(list(in_flight))
-                raise
-            finally:
-                if workers.bounds:
-                    report.results.bounds = workers.describe_bounds()
-                    report.notes.insert(0, f"memory, processes and CPU on the Dask workers: {report.results.bounds}")
+        client = self._connection
+        workers = _Workers(client, token, isolated, todo[0].limits, report)
+        workers.wait_for_one()
+        times.admitted = looked = time.time()
+        waiting, in_flight, chapters = list(todo), {}, {}
+        workerless = None
+        try:
+            while waiting or in_flight:
+                if time.time() - looked >= REFRESH_SECONDS:  # for workers that joined, or left
+                    workers.refresh()
+                    looked = time.time()
+                while waiting and len(in_flight) < IN_FLIGHT_PER_SLOT * workers.slots:
+                    job = waiting.pop(0)
+                    future = client.submit(grade_parcel, pack(job, hide, chapters), token, pure=False,
+                                           resources={token: 1})
+                    in_flight[future] = job
+                workerless = None if workers.slots else workerless or time.monotonic()
+                if workerless and time.monotonic() - workerless > WORKERLESS_SECONDS:
+                    raise GradingError(f"the Dask cluster had no worker that can grade for "
+                                       f"{WORKERLESS_SECONDS:g} s; what was graded is kept: run again to resume")
+                if not in_flight:  # until a worker that can grade joins
+                    time.sleep(REFRESH_SECONDS)
+                    continue
+                try:
+                    done = wait(list(in_flight), timeout=REFRESH_SECONDS, return_when="FIRST_COMPLETED").done
+                except TimeoutError:
+                    continue
+                for future in done:
+                    output, failure, ran = _outcome(future)
+                    if ran is not None:
+                        times.jobs.append(ran)
+                    finish(in_flight.pop(future), output, failure)
+                    future.release()
+            jobs_done(times)
+            workers.refresh()  # the workers alive now: a dead one's address would be tried for 30 s
+            worker_cpu = client.run(time.process_time, workers=list(workers.admitted), on_error="return")
+            times.worker_cpu_seconds = sum(value for value in worker_cpu.values() if isinstance(value, float))
+        except BaseException:
+            with contextlib.suppress(Exception):  # the scheduler may be gone too
+                client.cancel(list(in_flight))
+            raise
+        finally:
+            if workers.bounds:
+                report.results.bounds = workers.describe_bounds()
+                report.notes.insert(0, f"memory, processes and CPU on the Dask workers: {report.results.bounds}")
 
 
 def _outcome(future) -> tuple[Finished | None, str | None, JobTimes | None]:

@@ -280,12 +280,12 @@ def grade(
                 continue
             todo.append(_job(submission, chapter, layout, print_id, seed, limits, options, references, copies,
                              withheld[chapter.name]))
-        with contextlib.ExitStack() as engine_starting:  # the engine starts while the course is prepared:
+        with contextlib.ExitStack() as dask_lifetime:  # the engine starts while the course is prepared:
             if todo and engine == Engine.LOCAL:  # the workers' server imports the grader
                 worker_context()
                 multiprocessing.forkserver.ensure_running()
             elif todo:  # the Dask cluster is reached (a LocalCluster's workers start their job servers)
-                engine_starting.enter_context(dask.connected(times))
+                dask_lifetime.enter_context(dask.connected(times))
             _prepare_course(layout, course_root, involved, db_url)
             if progress == Progress.LINES:
                 where = f"{max(1, jobs)} at a time" if engine == Engine.LOCAL else "on a Dask cluster"
@@ -298,6 +298,7 @@ def grade(
                 else:
                     dask.run(todo, finish, report, private, isolated)
             finally:
+                dask_lifetime.close()  # the Dask client (and a LocalCluster) closed before the results are written
                 times.closed = time.time()
                 finish.progress.close()
                 _write_class_results(layout, db_url, chapters, {**previous, **finish.stored, **report.grader_errors},
