@@ -65,17 +65,20 @@ def add_release_command(subcommands) -> None:
         description="Regenerate the student notebooks in chapters/ from the solution notebooks in "
         "solutions/ with nbgrader (deterministic: same input, same bytes).",
     )
-    parser.add_argument("chapters", nargs="*", metavar="CHAPTER", help="chapter folders, e.g. 01_attention (default: all)")
+    parser.add_argument("chapters", nargs="*", metavar="CHAPTER",
+                        help="chapter folders, e.g. 01_attention (default: all)")
     parser.add_argument("--check", action="store_true",
                         help="then execute the notebooks: solutions must pass all their tests, and the released "
                         "stubs (hidden tests restored) must fail only with NotImplementedError")
     parser.add_argument("--dry-run", action="store_true",
                         help="write nothing; list what differs between chapters/ and a fresh generation "
                         "(exit status 1 when something does)")
-    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="notebooks executed at once by --check (default 1)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="notebooks executed at once by --check (default 1)")
     parser.add_argument("--root", type=_folder, default=ROOT, metavar="DIR",
                         help="the course repository (default: the one this package is installed from)")
-    parser.add_argument("--timeout", type=int, default=600, metavar="S", help="time limit per cell for --check, in seconds (default 600)")
+    parser.add_argument("--timeout", type=int, default=600, metavar="S",
+                        help="time limit per cell for --check, in seconds (default 600)")
     parser.set_defaults(handler=_run_release)
 
 
@@ -107,8 +110,8 @@ def _run_grade(args: argparse.Namespace) -> int:
     limits = Limits(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout, memory_mb=args.memory)
     try:
         report = grade(args.submissions, args.out, jobs=args.jobs, limits=limits, db=args.db, course_root=args.root,
-                       progress=Progress.BAR if sys.stderr.isatty() else Progress.LINES, seed=args.seed, regrade=args.regrade,
-                       unsandboxed=args.unsandboxed, copies=args.copies, prefer=args.prefer,
+                       progress=Progress.BAR if sys.stderr.isatty() else Progress.LINES, seed=args.seed,
+                       regrade=args.regrade, unsandboxed=args.unsandboxed, copies=args.copies, prefer=args.prefer,
                        engine=Engine(args.engine), cluster=_cluster_options(args))
     except GradingError as error:
         print(f"autograder grade: {error}", file=sys.stderr)

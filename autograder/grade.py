@@ -84,7 +84,8 @@ class Engine(StrEnum):
     DASK = "dask"
 
 
-def fingerprint(submission: Submission, chapter: Chapter, limits: Limits, isolated: bool, copy_policy: CopyPolicy) -> str:
+def fingerprint(submission: Submission, chapter: Chapter, limits: Limits, isolated: bool,
+                copy_policy: CopyPolicy) -> str:
     """What a grade depends on: the submission, the instructor's notebook, the limits (not the number
     of threads, which only changes the speed), whether the sandbox confined the code, the copy
     policy, and the grader's and the reference's sources."""
@@ -156,7 +157,8 @@ def _check_folders(submissions: Path, out: Path, course_root: Path) -> None:
         raise GradingError(f"--out {out} and SUBMISSIONS {submissions} must not be inside one another")
     if _committable(out, course_root):
         raise GradingError(f"--out {out} is inside the course repository {course_root}, where git would commit the "
-                           "students' grades: grade into a folder outside it, or into grading/, which .gitignore covers")
+                           "students' grades: grade into a folder outside it, or into grading/, "
+                           "which .gitignore covers")
 
 
 def _committable(out: Path, course_root: Path) -> bool:
@@ -253,7 +255,8 @@ def grade(
                                 "\"Not graded\", with why)")
         store = ResultStore(layout)
         previous = store.load()
-        involved = sorted({s.chapter for s in found if s.chapter in chapters} | {c for _, c in previous if c in chapters})
+        involved = sorted({s.chapter for s in found if s.chapter in chapters}
+                          | {c for _, c in previous if c in chapters})
         private = (out, Path(submissions).resolve())
         options = sandbox_options(course_root, isolated, private)
         report.notes.append(_data_note(options))
@@ -402,7 +405,8 @@ class _Finisher:
                                                                                   "no result"), MAX_JOB_FAILURE_CHARS)
             self.report.failures.append(f"{name}: the grader failed: {why}")
             result = grader_error_result(job, why)
-            self.report.grader_errors[job.student, job.chapter.name] = replace(result, feedback=self._plain(page, result))
+            self.report.grader_errors[job.student, job.chapter.name] = replace(
+                result, feedback=self._plain(page, result))
             return f"{name}: the grader failed (see the end of the run)"
 
     def _plain(self, page: Path, result: NotebookResult) -> str | None:

@@ -38,7 +38,8 @@ expectation holds only when significant at 95%. Each model's result on each test
 stages (below), not in the JSON. A Markdown table is printed and written next to it (``.md``).
 
 The full run takes several hours on a 2-core CPU (1.8 hours when the learning curve had one seed and
-the CPU computed in float32). It is resumable: each finished stage (and the fine-tuned teacher's weights) is kept in ``--work-dir`` (default ``runs/bert-results-<device>``), and the
+the CPU computed in float32). It is resumable: each finished stage (and the fine-tuned teacher's weights)
+is kept in ``--work-dir`` (default ``runs/bert-results-<device>``), and the
 same command started again goes on after the last finished stage. Each stage is kept with what it
 depends on (the course BERT's weights, the data and the settings it reads): a run with other settings
 computes again only the stages they change, and another course BERT or other data all of them.
@@ -271,7 +272,8 @@ def run(args: argparse.Namespace) -> dict:
         tuned = chosen_rate(lambda lr: student(lr, teacher_model, seeds[0], examples), grid, earlier)
         correct = [test_correct(tuned.model)] + [
             test_correct(student(tuned.learning_rate, teacher_model, seed, examples)) for seed in seeds[1:]]
-        return {"learning_rate": tuned.learning_rate, "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
+        return {"learning_rate": tuned.learning_rate,
+                "dev_accuracy_by_learning_rate": tuned.dev_accuracy_by_learning_rate,
                 "test_accuracy": sum(correct[0]) / len(correct[0]), **summary([sum(run) / len(run) for run in correct]),
                 "test_correct_by_seed": correct}, tuned.model
 
@@ -312,7 +314,8 @@ def run(args: argparse.Namespace) -> dict:
     # ------------------------------------------------- (d) distillation on text the teacher labels
     if args.imdb_root is not None:
         sentences = unlabelled_sentences(args.imdb_root, settings["teacher_labelled_sentences"])
-        labelled_by_teacher = list(zip(sentences, predict(teacher, tokenizer, sentences, max_length=settings["max_length"],
+        labelled_by_teacher = list(zip(sentences, predict(teacher, tokenizer, sentences,
+                                                          max_length=settings["max_length"],
                                                           precision=args.precision).tolist()))
         few = train[: settings["curve_sizes"][0]]
         text = dict(teacher_labelled_sentences=len(sentences), alpha=settings["alpha"],
@@ -339,7 +342,8 @@ def run(args: argparse.Namespace) -> dict:
         "dataset": {"name": splits.name, "source": splits.source, "train": len(train), "dev": len(dev),
                     "test": len(test)},
         "course_bert_sha256": weights_sha256,  # the chapters show this run only beside these weights
-        "course_bert": json.loads(COURSE_BERT_RESULTS.read_text())["held_out"] if COURSE_BERT_RESULTS.is_file() else None,
+        "course_bert": (json.loads(COURSE_BERT_RESULTS.read_text())["held_out"] if COURSE_BERT_RESULTS.is_file()
+                        else None),
         "classification": classification,
         "learning_curve": curve,
         "distillation": distillation,
@@ -407,15 +411,16 @@ def check_expectations(results: dict) -> list[dict]:
         paired_comparison([student_correct], [[0.95 * correct for correct in teacher_correct]])))
     labels_alone = distillation["labels_alone"]
     distilled = distillation["distilled"]
-    checks.append(above("the distilled student above the same student on the labels alone", distilled, labels_alone,
-                        0.0, f"{percent(distilled)} vs {percent(labels_alone)} (over {len(distilled['by_seed'])} seeds)"))
+    checks.append(above("the distilled student above the same student on the labels alone",
+                        distilled, labels_alone, 0.0,
+                        f"{percent(distilled)} vs {percent(labels_alone)} (over {len(distilled['by_seed'])} seeds)"))
     text = distillation.get("teacher_labelled_text")
     if text is not None:  # where distillation is known to pay: text that only the teacher labels
         for name, a, b in (
-                (f"with teacher-labelled text, the distilled student above the labels-only student ({text['labels']} labels)",
-                 text["distilled_with_text"], labels_alone),
-                (f"with teacher-labelled text, the distilled student above the labels-only student ({text['few_labels']} "
-                 "labels)", text["few_labels_distilled_with_text"], text["few_labels_alone"])):
+                ("with teacher-labelled text, the distilled student above the labels-only student "
+                 f"({text['labels']} labels)", text["distilled_with_text"], labels_alone),
+                ("with teacher-labelled text, the distilled student above the labels-only student "
+                 f"({text['few_labels']} labels)", text["few_labels_distilled_with_text"], text["few_labels_alone"])):
             checks.append(above(name, a, b, 0.0, f"{percent(a)} vs {percent(b)} (over {len(a['by_seed'])} seeds)"))
     checks.append(expectation("half-depth student runs >= 1.6x faster (inference)", f"{student['speedup']:.2f}x",
                               student["speedup"] >= 1.6, None, "a timing, not a score on test examples"))
@@ -441,22 +446,25 @@ def markdown(results: dict) -> str:
              f"| tf-idf uni+bigram logistic regression (scikit-learn) | C = "
              f"{classification['tfidf_logistic_regression']['C']:g} | "
              f"{100 * classification['tfidf_logistic_regression']['test_accuracy']:.1f}% |",
-             f"| bag-of-words logistic regression (bertlab) | - | {100 * classification['bag_of_words']['accuracy']:.1f}% |"]
-    for key, name in (("random_init", "BERT-mini from random weights"), ("course_bert_head_only", "course BERT, head only"),
+             "| bag-of-words logistic regression (bertlab) | - | "
+             f"{100 * classification['bag_of_words']['accuracy']:.1f}% |"]
+    for key, name in (("random_init", "BERT-mini from random weights"),
+                      ("course_bert_head_only", "course BERT, head only"),
                       ("course_bert", "course BERT, all weights")):
         record = classification[key]
         lines.append(f"| {name} | {record['learning_rate']:g} | {percent(record)} |")
     curve = results["learning_curve"]
     lines += ["", f"**Learning curve** (test accuracy; learning rate chosen on dev for each size; mean ± standard "
-              f"deviation over {seeds} seed(s))", "", "| labelled examples | " + " | ".join(map(str, curve["sizes"])) + " |",
+              f"deviation over {seeds} seed(s))", "",
+              "| labelled examples | " + " | ".join(map(str, curve["sizes"])) + " |",
               "|---|" + "---:|" * len(curve["sizes"])]
     for key, name in (("pretrained", "course BERT"), ("random_init", "random init")):
         lines.append(f"| {name} | " + " | ".join(percent(record) for record in curve[key]) + " |")
     distillation = results["distillation"]
     lines += ["", "**Distillation** (test split; students: 2 layers, from the course BERT's layers 0 and 2)", "",
               distillation["comparison_markdown"], "",
-              f"The same students, over {seeds} seed(s): distilled {percent(distillation['distilled'])}, trained on the "
-              f"labels alone {percent(distillation['labels_alone'])} (learning rate "
+              f"The same students, over {seeds} seed(s): distilled {percent(distillation['distilled'])}, "
+              f"trained on the labels alone {percent(distillation['labels_alone'])} (learning rate "
               f"{distillation['labels_alone']['learning_rate']:g}).", *teacher_labelled_lines(distillation), "",
               *checks_table(results["checks"])]
     seconds = ", ".join(f"{name} {value:.0f} s" for name, value in results["seconds"].items())
@@ -469,9 +477,10 @@ def teacher_labelled_lines(distillation: dict) -> list[str]:
     text = distillation.get("teacher_labelled_text")
     if text is None:
         return ["", "Distillation on teacher-labelled text: not run (pass --imdb-root)."]
-    return ["", f"**Distillation on text the teacher labels** ({text['sentences']} sentences of unlabelled IMDB reviews "
-            f"labelled by the teacher; students over the seeds)", "",
-            "| labels | labels alone | distilled | distilled, with the teacher-labelled text |", "|---:|---:|---:|---:|",
+    return ["", f"**Distillation on text the teacher labels** ({text['sentences']} sentences of unlabelled IMDB "
+            f"reviews labelled by the teacher; students over the seeds)", "",
+            "| labels | labels alone | distilled | distilled, with the teacher-labelled text |",
+            "|---:|---:|---:|---:|",
             f"| {text['labels']} | {percent(distillation['labels_alone'])} | {percent(distillation['distilled'])} | "
             f"{percent(text['distilled_with_text'])} |",
             f"| {text['few_labels']} | {percent(text['few_labels_alone'])} | {percent(text['few_labels_distilled'])} | "

@@ -48,7 +48,8 @@ def timed_build(command: list[str]) -> Build:
     seconds = time.perf_counter() - start
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
-    return Build(round(seconds, 1), result.stdout.count("Executing notebook"), result.stdout.count("Using cached notebook"))
+    return Build(round(seconds, 1), result.stdout.count("Executing notebook"),
+                 result.stdout.count("Using cached notebook"))
 
 
 def measure(output: Path) -> dict:

@@ -65,7 +65,8 @@ def run(chapters: list[str], folders: list[str], timeout: int, executed: Path | 
 
 def table(rows: list[dict]) -> str:
     lines = [f"| notebook | seconds | under {TARGET_SECONDS} s |", "|---|---:|---|"]
-    lines += [f"| {row['notebook']} | {row['seconds']:.0f} | {'yes' if row['under_target'] else 'NO'} |" for row in rows]
+    lines += [f"| {row['notebook']} | {row['seconds']:.0f} | {'yes' if row['under_target'] else 'NO'} |"
+              for row in rows]
     lines.append(f"| total | {sum(row['seconds'] for row in rows):.0f} | |")
     return "\n".join(lines)
 

@@ -110,7 +110,8 @@ def deal_kinds(count: int, rng: random.Random) -> list[str]:
     in turn, shuffled."""
     exact = {kind: share * count for kind, share in SHARES.items()}
     numbers = {kind: int(value) for kind, value in exact.items()}
-    for kind in sorted(exact, key=lambda kind: exact[kind] - numbers[kind], reverse=True)[:count - sum(numbers.values())]:
+    for kind in sorted(exact, key=lambda kind: exact[kind] - numbers[kind],
+                       reverse=True)[:count - sum(numbers.values())]:
         numbers[kind] += 1
     hostile = [list(HOSTILE)[index % len(HOSTILE)] for index in range(numbers.pop("hostile"))]
     kinds = [kind for kind, number in numbers.items() for _ in range(number)] + hostile
@@ -235,7 +236,8 @@ def table(notebooks: int, plain: float, rows: list[dict]) -> str:
     for row in rows:
         phase = row["phases"]
         engine = "" if row["engine"] == "local" else f" --engine {row['engine']}"
-        lines.append(f"| grade{engine} --jobs {row['jobs']} | {row['seconds']:.0f} | {60 * notebooks / row['seconds']:.1f} | "
+        lines.append(f"| grade{engine} --jobs {row['jobs']} | {row['seconds']:.0f} | "
+                     f"{60 * notebooks / row['seconds']:.1f} | "
                      f"{rows[0]['seconds'] / row['seconds']:.2f} | {row['seconds'] / plain:.2f} | {phase['run']:.1f} | "
                      f"{phase['feedback']:.1f} | {row['failures']} |")
     return "\n".join(lines)
@@ -269,7 +271,8 @@ def main() -> None:
     parser.add_argument("--memory", type=int, default=4096, help="memory of a submission, in MB (see autograder grade)")
     parser.add_argument("--seed", type=int, default=0, help="of the class's kinds, and of the hidden tests' inputs")
     parser.add_argument("--dask", action="store_true",
-                        help="also grade with --engine dask --jobs 2 (needs the cluster extra, pip install -e \".[cluster]\")")
+                        help="also grade with --engine dask --jobs 2 "
+                             "(needs the cluster extra, pip install -e \".[cluster]\")")
     parser.add_argument("--out", type=Path, help="also write the raw numbers to this JSON file")
     args = parser.parse_args()
     limits = Limits(cell_timeout=args.timeout, notebook_timeout=20 * args.timeout, memory_mb=args.memory)
@@ -290,7 +293,8 @@ def main() -> None:
           f"{', '.join(f'{n} {kind}' for kind, n in sorted(kinds.items()))}. {os.cpu_count()} CPUs, load average "
           f"(1, 5, 15 min) {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the start, {end_load[0]:.1f} {end_load[1]:.1f} "
           f"{end_load[2]:.1f} at the end; sandbox: {isolation_available()[1]}; limits: {args.timeout} s per cell, "
-          f"{args.memory} MB; bounds: {resource_bounds().describe(limits)}. Started {began:%Y-%m-%d %H:%M} UTC, took {minutes:.1f} min.\n")
+          f"{args.memory} MB; bounds: {resource_bounds().describe(limits)}. Started {began:%Y-%m-%d %H:%M} UTC, "
+          f"took {minutes:.1f} min.\n")
     print(table(notebooks, plain, rows))
     print("\nWhere each grading's time went besides its jobs' own work:\n")
     print(times_table(rows))

@@ -157,7 +157,8 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
             task, network, tokenizer, test, labels=labels, max_length=settings["max_length"], precision=args.precision,
             what="test"))
         if name == "spans":  # how long its answers are, beside the gold answers' and the sliding window's
-            batches = task.batches(test, tokenizer, labels, max_length=settings["max_length"], batch_size=64, what="test")
+            batches = task.batches(test, tokenizer, labels, max_length=settings["max_length"], batch_size=64,
+                                   what="test")
             answers = predict_answers(network, batches, device, args.precision, settings["max_answer_length"])
             scores["answer_words"] = sum(answer_words(answer) for answer in answers.values()) / len(test)
         print(f"{name}, {model}, lr {lr:g}, seed {seed}, {len(examples)} train: dev {scores['dev']}, "
@@ -272,7 +273,8 @@ def compared_to_random_and_baselines(task: str, label: str, metric: str, point: 
                         paired_test(task, point["course_bert"], point["random_init"].get("test_examples_by_seed"))),
             expectation(f"{label}: course BERT above the best simple baseline ({baseline_name})",
                         f"{pretrained:.1f} vs {baseline:.1f} ({pretrained - baseline:+.1f})", pretrained > baseline,
-                        paired_test(task, point["course_bert"], None if baseline_examples is None else [baseline_examples]))]
+                        paired_test(task, point["course_bert"],
+                                    None if baseline_examples is None else [baseline_examples]))]
 
 
 def markdown(results: dict) -> str:
@@ -304,8 +306,8 @@ def markdown(results: dict) -> str:
             lines += ["", f"Answers' mean length in words: gold (each question's shortest) "
                       f"{window['gold_answer_words']:.1f}, course BERT {record['course_bert']['answer_words']:.1f}, "
                       f"random weights {record['random_init']['answer_words']:.1f}, sliding window "
-                      f"{window['answer_words']:.1f} (its longest answer, {window['max_answer_words']} words, chosen on "
-                      f"dev; its test F1 by longest answer: " + ", ".join(
+                      f"{window['answer_words']:.1f} (its longest answer, {window['max_answer_words']} words, "
+                      f"chosen on dev; its test F1 by longest answer: " + ", ".join(
                           f"{limit}: {f1:.1f}" for limit, f1 in window["test_f1_by_max_answer_words"].items()) + ")."]
         for key, kind in LEARNING_CURVES:
             if key in record:

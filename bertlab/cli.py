@@ -401,7 +401,8 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
         "(Devlin et al., 2019), or MLM alone on full-sentence segments (--no-nsp, as RoBERTa), or a GPT-2-style "
         "decoder (Radford et al., 2019) that predicts each token from the ones before it on the same full-sentence "
         "segments (--objective causal), on the offline "
-        "corpus (the English prose of Python's pydoc topics) or the IMDB reviews (--corpus imdb), plus any text you add. The output folder receives "
+        "corpus (the English prose of Python's pydoc topics) or the IMDB reviews (--corpus imdb), plus any text "
+        "you add. The output folder receives "
         "config.json, model.safetensors, vocab.txt, pretraining_args.json, metrics.jsonl, loss_curve.png and "
         "checkpoint.pt; running the same command again resumes from the checkpoint. On several processes: "
         "torchrun --nproc_per_node N -m bertlab pretrain ...",
@@ -429,7 +430,8 @@ def add_pretrain_command(subcommands, common: argparse.ArgumentParser) -> None:
                         metavar="N", help="with static masking, differently masked copies of the data "
                         f"(default: {PRETRAINING_DEFAULTS.static_mask_copies})")
     parser.add_argument("--no-nsp", action="store_true",
-                        help="MLM only, on segments of contiguous sentences (RoBERTa), without next sentence prediction")
+                        help="MLM only, on segments of contiguous sentences (RoBERTa), "
+                        "without next sentence prediction")
     parser.add_argument("--mlm-probability", type=fraction, default=PRETRAINING_DEFAULTS.mlm_probability,
                         help=f"share of tokens to predict (default: {PRETRAINING_DEFAULTS.mlm_probability})")
     parser.add_argument("--dropout", type=dropout_probability, default=0.1,
@@ -711,7 +713,8 @@ def run_distill(args: argparse.Namespace) -> int:
     say(table)
     rows = [vars(row) for row in comparison.rows]
     write_results(args.output, {"command": "distill", "settings": settings(args),
-                                "student_layers": student.config.num_hidden_layers, "dataset": splits.name, "source": splits.source, "history": history,
+                                "student_layers": student.config.num_hidden_layers, "dataset": splits.name,
+                                "source": splits.source, "history": history,
                                 "comparison": rows})
     say(f"wrote the student, vocab.txt, history.json, {COMPARISON_FILE} and {RESULTS_FILE} to {args.output}")
     return 0

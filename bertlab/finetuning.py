@@ -220,7 +220,8 @@ def freeze_layers(model: nn.Module, num_trainable_layers: int) -> nn.Module:
     classifier and any other head stay trainable (``requires_grad=True``); the embeddings and layers
     0 ... L - num_trainable_layers - 1 are frozen (``requires_grad=False``), so they get no gradient and
     no optimizer state. A GPT's are its blocks ``h`` and its embeddings ``wte`` and ``wpe``
-    (:func:`model_parts`); its final ``ln_f`` stays trainable, as a pre-norm encoder's final norm. ``num_trainable_layers=0`` trains the head only ("feature extraction");
+    (:func:`model_parts`); its final ``ln_f`` stays trainable, as a pre-norm encoder's final norm.
+    ``num_trainable_layers=0`` trains the head only ("feature extraction");
     ``num_trainable_layers=L`` trains every layer and freezes only the embeddings. The call sets the
     flag of *every* parameter, so calling it again with another number changes the split.
 

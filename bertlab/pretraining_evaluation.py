@@ -117,7 +117,8 @@ def unigram_masked_lm(counts: torch.Tensor, tokenizer, documents: Sequence[Seque
     targets = torch.cat([labels[labels != IGNORE_INDEX] for _, labels in dataset.static_masks])  # (M,)
     if len(targets) == 0:
         raise _nothing_predicted()
-    return MaskedLMScores(loss=float(-log_q[targets].mean()), accuracy=float((targets == log_q.argmax()).double().mean()),
+    return MaskedLMScores(loss=float(-log_q[targets].mean()),
+                          accuracy=float((targets == log_q.argmax()).double().mean()),
                           predicted_tokens=len(targets))
 
 

@@ -109,7 +109,8 @@ class PretrainingRecipe:
             defaults = {field.name: field.default for field in dataclasses.fields(self)}
             changed = [name for name in MASKED_OBJECTIVE_OPTIONS if getattr(self, name) != defaults[name]]
             if changed:
-                raise ValueError(f"{', '.join(changed)}: settings of the masked objective, which a causal run does not use")
+                raise ValueError(f"{', '.join(changed)}: settings of the masked objective, "
+                                 "which a causal run does not use")
 
     @property
     def causal(self) -> bool:

@@ -108,7 +108,8 @@ def pair_baselines(train: Sequence[SentencePair], dev: Sequence[SentencePair],
     return {
         "majority class": scored(majority_predictions(train, test)),
         "bag of words, premise and hypothesis": scored(train_pair_bag_of_words(train, seed=0).predict(test)),
-        "bag of words, hypothesis only": scored(train_pair_bag_of_words(train, hypothesis_only=True, seed=0).predict(test)),
+        "bag of words, hypothesis only":
+            scored(train_pair_bag_of_words(train, hypothesis_only=True, seed=0).predict(test)),
     }
 
 

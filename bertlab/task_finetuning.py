@@ -42,7 +42,12 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from bertlab.bert import IGNORE_INDEX, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertlab.bert import (
+    IGNORE_INDEX,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bertlab.finetuning import (  # the task type's record and the path that reads it (re-exported here)
     SENTENCES,
     Batch,

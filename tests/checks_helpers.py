@@ -36,8 +36,8 @@ def run_solution_cells(notebook: Path, namespace: dict) -> dict:
     return namespace
 
 
-def run_in_grader(steps: list[tuple[str, str]], tests: dict[str, str], exercises, limits, *, context: str = "import torch",
-                  graded: dict[str, str] | None = None, seed: int = 0) -> dict:
+def run_in_grader(steps: list[tuple[str, str]], tests: dict[str, str], exercises, limits, *,
+                  context: str = "import torch", graded: dict[str, str] | None = None, seed: int = 0) -> dict:
     """Run a notebook as the grader does (autograder.run.runner): ``steps`` are ("code", source) cells of the
     student's and ("test", name) where a test cell of ``tests`` (name -> source) stands; ``exercises``
     are the names the test cells take from the student's process; ``context`` is the instructor code

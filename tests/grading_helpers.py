@@ -78,7 +78,8 @@ def tiny_solutions():
         new_markdown_cell("# A tiny chapter"),
         _exercise("add", "    return x + rest[0]"),
         _test("add", 1, "assert add(1, 2) == 3",
-              "assert add(-1, 1) == 0\ntorch.testing.assert_close(add(torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))"),
+              "assert add(-1, 1) == 0\n"
+              "torch.testing.assert_close(add(torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))"),
         _exercise("double", "    return 2 * x"),
         _test("double", 2, "assert double(2) == 4",
               "from autograder.checks.framework import assert_close\n"

@@ -269,7 +269,8 @@ def test_failure_message_says_what_where_and_by_how_much():
         checks.check_softmax(softmax_last_axis)
     message = str(failure.value)
     assert "test case 3 of 9 (x of shape (2, 4, 6), float32, dim=1)" in message
-    assert re.search(r"the largest difference is [\d.e-]+ at index \(\d, \d, \d\): you returned [\d.e-]+, expected", message)
+    assert re.search(r"the largest difference is [\d.e-]+ at index \(\d, \d, \d\): you returned [\d.e-]+, expected",
+                     message)
     assert "tolerance atol=1e-05, rtol=0.0001" in message
 
 
@@ -353,8 +354,10 @@ class TestAttentionChecks(MutationTests):
         ("softmax", softmax_with_default_argument, "bertlab.attention.softmax"),
         ("softmax", softmax_hiding_the_call, "torch.nn.functional.softmax"),
         ("softmax", softmax_via_log_softmax, "torch.log_softmax"),
-        ("scaled_dot_product_attention", attention_with_captured_sdpa, "torch.nn.functional.scaled_dot_product_attention"),
-        ("scaled_dot_product_attention", attention_with_multihead_module, "torch.nn.modules.activation.MultiheadAttention.forward"),
+        ("scaled_dot_product_attention", attention_with_captured_sdpa,
+         "torch.nn.functional.scaled_dot_product_attention"),
+        ("scaled_dot_product_attention", attention_with_multihead_module,
+         "torch.nn.modules.activation.MultiheadAttention.forward"),
         ("scaled_dot_product_attention", attention_with_reference_module, "bertlab.attention.fused_attention"),
         ("causal_mask", causal_mask_with_transformer_helper, "generate_square_subsequent_mask"),
     ]
@@ -481,10 +484,14 @@ def test_allowed_dependencies_may_call_forbidden_functions():
     "actual, expected, message",
     [
         (torch.zeros(2, 3), torch.zeros(3, 2), "you returned shape (2, 3), expected shape (3, 2)"),
-        (torch.zeros(2), torch.zeros(2, dtype=torch.float64), "you returned dtype torch.float32, expected torch.float64"),
-        (torch.tensor([0.0, math.nan]), torch.tensor([0.0, 0.5]), "at index (1,) you returned nan, expected 0.5 (1 NaN"),
-        (torch.tensor([1.0, 2.5]), torch.tensor([1.0, 2.0]), "1 of 2 values differ; the largest difference is 0.5 at index (1,)"),
-        (torch.tensor([True, True]), torch.tensor([True, False]), "first at index (1,): you returned True, expected False"),
+        (torch.zeros(2), torch.zeros(2, dtype=torch.float64),
+         "you returned dtype torch.float32, expected torch.float64"),
+        (torch.tensor([0.0, math.nan]), torch.tensor([0.0, 0.5]),
+         "at index (1,) you returned nan, expected 0.5 (1 NaN"),
+        (torch.tensor([1.0, 2.5]), torch.tensor([1.0, 2.0]),
+         "1 of 2 values differ; the largest difference is 0.5 at index (1,)"),
+        (torch.tensor([True, True]), torch.tensor([True, False]),
+         "first at index (1,): you returned True, expected False"),
         ((torch.zeros(1),), (torch.zeros(1), torch.zeros(1)), "expected a tuple (2 values)"),
         ([1.0], torch.zeros(1), "you returned a list, expected a torch.Tensor"),
         (3, 4, "you returned 3, expected 4"),
@@ -499,7 +506,8 @@ def test_tolerances_are_per_dtype():
     tolerance = {torch.float32: Tolerance(atol=0.1, rtol=0.0)}
     assert describe_difference(torch.tensor([1.05]), torch.tensor([1.0]), tolerance) is None
     assert describe_difference(torch.tensor([1.2]), torch.tensor([1.0]), tolerance) is not None
-    assert describe_difference(torch.tensor([1.0 + 1e-6], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64)) is not None
+    assert describe_difference(torch.tensor([1.0 + 1e-6], dtype=torch.float64),
+                               torch.tensor([1.0], dtype=torch.float64)) is not None
     assert describe_difference(torch.tensor([math.inf, -math.inf]), torch.tensor([math.inf, -math.inf])) is None
 
 

@@ -385,7 +385,8 @@ class EmbeddingsWithPersistentBuffer(Embeddings):
 
     def forward(self, input_ids, token_type_ids):
         positions = self.position_ids[:, : input_ids.shape[1]]
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(token_type_ids)
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
+             + self.token_type_embeddings(token_type_ids))
         return F.dropout(self.norm(x), self.dropout.p, self.training)
 
 
@@ -416,13 +417,15 @@ class EmbeddingsDefaultEpsilon(Embeddings):
 class EmbeddingsPositionsFromOne(Embeddings):
     def forward(self, input_ids, token_type_ids):
         positions = torch.arange(1, input_ids.shape[1] + 1)
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(token_type_ids)
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
+             + self.token_type_embeddings(token_type_ids))
         return self.dropout(self.norm(x))
 
 
 class EmbeddingsPositionsFromTokenIds(Embeddings):
     def forward(self, input_ids, token_type_ids):
-        x = self.word_embeddings(input_ids) + self.position_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(input_ids)
+             + self.token_type_embeddings(token_type_ids))
         return self.dropout(self.norm(x))
 
 
@@ -430,13 +433,15 @@ class EmbeddingsScaledBySqrtH(Embeddings):
     def forward(self, input_ids, token_type_ids):
         positions = torch.arange(input_ids.shape[1])
         tokens = self.word_embeddings(input_ids) * math.sqrt(self.norm.normalized_shape[0])
-        return self.dropout(self.norm(tokens + self.position_embeddings(positions) + self.token_type_embeddings(token_type_ids)))
+        return self.dropout(self.norm(tokens + self.position_embeddings(positions)
+                                      + self.token_type_embeddings(token_type_ids)))
 
 
 class EmbeddingsDropoutFirst(Embeddings):
     def forward(self, input_ids, token_type_ids):
         positions = torch.arange(input_ids.shape[1])
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(token_type_ids)
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
+             + self.token_type_embeddings(token_type_ids))
         return self.norm(self.dropout(x))
 
 
@@ -450,7 +455,8 @@ class EmbeddingsWithoutDropout(Embeddings):
 class EmbeddingsDropoutAlwaysOn(Embeddings):
     def forward(self, input_ids, token_type_ids):
         positions = torch.arange(input_ids.shape[1])
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(token_type_ids)
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
+             + self.token_type_embeddings(token_type_ids))
         return F.dropout(self.norm(x), self.dropout.p)  # training=True by default
 
 
@@ -833,7 +839,8 @@ class TestBertChecks(MutationTests):
     failure_context = ""  # the embedding check names its cases by their inputs, not by number
     cheats = [
         ("wordpiece_tokenize", wordpiece_with_captured_reference, "bertlab.tokenization.wordpiece_tokenize"),
-        ("wordpiece_tokenize", wordpiece_with_the_tokenizer_class, "bertlab.tokenization.WordPieceTokenizer.tokenize_word"),
+        ("wordpiece_tokenize", wordpiece_with_the_tokenizer_class,
+         "bertlab.tokenization.WordPieceTokenizer.tokenize_word"),
         ("wordpiece_tokenize", wordpiece_with_hugging_face, "WordpieceTokenizer.tokenize"),
         ("wordpiece_tokenize", wordpiece_hiding_the_call, "bertlab.tokenization.wordpiece_tokenize"),
         ("wordpiece_tokenize", wordpiece_with_the_rust_library, "tokenizers.models.Model.tokenize"),

@@ -1,6 +1,7 @@
 """Build the book into a temporary folder and check what a reader gets: every chapter page with its
 figures, its formulas (MathJax served from the book itself) and no traceback other than the test
-cells of the blank exercises, each one line that says so (no frames, no build machine's path). Also: a failing cell that is not tagged `raises-exception` fails the
+cells of the blank exercises, each one line that says so (no frames, no build machine's path). Also: a failing
+cell that is not tagged `raises-exception` fails the
 build, and the pages pass in a real headless browser when chromium is installed. The Chinese book, built
 over chapters/zh_CN from the English build's execution cache, gets the same checks, and every page of
 either book links to the same page of the other."""
@@ -242,7 +243,8 @@ TINY_TRANSLATIONS = {
     "Transformers, from attention to BERT": "Transformer：从注意力到 BERT",
     "Tiny part": "小部分",
 }  # the chapter's "An untranslated paragraph.", the caption "Course" and the references' paragraph stay English
-TINY_FIGURE = 'import matplotlib.pyplot as plt\n\nplt.plot([0, 1], [1, 0])\nplt.title("Tiny figure & <key>")\nplt.show()'
+TINY_FIGURE = ('import matplotlib.pyplot as plt\n\nplt.plot([0, 1], [1, 0])\nplt.title("Tiny figure & <key>")\n'
+               'plt.show()')
 
 
 def chinese_small_book(folder: Path) -> Path:
@@ -343,7 +345,8 @@ def test_chinese_book_renders_falls_back_to_english_and_switches_both_ways(tmp_p
     files = translated_book.write_build_files(course, LANGUAGE, output)
     assert files.html == output / "_build" / LANGUAGE / "_build" / "html"
 
-    chapter = BeautifulSoup((files.html / "chapters" / LANGUAGE / "01_tiny" / "01_tiny.html").read_text(), "html.parser")
+    chapter = BeautifulSoup((files.html / "chapters" / LANGUAGE / "01_tiny" / "01_tiny.html").read_text(),
+                            "html.parser")
     text = chapter.find("main").get_text()
     assert "小章" in text and "译好的一段" in text and "An untranslated paragraph." in text and "42" in text
     assert chapter.find("html")["lang"] == "zh-CN"
@@ -371,7 +374,8 @@ def test_chinese_book_renders_falls_back_to_english_and_switches_both_ways(tmp_p
 
     # the figure: SVG, its text drawn as paths; its title translated, as text, in the Chinese book's copy only
     english_page = output / "_build" / "html" / "chapters" / "01_tiny" / "01_tiny.html"
-    [english_figure] = [img["src"] for img in BeautifulSoup(english_page.read_text(), "html.parser").find("main").find_all("img")
+    [english_figure] = [img["src"]
+                        for img in BeautifulSoup(english_page.read_text(), "html.parser").find("main").find_all("img")
                         if "_images/" in img["src"]]
     [chinese_figure] = [img["src"] for img in chapter.find("main").find_all("img") if "_images/" in img["src"]]
     assert english_figure.endswith(".svg") and chinese_figure.endswith(".svg") and english_figure != chinese_figure

@@ -17,7 +17,8 @@ from autograder.report.feedback import markdown_text
 from autograder.report.sanitize import sanitized_html
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCES = {"vaswani2017attention": Reference("Vaswani et al.", "2017"), "ba2016layer": Reference("Ba and Hinton", "2016")}
+REFERENCES = {"vaswani2017attention": Reference("Vaswani et al.", "2017"),
+              "ba2016layer": Reference("Ba and Hinton", "2016")}
 
 
 def page(source: str) -> str:
@@ -25,7 +26,8 @@ def page(source: str) -> str:
 
 
 def test_math_becomes_mathml_and_citations_text():
-    html = page("Divide by $\\sqrt{d_k}$ as {cite:t}`vaswani2017attention` do {cite:p}`vaswani2017attention,ba2016layer`."
+    html = page("Divide by $\\sqrt{d_k}$ as {cite:t}`vaswani2017attention` do "
+                "{cite:p}`vaswani2017attention,ba2016layer`."
                 "\n\n$$\\begin{aligned} a &= b \\\\ c &= d \\end{aligned}$$")
     assert '<math display="inline"><mrow><msqrt>' in html and '<math display="block">' in html and "<mtable" in html
     assert "as Vaswani et al. (2017) do (Vaswani et al., 2017; Ba and Hinton, 2016)." in html
@@ -59,7 +61,8 @@ def test_what_cannot_be_converted_is_shown_as_written_and_code_stays_code():
 ])
 def test_nothing_active_passes_through_mathml(source):
     html = page(source)
-    assert not re.search(r"<(img|annotation|maction)", html) and not re.search(r"<[^>]*\s(on\w+|href|style)=", html), html
+    assert not re.search(r"<(img|annotation|maction)", html) \
+        and not re.search(r"<[^>]*\s(on\w+|href|style)=", html), html
     assert "<math" in html
 
 
@@ -87,7 +90,8 @@ def test_every_formula_of_the_solutions_converts():
 def test_citations_read_the_course_s_references():
     references = read_references(REPO / "references.bib")
     assert cite("t", "vaswani2017attention", references) == "Vaswani et al. (2017)"
-    assert cite("p", "hendrycks2016gaussian, devlin2019bert", references) == "(Hendrycks and Gimpel, 2016; Devlin et al., 2019)"
+    assert cite("p", "hendrycks2016gaussian, devlin2019bert", references) \
+        == "(Hendrycks and Gimpel, 2016; Devlin et al., 2019)"
     assert read_references(REPO / "no-such.bib") == {}
 
 

@@ -130,7 +130,8 @@ def test_pretrain_reads_packed_segments_and_their_vocabulary(tmp_path, capsys):
         status, _, err = run_cli(capsys, *packed, *extra, "--output", tmp_path / "refused")
         assert status == 2 and message in err and "Traceback" not in err
     (tmp_path / "foreign.npz").write_text("text")
-    status, _, err = run_cli(capsys, *packed[:-1], tmp_path / "foreign.npz", "--no-nsp", "--output", tmp_path / "refused")
+    status, _, err = run_cli(capsys, *packed[:-1], tmp_path / "foreign.npz", "--no-nsp",
+                             "--output", tmp_path / "refused")
     assert status == 1 and "not a file of packed segments" in err
 
 

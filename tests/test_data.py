@@ -279,7 +279,8 @@ def test_imdb_documents_reads_the_authors_layout(tmp_path):
     ]
     assert imdb_documents(tmp_path / "aclImdb", IMDB_HELD_OUT_FOLDERS) == [["Held out.", "Not for training."],
                                                                           ["Also held out."]]
-    assert imdb_documents(tmp_path, ("train/unsup",), max_reviews_per_folder=1) == [["Unlabelled two!", "Next line here."]]
+    assert imdb_documents(tmp_path, ("train/unsup",), max_reviews_per_folder=1) \
+        == [["Unlabelled two!", "Next line here."]]
     assert pretraining_corpus(corpus="imdb", root=tmp_path) == imdb_documents(tmp_path)
 
 

@@ -111,13 +111,15 @@ def loss_default_reduction(student_logits, teacher_logits, labels=None, alpha=0.
 
 def loss_alpha_swapped(student_logits, teacher_logits, labels=None, alpha=0.5, temperature=2.0):
     T = temperature
-    soft = F.kl_div(F.log_softmax(student_logits / T, -1), F.softmax(teacher_logits / T, -1), reduction="batchmean") * T**2
+    soft = F.kl_div(F.log_softmax(student_logits / T, -1), F.softmax(teacher_logits / T, -1),
+                    reduction="batchmean") * T**2
     return soft if labels is None else (1 - alpha) * F.cross_entropy(student_logits, labels) + alpha * soft
 
 
 def loss_alpha_without_labels(student_logits, teacher_logits, labels=None, alpha=0.5, temperature=2.0):
     T = temperature
-    soft = F.kl_div(F.log_softmax(student_logits / T, -1), F.softmax(teacher_logits / T, -1), reduction="batchmean") * T**2
+    soft = F.kl_div(F.log_softmax(student_logits / T, -1), F.softmax(teacher_logits / T, -1),
+                    reduction="batchmean") * T**2
     hard = F.cross_entropy(student_logits, labels) if labels is not None else 0.0
     return alpha * hard + (1 - alpha) * soft
 
@@ -167,7 +169,8 @@ def loss_as_a_number(student_logits, teacher_logits, labels=None, alpha=0.5, tem
 def loss_student_detached(student_logits, teacher_logits, labels=None, alpha=0.5, temperature=2.0):
     student_logits, teacher_logits = student_logits.detach().requires_grad_(), teacher_logits.detach()
     T = temperature
-    soft = F.kl_div(F.log_softmax(student_logits / T, -1), F.softmax(teacher_logits / T, -1), reduction="batchmean") * T**2
+    soft = F.kl_div(F.log_softmax(student_logits / T, -1), F.softmax(teacher_logits / T, -1),
+                    reduction="batchmean") * T**2
     return soft if labels is None else alpha * F.cross_entropy(student_logits, labels) + (1 - alpha) * soft
 
 
@@ -211,7 +214,8 @@ def student_sharing_the_layers(teacher, layer_ids=None):
     backbone = bert_backbone(teacher)
     layer_ids = list(range(0, len(backbone.encoder.layers), 2)) if layer_ids is None else list(layer_ids)
     config = dataclasses.replace(backbone.config, num_hidden_layers=len(layer_ids))
-    student = type(teacher)(config, num_labels=teacher.num_labels) if hasattr(teacher, "bert") else type(teacher)(config)
+    student = (type(teacher)(config, num_labels=teacher.num_labels) if hasattr(teacher, "bert")
+               else type(teacher)(config))
     student.load_state_dict(teacher.state_dict(), strict=False)  # embeddings, pooler, classifier (copied)
     bert_backbone(student).encoder.layers = nn.ModuleList([backbone.encoder.layers[i] for i in layer_ids])  # shared!
     return student
@@ -242,7 +246,8 @@ def student_with_new_embeddings(teacher, layer_ids=None):
     backbone = bert_backbone(teacher)
     layer_ids = list(range(0, len(backbone.encoder.layers), 2)) if layer_ids is None else list(layer_ids)
     config = dataclasses.replace(backbone.config, num_hidden_layers=len(layer_ids))
-    student = type(teacher)(config, num_labels=teacher.num_labels) if hasattr(teacher, "bert") else type(teacher)(config)
+    student = (type(teacher)(config, num_labels=teacher.num_labels) if hasattr(teacher, "bert")
+               else type(teacher)(config))
     for new, old in zip(bert_backbone(student).encoder.layers, layer_ids):
         new.load_state_dict(backbone.encoder.layers[old].state_dict())
     return student
@@ -339,7 +344,8 @@ def student_by_rebuilding(teacher, layer_ids=None):
     num_layers = len(backbone.encoder.layers)
     layer_ids = list(range(0, num_layers, 2)) if layer_ids is None else list(layer_ids)
     config = dataclasses.replace(backbone.config, num_hidden_layers=len(layer_ids))
-    student = type(teacher)(config, num_labels=teacher.num_labels) if hasattr(teacher, "bert") else type(teacher)(config)
+    student = (type(teacher)(config, num_labels=teacher.num_labels) if hasattr(teacher, "bert")
+               else type(teacher)(config))
     prefix = "bert.encoder.layers." if hasattr(teacher, "bert") else "encoder.layers."
     state = {}
     for name, tensor in teacher.state_dict().items():
@@ -355,7 +361,8 @@ def student_by_rebuilding(teacher, layer_ids=None):
 
 ALTERNATIVES = {
     "softmax_with_temperature": [softmax_by_hand,
-                                 lambda logits, temperature=1.0: F.softmax(logits.div(temperature), dim=logits.dim() - 1)],
+                                 lambda logits, temperature=1.0: F.softmax(logits.div(temperature),
+                                                                           dim=logits.dim() - 1)],
     "distillation_loss": [loss_by_hand],
     "init_student_from_teacher": [student_by_rebuilding],
 }
@@ -416,7 +423,8 @@ class TestDistillationChecks(MutationTests):
     cheats = [
         ("distillation_loss", loss_with_captured_reference, "bertlab.distillation.distillation_loss"),
         ("distillation_loss", loss_hiding_the_reference, "bertlab.distillation.distillation_loss"),
-        ("init_student_from_teacher", student_with_captured_reference, "bertlab.distillation.init_student_from_teacher"),
+        ("init_student_from_teacher", student_with_captured_reference,
+         "bertlab.distillation.init_student_from_teacher"),
         ("init_student_from_teacher", student_through_the_module, "bertlab.distillation.init_student_from_teacher"),
     ]
 
@@ -426,7 +434,8 @@ def test_pytorch_built_ins_are_allowed_in_the_loss():
 
     def with_kl_div_module(student_logits, teacher_logits, labels=None, alpha=0.5, temperature=2.0):
         kl = nn.KLDivLoss(reduction="batchmean", log_target=True)
-        soft = kl(F.log_softmax(student_logits / temperature, -1), F.log_softmax(teacher_logits.detach() / temperature, -1))
+        soft = kl(F.log_softmax(student_logits / temperature, -1),
+                  F.log_softmax(teacher_logits.detach() / temperature, -1))
         soft = soft * temperature**2
         return soft if labels is None else alpha * nn.CrossEntropyLoss()(student_logits, labels) + (1 - alpha) * soft
 
@@ -451,7 +460,8 @@ def init_student_from_teacher(teacher, layer_ids=None):
     bert = teacher.bert if hasattr(teacher, "bert") else teacher
     layer_ids = list(range(0, len(bert.encoder.layers), 2)) if layer_ids is None else list(layer_ids)
     config = dataclasses.replace(bert.config, num_hidden_layers=len(layer_ids))
-    student = type(teacher)(config, num_labels=teacher.num_labels) if hasattr(teacher, "bert") else type(teacher)(config)
+    student = (type(teacher)(config, num_labels=teacher.num_labels) if hasattr(teacher, "bert")
+               else type(teacher)(config))
     student.load_state_dict(teacher.state_dict(), strict=False)
     student_bert = student.bert if hasattr(student, "bert") else student
     student_bert.encoder.layers = nn.ModuleList([bert.encoder.layers[i] for i in layer_ids])  # the teacher's own

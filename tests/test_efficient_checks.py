@@ -160,7 +160,8 @@ def flash(q, k, v, mask=None, causal=False, block_size=128, *, scale=True, resca
                 m_i = m_new
             alpha = torch.exp(m_i - m_safe)
             l_i = (alpha if rescale in ("both", "sum") else 1.0) * l_i + p.sum(dim=-1)
-            o_i = (alpha.unsqueeze(-1) if rescale in ("both", "output") else 1.0) * o_i + p @ v[..., j0:j0 + block_size, :]
+            o_i = ((alpha.unsqueeze(-1) if rescale in ("both", "output") else 1.0) * o_i
+                   + p @ v[..., j0:j0 + block_size, :])
             m_i = m_new
         if not divide:
             outputs.append(o_i)
@@ -220,7 +221,8 @@ def tiles_over_queries_only(q, k, v, mask=None, causal=False, block_size=128):
     blocks = []
     for start in range(0, q.shape[-2], block_size):
         stop = start + block_size
-        block_mask = None if mask is None else mask.expand(*mask.shape[:-2], q.shape[-2], k.shape[-2])[..., start:stop, :]
+        block_mask = (None if mask is None
+                      else mask.expand(*mask.shape[:-2], q.shape[-2], k.shape[-2])[..., start:stop, :])
         if causal:
             rows = torch.arange(start, min(stop, q.shape[-2]))[:, None]
             keep = torch.arange(k.shape[-2])[None, :] <= rows

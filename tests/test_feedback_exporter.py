@@ -47,7 +47,8 @@ def notebook() -> nbformat.NotebookNode:
     with a script (which the sanitizer removes), an error, and a stream."""
     cells = [
         new_markdown_cell("# A title\n\nSome *text* and ![a dot](data:image/png;base64," + PNG + ")."),
-        new_code_cell("plot()", outputs=[new_output("display_data", data={"image/png": PNG, "text/plain": "<Figure>"})]),
+        new_code_cell("plot()", outputs=[new_output("display_data",
+                                                    data={"image/png": PNG, "text/plain": "<Figure>"})]),
         new_code_cell("show()", outputs=[new_output("display_data", data={
             "text/html": "<b>bold</b><script>alert(1)</script><IMG SRC='x.png'>", "text/plain": "bold"})]),
         new_code_cell("1 / 0", outputs=[new_output("error", ename="ZeroDivisionError", evalue="division by zero",

@@ -309,7 +309,8 @@ def groups_swapping_rates(model, encoder_lr, head_lr, weight_decay, layer_decay=
 def groups_with_frozen_parameters(model, encoder_lr, head_lr, weight_decay, layer_decay=1.0):
     groups = []
     for module, lr in encoder_parts(model, encoder_lr, layer_decay):
-        groups.append({"params": [p for p in module.parameters() if p.dim() >= 2], "lr": lr, "weight_decay": weight_decay})
+        groups.append({"params": [p for p in module.parameters() if p.dim() >= 2], "lr": lr,
+                       "weight_decay": weight_decay})
         groups.append({"params": [p for p in module.parameters() if p.dim() < 2], "lr": lr, "weight_decay": 0.0})
     head = [p for name, p in model.named_parameters() if name.startswith(("bert.pooler", "classifier"))]
     groups.append({"params": [p for p in head if p.dim() >= 2], "lr": head_lr, "weight_decay": weight_decay})
@@ -549,7 +550,8 @@ class TestFinetuningChecks(MutationTests):
     failure_context = ""  # the classifier's check names its cases by their inputs, not by number
     reference_calls = {"train_epoch": "bertlab.finetuning.train_epoch"}
     cheats = [
-        ("BertForSequenceClassification", HeadSubclassingTheReference, "bertlab.bert.BertForSequenceClassification.__init__"),
+        ("BertForSequenceClassification", HeadSubclassingTheReference,
+         "bertlab.bert.BertForSequenceClassification.__init__"),
         ("freeze_layers", freeze_with_captured_reference, "bertlab.finetuning.freeze_layers"),
         ("param_groups", groups_with_captured_reference, "bertlab.finetuning.param_groups"),
         ("param_groups", groups_with_the_pretraining_rule, "bertlab.optimization.weight_decay_groups"),

@@ -94,7 +94,8 @@ def write_class(folder: Path, solutions: dict, released: dict) -> None:
     tamperer.cells.append(copy.deepcopy(duplicate))
     tamperer.cells[-1].id = "copy-of-the-test"
     put(folder, "tamperer/01_tiny/01_tiny.ipynb", tamperer)
-    bob = insert_after(with_cells(blank, add=ADD, double="def double(x, *rest):\n    return x + x + 1"), "add", HUGE_OUTPUT)
+    bob = insert_after(with_cells(blank, add=ADD, double="def double(x, *rest):\n    return x + x + 1"), "add",
+                       HUGE_OUTPUT)
     bob.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * 10_000_000)]
     put(folder, "bob.ipynb", bob)  # a notebook named by student, with 10 MB of old output and 50 MB of new
     put(folder, "02_tiny/carol.ipynb", solutions["02_tiny"])
@@ -102,7 +103,8 @@ def write_class(folder: Path, solutions: dict, released: dict) -> None:
     put(folder, "hooker/01_tiny/01_tiny.ipynb", hooker)  # IPython hooks that hide every error, and a peek
     quitter = insert_after(with_cells(blank, add=ADD, double=QUIT), "add", "import sys\nsys.exit('top level')")
     put(folder, "quitter/01_tiny/01_tiny.ipynb", insert_after(quitter, "test_add", "exit()"))
-    put(folder, "deleter/01_tiny/01_tiny.ipynb", without(with_cells(blank, add=ADD, double=DOUBLE), "test_add", "double"))
+    put(folder, "deleter/01_tiny/01_tiny.ipynb",
+        without(with_cells(blank, add=ADD, double=DOUBLE), "test_add", "double"))
     put(folder, "dupe/01_tiny/01_tiny.ipynb", _with_duplicates(with_cells(blank, add=ADD, double=DOUBLE)))
     put(folder, "axis/03_tiny/03_tiny.ipynb", with_cells(released["03_tiny"], softmax=WRONG_AXIS_SOFTMAX))
     put(folder, "sleeper/01_tiny/01_tiny.ipynb", insert_after(with_cells(blank, add=ADD, double=DOUBLE), "add",
@@ -175,7 +177,8 @@ def test_every_submission_gets_its_expected_status_and_points(graded):
     ((ZOLA, "01_tiny", "test_add"), "2 submissions found; graded the newest"),
     (("hooker", "01_tiny", "test_add"), "NotImplementedError"),
     (("quitter", "01_tiny", "test_double"), "sys.exit()"),
-    (("deleter", "01_tiny", "test_add"), "test_add was deleted; graded with the instructor's version (your code passed"),
+    (("deleter", "01_tiny", "test_add"),
+     "test_add was deleted; graded with the instructor's version (your code passed"),
     (("deleter", "01_tiny", "test_double"), "`double` is not defined"),
     (("axis", "03_tiny", "test_softmax"), "Hint: your values sum to 1 along another axis than `dim`"),
 ])
@@ -213,7 +216,8 @@ def test_feedback_shows_outcomes_but_not_hidden_tests(graded):
     for page in pages.values():
         assert "nbgrader_cell" in page  # nbgrader's feedback page, not the plain one made when rendering fails
         assert not [line for line in HIDDEN_LINES if line in page]
-    assert "this assertion failed, line 1: assert double(2) == 4" in pages["bob"] and "not valid JSON" in pages["broken"]
+    assert "this assertion failed, line 1: assert double(2) == 4" in pages["bob"] \
+        and "not valid JSON" in pages["broken"]
     assert "Hint: your values sum to 1 along another axis than `dim`" in pages["axis"]  # the hidden check's hint
 
 
@@ -304,10 +308,11 @@ def test_interrupted_run_leaves_whole_files_and_the_next_run_resumes(course_fold
                str(course_folder[0])]
     # A grader in a terminal's foreground: Ctrl-C raises KeyboardInterrupt in it even when the test suite itself
     # runs in the background, whose shell starts it with SIGINT ignored (a disposition its children inherit).
-    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600
-    while not list((out / ".work" / "results").glob("*/*.json")) and time.monotonic() < deadline and process.poll() is None:
+    while (not list((out / ".work" / "results").glob("*/*.json")) and time.monotonic() < deadline
+           and process.poll() is None):
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole process group
     _, stderr = process.communicate(timeout=300)
@@ -329,10 +334,12 @@ def test_exit_status_is_nonzero_only_when_grading_itself_fails(tmp_path, capsys)
 
 def test_a_class_with_nothing_to_grade_says_so(course_folder, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    status = cli.main(["grade", str(tmp_path / "empty"), "--out", str(tmp_path / "out"), "--root", str(course_folder[0])])
+    status = cli.main(["grade", str(tmp_path / "empty"), "--out", str(tmp_path / "out"),
+                       "--root", str(course_folder[0])])
     assert status == 2 and "is empty; expected" in capsys.readouterr().err
     put(tmp_path / "junk", "others/notes.txt", "no notebook here")
-    status = cli.main(["grade", str(tmp_path / "junk"), "--out", str(tmp_path / "out"), "--root", str(course_folder[0])])
+    status = cli.main(["grade", str(tmp_path / "junk"), "--out", str(tmp_path / "out"),
+                       "--root", str(course_folder[0])])
     printed = capsys.readouterr()
     assert status == 0 and "no notebook to grade was found" in printed.err and "- others: no notebook" in printed.out
 
@@ -380,7 +387,8 @@ def test_unreadable_notebooks_are_named(data, problem):
 
 def test_a_lenient_reading_repairs_what_nbformat_rejects():
     data = json.dumps({"cells": [{"cell_type": "code", "source": ["x = 1\n", "y = 2"], "extra": 1,
-                                  "metadata": {"nbgrader": {"grade_id": "x", "points": "many", "grade": True}}}, "junk"],
+                                  "metadata": {"nbgrader": {"grade_id": "x", "points": "many", "grade": True}}},
+                                 "junk"],
                        "nbformat": 4}).encode()
     notebook, problem = read_notebook(data)
     assert problem is None and notebook.cells[0].source == "x = 1\ny = 2"
@@ -416,13 +424,15 @@ VERDICT_STEPS = [
     ("test", "test_exception"),
     ("code", "def apply(f, x):\n    return f(x) + 1\ndef pick(f, x):\n    return f(x)  # a tensor the test made"),
     ("test", "test_callback"),
-    ("code", "class Counter:\n    entered = 0\n    def __enter__(self):\n        self.entered += 1\n        return self\n"
+    ("code", "class Counter:\n    entered = 0\n    def __enter__(self):\n        self.entered += 1\n"
+             "        return self\n"
              "    def __exit__(self, *exc_info):\n        return True  # would swallow any exception"),
     ("test", "test_context_manager"),
     ("code", "class Grumpy:\n    def __enter__(self):\n        return self\n"
              "    def __exit__(self, *exc_info):\n        raise ValueError('from __exit__')"),
     ("test", "test_exit_raises"),
-    ("code", "def train(model, optimizer, scheduler):\n    model.train()\n    model(torch.ones(1, 2)).sum().backward()\n"
+    ("code", "def train(model, optimizer, scheduler):\n    model.train()\n"
+             "    model(torch.ones(1, 2)).sum().backward()\n"
              "    optimizer.step()\n    scheduler.step()\n    model.bias.requires_grad = False\n    return model\n"
              "class Keep:\n    def __init__(self, x):\n        self.pointer = x.untyped_storage().data_ptr()\n"
              "    def same(self, x):\n        return x.untyped_storage().data_ptr() == self.pointer\n"
@@ -456,7 +466,8 @@ VERDICT_TESTS = {
         "assert not torch.equal(model.weight, before), 'the step changed the grader\\'s parameters'\n"
         "assert scheduler.last_epoch == 1 and optimizer.param_groups[0]['lr'] == 0.05\n"
         "assert [id(p) for p in parameters(model)] == [id(p) for p in model.parameters()]\n"
-        "model.weight.requires_grad_(False)\nassert trainable(model) == [False, False], 'a change of the test is seen'\n"
+        "model.weight.requires_grad_(False)\n"
+        "assert trainable(model) == [False, False], 'a change of the test is seen'\n"
         "q, k = torch.randn(2, 3).unbind(0)\nkeeper = Keep(q)\nassert keeper.same(q) and not keeper.same(k)",
     "test_stubborn": "stubborn(1)",
     "test_after_restart": "torch.testing.assert_close(identity(torch.ones(2)), torch.zeros(2))",
@@ -574,13 +585,15 @@ def book_graded(tmp_path_factory):
 @pytest.mark.parametrize("chapter", toc_chapters())
 def test_solutions_get_full_marks_and_released_chapters_zero(book_graded, chapter):
     report, results = book_graded
-    assert (REPO / course.SOLUTIONS / chapter / f"{chapter}.ipynb").exists(), f"_toc.yml lists {chapter}, which has no solution"
+    assert (REPO / course.SOLUTIONS / chapter / f"{chapter}.ipynb").exists(), \
+        f"_toc.yml lists {chapter}, which has no solution"
     assert (REPO / course.CHAPTERS / chapter / f"{chapter}.ipynb").exists(), f"{chapter} is not released"
     assert not [failure for failure in report.failures if f"/{chapter}:" in failure], report.failures
     solved, blank = results["instructor", chapter], results["student", chapter]
     assert solved and all(test.status == "passed" and test.points == test.max_points for test in solved), solved
     assert len(blank) == len(solved)
-    assert all(test.status == "error" and test.points == 0 and "NotImplementedError" in test.message for test in blank), blank
+    assert all(test.status == "error" and test.points == 0 and "NotImplementedError" in test.message
+               for test in blank), blank
 
 
 @pytest.mark.parametrize("chapter", translated_chapters())

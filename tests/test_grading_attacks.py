@@ -189,7 +189,8 @@ def write_attackers(folder: Path, course_root: Path, solutions: dict, released: 
     softmax_student("threaded", THREADED)
     softmax_student("reexec", REEXEC)
     softmax_student("precomputed", PRECOMPUTED)
-    put(folder, "leaker/01_tiny/01_tiny.ipynb", insert_after(with_cells(blank, add=ADD, double=DOUBLE), "add", LEAKER_HOOKS))
+    put(folder, "leaker/01_tiny/01_tiny.ipynb",
+        insert_after(with_cells(blank, add=ADD, double=DOUBLE), "add", LEAKER_HOOKS))
     xss = insert_after(insert_after(with_cells(blank, add=XSS_ADD), "add", XSS_MARKDOWN, new_markdown_cell),
                        "test_add", XSS_DISPLAYS)
     put(folder, "xss/01_tiny/01_tiny.ipynb", xss)
@@ -207,7 +208,8 @@ def write_attackers(folder: Path, course_root: Path, solutions: dict, released: 
     (folder / "linker" / "01_tiny").mkdir(parents=True)
     (folder / "linker" / "01_tiny" / "01_tiny.ipynb").symlink_to(folder / "honest" / "01_tiny" / "01_tiny.ipynb")
     (folder / "linker" / "03_tiny").mkdir(parents=True)
-    (folder / "linker" / "03_tiny" / "03_tiny.ipynb").symlink_to(course_root / "solutions" / "03_tiny" / "03_tiny.ipynb")
+    (folder / "linker" / "03_tiny" / "03_tiny.ipynb").symlink_to(
+        course_root / "solutions" / "03_tiny" / "03_tiny.ipynb")
     (folder / "mirror").symlink_to(folder / "honest")
     (folder / "empty").mkdir()
     put(folder, "others/notes.txt", "no notebook here")
@@ -257,7 +259,8 @@ def test_objects_posing_as_the_grader_s_own_stay_handles_on_the_student_s():
     steps = [("code", "import types\ndef impostor(*args):\n    return impostor\n"
                       "impostor.__module__, impostor.__qualname__ = 'builtins', 'exec'\n"
                       "class Module(types.ModuleType):\n    pass\n"
-                      "def modules():\n    return types.ModuleType('builtins'), types.ModuleType('os'), Module('torch')"),
+                      "def modules():\n"
+                      "    return types.ModuleType('builtins'), types.ModuleType('os'), Module('torch')"),
              ("test", "test_handles")]
     test = ("import builtins\nfrom autograder.run.grader_side import Remote\n"
             "assert isinstance(impostor, Remote) and impostor is not builtins.exec\n"
@@ -317,14 +320,16 @@ def test_under_the_flag_policy_the_points_stand_and_the_flag_reaches_the_export(
     root, submissions, _, _ = attacked
     again, out = tmp_path / "submissions", tmp_path / "out"
     for student in ("honest", "blank", *COPIERS):
-        put(again, f"{student}/03_tiny/03_tiny.ipynb", (submissions / student / "03_tiny" / "03_tiny.ipynb").read_text())
+        put(again, f"{student}/03_tiny/03_tiny.ipynb",
+            (submissions / student / "03_tiny" / "03_tiny.ipynb").read_text())
     grade(again, out, jobs=2, limits=ATTACK_LIMITS, course_root=root, seed=12, copies="flag")
     rows = {row["student_id"]: row for row in csv.DictReader((out / "grades.csv").open())}
     with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gradebook:
         comments = {student: gradebook.find_comment("softmax", "03_tiny", "03_tiny", student).auto_comment
                     for student in rows}
     for student, words in COPIERS.items():
-        assert notebooks(out)[student, "03_tiny"].score == 0 and not notebooks(out)[student, "03_tiny"].copies[0].withheld
+        assert notebooks(out)[student, "03_tiny"].score == 0 \
+            and not notebooks(out)[student, "03_tiny"].copies[0].withheld
         assert "softmax (certain copy of the reference)" in rows[student]["reference_copies"]
         assert words in rows[student]["reference_copies"] and words in comments[student]
     assert rows["honest"]["reference_copies"] == rows["blank"]["reference_copies"] == ""
@@ -352,7 +357,8 @@ def test_a_regrade_with_the_recorded_seed_gives_the_same_grades(attacked, tmp_pa
     root, submissions, out, _ = attacked
     again = tmp_path / "submissions"
     for student in ("honest", "precomputed"):
-        put(again, f"{student}/03_tiny/03_tiny.ipynb", (submissions / student / "03_tiny" / "03_tiny.ipynb").read_text())
+        put(again, f"{student}/03_tiny/03_tiny.ipynb",
+            (submissions / student / "03_tiny" / "03_tiny.ipynb").read_text())
     seed = notebooks(out)["precomputed", "03_tiny"].seed
     grade(again, tmp_path / "out", jobs=2, limits=ATTACK_LIMITS, course_root=root, seed=seed)
     for student in ("honest", "precomputed"):
@@ -375,7 +381,8 @@ def test_feedback_pages_run_no_script_of_the_student_s(attacked):
     assert "xss" in pages and len(pages) >= 10
     for student, page in pages.items():
         assert page.lstrip().lower().startswith("<!doctype html>") and "nbgrader_cell" in page  # nbgrader's page
-        assert re.search(r"<head[^>]*>\s*<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none';", page)
+        assert re.search(r"<head[^>]*>\s*<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none';",
+                         page)
         scripts = [tag for tag in re.findall(r"<script[^>]*>", page, re.IGNORECASE) if "mathjax" not in tag.lower()]
         assert scripts == [], (student, scripts)
         assert not re.findall(r"<[^>]+\son\w+\s*=", page, re.IGNORECASE), student

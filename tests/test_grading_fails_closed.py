@@ -159,7 +159,8 @@ def write_hostile_class(folder: Path, released: dict) -> None:
     honest = with_cells(blank, add=ADD, double=DOUBLE)
     honest_and_blank(folder, released)
     text = nbformat.writes(honest)
-    put(folder, "bignumber/01_tiny/01_tiny.ipynb", text.replace('"metadata": {', '"metadata": {"x": ' + "9" * 5000 + ", ", 1))
+    put(folder, "bignumber/01_tiny/01_tiny.ipynb",
+        text.replace('"metadata": {', '"metadata": {"x": ' + "9" * 5000 + ", ", 1))
     cell_types = json.loads(text)
     cell_types["cells"][0]["cell_type"] = ["code"]
     put(folder, "celltype/01_tiny/01_tiny.ipynb", json.dumps(cell_types))

@@ -80,9 +80,10 @@ def test_the_summary_has_a_line_per_student_and_chapter_that_says_what_failed_an
     assert f"- renamed, 01_tiny: 2 / 3; {Cause.NOT_DEFINED}: test_add (`add` is not defined in your notebook)" in lines
     crash = next(line for line in lines if line.startswith("- crasher, 01_tiny:"))
     assert crash.startswith(f"- crasher, 01_tiny: 2 / 3; {Cause.CRASH}: test_add (ZeroDivisionError")
-    assert lines.index("| 01_tiny | 4 | 4 | 1.75 / 3 | 1 | 0 |") < lines.index("- blank, 01_tiny: 0 / 3; blank: test_add, "
-                                                                              "test_double")
-    for line in (f"results:  {out / 'results.json'}", f"grades:   {out / 'grades.csv'}", f"feedback: {out / 'feedback'}/"):
+    assert lines.index("| 01_tiny | 4 | 4 | 1.75 / 3 | 1 | 0 |") < lines.index("- blank, 01_tiny: 0 / 3; blank: "
+                                                                              "test_add, test_double")
+    for line in (f"results:  {out / 'results.json'}", f"grades:   {out / 'grades.csv'}",
+                 f"feedback: {out / 'feedback'}/"):
         assert any(printed_line.startswith(line) for printed_line in lines), line
 
 
@@ -90,8 +91,10 @@ def test_results_record_the_cause_of_each_error_and_missing_test(graded):
     out = graded[1]
     causes = {(student, chapter): [test.cause for test in result.tests]
               for (student, chapter), result in notebooks(out).items()}
-    assert causes["blank", "01_tiny"] == [Cause.BLANK, Cause.BLANK] and causes["crasher", "01_tiny"] == [Cause.CRASH, ""]
-    assert causes["renamed", "01_tiny"] == [Cause.NOT_DEFINED, ""] and causes["blank", "02_tiny"] == [Cause.NO_SUBMISSION]
+    assert causes["blank", "01_tiny"] == [Cause.BLANK, Cause.BLANK] \
+        and causes["crasher", "01_tiny"] == [Cause.CRASH, ""]
+    assert causes["renamed", "01_tiny"] == [Cause.NOT_DEFINED, ""] \
+        and causes["blank", "02_tiny"] == [Cause.NO_SUBMISSION]
     assert causes["honest", "01_tiny"] == ["", ""]
 
 
@@ -189,4 +192,5 @@ def test_the_summary_line_keeps_the_hint_of_a_long_message_whole():
     result = NotebookResult(student="ada", chapter="01_attention", origin="ada.ipynb", tests=(
         results.TestResult(grade_id="test_softmax", status=Status.FAILED, points=0, max_points=1, message=message),))
     line = result.line()
-    assert line.endswith(f"({('softmax: case 3 of 9 differs: ' + 'x' * 400)[:SUMMARY_MESSAGE_CHARS - 1]}… {hint})"), line
+    assert line.endswith(f"({('softmax: case 3 of 9 differs: ' + 'x' * 400)[:SUMMARY_MESSAGE_CHARS - 1]}"
+                         f"… {hint})"), line

@@ -89,7 +89,8 @@ def _owner(generator_name: str, module) -> str | None:
     """The exercise graded by ``module`` whose case generator this is: the longest exercise name it starts with."""
     graded = [exercise for _, exercise in exercises() if callable(getattr(module, f"check_{exercise}", None))]
     owners = [exercise for exercise in graded
-              if generator_name == f"{snake_case(exercise)}_cases" or generator_name.startswith(f"{snake_case(exercise)}_")]
+              if generator_name == f"{snake_case(exercise)}_cases"
+              or generator_name.startswith(f"{snake_case(exercise)}_")]
     return max(owners, key=len, default=None)
 
 
@@ -151,7 +152,8 @@ def normalized(value, _within: frozenset = frozenset()):
         return type(value).__qualname__, tuple((field.name, normalized(getattr(value, field.name), within))
                                                 for field in dataclasses.fields(value) if field.name != "description")
     if isinstance(value, functools.partial):
-        return "partial", normalized(value.func, within), normalized(value.args, within), normalized(value.keywords, within)
+        return ("partial", normalized(value.func, within), normalized(value.args, within),
+                normalized(value.keywords, within))
     if inspect.isroutine(value) or isinstance(value, type):
         return "function", getattr(value, "__module__", None), getattr(value, "__qualname__", repr(value))
     if callable(getattr(value, "state_dict", None)):  # optimizers, schedulers
@@ -194,7 +196,8 @@ def test_every_exercise_has_a_case_generator(chapter, exercise):
 def test_every_case_generator_belongs_to_an_exercise(module):
     orphans = [name for name, value in vars(module).items()
                if _is_case_generator(name, value, module) and _owner(name, module) is None]
-    assert not orphans, f"{module.__name__}: case generators of no exercise of the chapters (a misspelt name?): {orphans}"
+    assert not orphans, \
+        f"{module.__name__}: case generators of no exercise of the chapters (a misspelt name?): {orphans}"
 
 
 @pytest.mark.parametrize("chapter, exercise", exercises(), ids=[exercise for _, exercise in exercises()])
@@ -248,7 +251,8 @@ def test_no_hidden_case_is_one_a_student_can_draw(generator):
 @pytest.mark.parametrize("generator", all_generators())
 def test_the_same_seed_draws_the_same_cases(generator):
     for seed in (None, RUN_SEEDS[0]):
-        assert [normalized(case) for case in draw(generator, seed)] == [normalized(case) for case in draw(generator, seed)]
+        assert [normalized(case) for case in draw(generator, seed)] \
+            == [normalized(case) for case in draw(generator, seed)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -321,7 +325,8 @@ def test_a_precomputed_table_passes_the_visible_cases_only():
     namespace = {}
     exec(PRECOMPUTED_CAUSAL_MASK, namespace)  # drawn here, without a run seed: the visible cases
     assert check_causal_mask(namespace["causal_mask"]).startswith("causal_mask: all 6 cases agree")
-    assert visible_check(check_causal_mask, namespace["causal_mask"]).startswith("causal_mask: all 6 visible cases agree")
+    assert visible_check(check_causal_mask, namespace["causal_mask"]).startswith(
+        "causal_mask: all 6 visible cases agree")
     with use_run_seed(RUN_SEED), pytest.raises(CheckFailed, match=r"causal_mask is not right yet, on test case 1 of 6"):
         check_causal_mask(namespace["causal_mask"])
 

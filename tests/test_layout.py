@@ -6,10 +6,15 @@ may call) are read from their source with ``ast``, function-level imports includ
 whose ``__init__`` is its interface is imported through it; and there are fewer of them than
 :data:`MAX_EDGES`, so that a new import across rooms is a choice (a name the room's interface exposes,
 or a definition moved down), not a habit.
+
+Also: every Python file that git tracks has lines of at most :data:`MAX_LINE_LENGTH` characters.
 """
 
 import ast
+import subprocess
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "autograder"
@@ -209,3 +214,34 @@ def test_the_checks_find_a_cycle_and_an_import_of_a_later_step(tmp_path):
     assert sorted(cycles(graph)) == [["autograder.core.results", "autograder.text"]]
     assert forbidden(graph) == ["autograder.run.runner (run) imports autograder.report (report)"]
     assert ("autograder.run.runner", "autograder.report") not in edges(modules(package), top_level_only=True)
+
+
+#: The longest line of a Python file, in characters (the style guide's limit).
+MAX_LINE_LENGTH = 120
+
+
+def tracked_python_files(root: Path = REPO) -> list[Path]:
+    """The Python files that git tracks in ``root``, relative to it."""
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "*.py"], capture_output=True, check=True)
+    return [Path(name) for name in listed.stdout.decode().split("\0") if name]
+
+
+def long_lines(root: Path, paths: list[Path], limit: int = MAX_LINE_LENGTH) -> list[str]:
+    """``path:line (length)`` of each line of ``paths`` (relative to ``root``) longer than ``limit`` characters."""
+    return [f"{path.as_posix()}:{number} ({len(line)})" for path in paths
+            for number, line in enumerate((root / path).read_text(encoding="utf-8").split("\n"), start=1)
+            if len(line) > limit]
+
+
+def test_every_python_file_has_lines_of_at_most_the_limit():
+    if subprocess.run(["git", "-C", str(REPO), "rev-parse"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout: cannot ask git which files it tracks")
+    found = long_lines(REPO, tracked_python_files())
+    assert not found, f"lines longer than {MAX_LINE_LENGTH} characters:\n" + "\n".join(found)
+
+
+def test_the_line_check_names_a_long_line_by_its_characters(tmp_path):
+    """The check above can fail: it names the line over the limit, with its number and its length in
+    characters (not bytes: each é is two), and not the line at the limit."""
+    (tmp_path / "module.py").write_text(f"x = 1\ny = '{'é' * 114}'\nz = '{'é' * 115}'\n", encoding="utf-8")
+    assert long_lines(tmp_path, [Path("module.py")]) == ["module.py:3 (121)"]

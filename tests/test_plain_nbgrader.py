@@ -60,7 +60,8 @@ def test_the_documented_nbgrader_commands_grade_a_class_and_write_only_where_git
     shutil.copy(REPO / "nbgrader_config.py", course)
     (course / "_config.yml").write_text(f"repository:\n  url: {URL}\n")
     solution = tiny_solutions()["01_tiny"]
-    solution.cells.insert(0, nbformat.read(REPO / "solutions" / "01_attention" / "01_attention.ipynb", as_version=4).cells[0])
+    solution.cells.insert(0, nbformat.read(REPO / "solutions" / "01_attention" / "01_attention.ipynb",
+                                           as_version=4).cells[0])
     put(course, "solutions/01_tiny/01_tiny.ipynb", solution)
     chapter = put(course, "chapters/01_tiny/01_tiny.ipynb", "the book's copy, which nbgrader must leave alone")
     before = {path for path in course.rglob("*") if path.is_file()}

@@ -500,7 +500,8 @@ def buckets_hiding_the_call(relative_position, bidirectional=True, num_buckets=3
 
 
 def sinusoids_from_the_frequency_helper(num_positions, d_model, base=10000.0):
-    angles = torch.arange(num_positions).float()[:, None] * bertlab.positional._inverse_frequencies(d_model, base, torch.float32)
+    angles = (torch.arange(num_positions).float()[:, None]
+              * bertlab.positional._inverse_frequencies(d_model, base, torch.float32))
     pe = torch.zeros(num_positions, d_model)
     pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles[:, : d_model // 2])
     return pe
@@ -547,10 +548,13 @@ class TestPositionalChecks(MutationTests):
     alternatives = ALTERNATIVES
     cheats = [
         ("relative_position_bucket", buckets_with_captured_reference, "bertlab.positional.relative_position_bucket"),
-        ("relative_position_bucket", buckets_from_t5, "transformers.models.t5.modeling_t5.T5Attention._relative_position_bucket"),
+        ("relative_position_bucket", buckets_from_t5,
+         "transformers.models.t5.modeling_t5.T5Attention._relative_position_bucket"),
         ("relative_position_bucket", buckets_hiding_the_call, "bertlab.positional.relative_position_bucket"),
-        ("sinusoidal_positional_encoding", sinusoids_from_the_frequency_helper, "bertlab.positional._inverse_frequencies"),
-        ("sinusoidal_positional_encoding", sinusoids_from_distilbert, "modeling_distilbert.create_sinusoidal_embeddings"),
+        ("sinusoidal_positional_encoding", sinusoids_from_the_frequency_helper,
+         "bertlab.positional._inverse_frequencies"),
+        ("sinusoidal_positional_encoding", sinusoids_from_distilbert,
+         "modeling_distilbert.create_sinusoidal_embeddings"),
         ("alibi_slopes", slopes_from_bloom, "transformers.models.bloom.modeling_bloom.build_alibi_tensor"),
         ("alibi_bias", bias_from_the_reference, "bertlab.positional.alibi_bias"),
         ("apply_rope", rope_with_captured_reference, "bertlab.positional.apply_rope"),

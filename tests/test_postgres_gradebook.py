@@ -108,8 +108,8 @@ def _grade(course, out: Path, url: str) -> tuple[int, str, str]:
     root, submissions = course
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        status = cli.main(["grade", str(submissions), "--out", str(out), "--root", str(root), "--db", url, "--jobs", "2",
-                           *LIMITS])
+        status = cli.main(["grade", str(submissions), "--out", str(out), "--root", str(root), "--db", url,
+                           "--jobs", "2", *LIMITS])
     return status, stdout.getvalue(), stderr.getvalue()
 
 

@@ -70,9 +70,9 @@ VOCAB_SIZE = 1000
 #: ``PackedSegments`` and the causal evaluation (``CausalLMScores``, ``evaluate_causal_lm``,
 #: ``causal_masked_lm``) added since.
 PUBLIC_NAMES = [
-    "CHECKPOINT_FILE", "COURSE_BERT_FOLDER", "CausalLMScores", "IGNORE_INDEX", "IS_NEXT", "MASKING_KINDS", "METRICS_FILE",
-    "MaskedLMScores", "NOT_NEXT", "PLOT_FILE", "PackedSegments", "PretrainingDataset", "PretrainingRecipe",
-    "SETTINGS_FILE", "TOKEN_COUNTS_FILE",
+    "CHECKPOINT_FILE", "COURSE_BERT_FOLDER", "CausalLMScores", "IGNORE_INDEX", "IS_NEXT", "MASKING_KINDS",
+    "METRICS_FILE", "MaskedLMScores", "NOT_NEXT", "PLOT_FILE", "PackedSegments", "PretrainingDataset",
+    "PretrainingRecipe", "SETTINGS_FILE", "TOKEN_COUNTS_FILE",
     "causal_masked_lm", "course_bert", "course_bert_folder", "course_bert_sha256", "course_bert_token_counts",
     "evaluate_causal_lm", "evaluate_masked_lm",
     "get_linear_schedule", "load_metrics", "make_nsp_examples", "mask_tokens", "pack_full_sentences",
@@ -712,7 +712,8 @@ def test_evaluate_masked_lm_scores_the_fixed_masked_tokens(tokenizer, corpus):
     expected = nn.functional.cross_entropy(logits[chosen], batch["mlm_labels"][chosen])
     assert scores.loss == pytest.approx(float(expected), rel=1e-5)
     assert scores.predicted_tokens == int(chosen.sum())
-    assert scores.accuracy == pytest.approx(float((logits[chosen].argmax(-1) == batch["mlm_labels"][chosen]).double().mean()))
+    assert scores.accuracy == pytest.approx(
+        float((logits[chosen].argmax(-1) == batch["mlm_labels"][chosen]).double().mean()))
     assert abs(scores.loss - math.log(tokenizer.vocab_size)) < 0.5  # an untrained model: about ln V
 
     counts = token_frequencies(tokenizer, corpus[:10])
@@ -791,7 +792,8 @@ def test_evaluate_causal_lm_runs_on_the_models_device(tokenizer, corpus, device)
         assert there.predicted_tokens == here.predicted_tokens
         assert there.loss == pytest.approx(here.loss, rel=1e-4)
         there = causal_masked_lm(moved, tokenizer, held_out, seq_len=32, batch_size=4, seed=3)
-        assert there.loss == pytest.approx(causal_masked_lm(model, tokenizer, held_out, seq_len=32, seed=3).loss, rel=1e-4)
+        assert there.loss == pytest.approx(causal_masked_lm(model, tokenizer, held_out, seq_len=32, seed=3).loss,
+                                           rel=1e-4)
 
 
 def test_causal_masked_lm_predicts_bert_s_masked_words_from_their_left(tokenizer, corpus):
@@ -851,8 +853,8 @@ def test_causal_masked_lm_reads_only_the_left_context(tokenizer):
 
 
 @pytest.mark.parametrize("make, kwargs, error, message", [
-    (lambda tokenizer: tiny_model(tokenizer), {}, TypeError, r"model must be a bertlab.gpt.GPTLMHeadModel or a "
-                                                                  r"count-based model of bertlab.ngram, got BertForPreTraining"),
+    (lambda tokenizer: tiny_model(tokenizer), {}, TypeError,
+     r"model must be a bertlab.gpt.GPTLMHeadModel or a count-based model of bertlab.ngram, got BertForPreTraining"),
     (tiny_gpt, {"seq_len": 64}, ValueError, r"seq_len 64 is longer than the model's n_positions=32"),
     (tiny_gpt, {"batch_size": 0}, ValueError, r"batch_size must be a positive integer, got 0"),
 ])
@@ -966,7 +968,8 @@ def test_a_recorded_run_of_other_weights_is_not_shown_as_the_course_berts(tmp_pa
         pretraining.read_course_bert_results("bert-cpu.json", {"classification": ["course_bert"]}, start=tmp_path)
     assert reason in str(unavailable.value) and "\n" not in str(unavailable.value)
 
-    (results / "bert-cpu.json").write_text(json.dumps({**record, "course_bert_sha256": pretraining.course_bert_sha256()}))
+    (results / "bert-cpu.json").write_text(json.dumps({**record,
+                                                       "course_bert_sha256": pretraining.course_bert_sha256()}))
     chapter = tmp_path / "chapters" / "08_finetuning"
     chapter.mkdir(parents=True)
     recorded = pretraining.read_course_bert_results("bert-cpu.json", {"classification": ["course_bert"]}, start=chapter)

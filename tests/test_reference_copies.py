@@ -60,7 +60,8 @@ def test_a_one_line_formula_equal_to_the_reference_is_not_flagged_but_calling_th
     assert normalized(honest) == normalized(reference)  # the honest answer has the reference's very shape
     assert flagged(HONEST_CAUSAL_MASK, "causal_mask") == []
     assert flagged(BLANK.format(name="causal_mask"), "causal_mask") == []
-    calling = "import bertlab.attention as A\n\ndef causal_mask(n, m=None, device=None):\n    return A.causal_mask(n, m, device)\n"
+    calling = ("import bertlab.attention as A\n\n"
+               "def causal_mask(n, m=None, device=None):\n    return A.causal_mask(n, m, device)\n")
     reasons = flagged(calling, "causal_mask")
     assert len(reasons) == 1 and "it uses bertlab.attention.causal_mask" in reasons[0]
 
@@ -92,8 +93,10 @@ def test_each_flag_states_its_certainty():
     retyped = renamed_copy(bertlab.norm.layer_norm, x="inputs")
     certainty = {name: [(copy.exercise, copy.certainty) for copy in find_copies([source], [exercise])]
                  for name, source, exercise in [("calls", calls, "softmax"), ("bound", bound, "softmax"),
-                                                ("reexecutes", reexecutes, "softmax"), ("evaluates", evaluates, "softmax"),
-                                                ("retyped", retyped, "layer_norm"), ("honest", HONEST_SOFTMAX, "softmax"),
+                                                ("reexecutes", reexecutes, "softmax"),
+                                                ("evaluates", evaluates, "softmax"),
+                                                ("retyped", retyped, "layer_norm"),
+                                                ("honest", HONEST_SOFTMAX, "softmax"),
                                                 ("blank", BLANK.format(name="softmax"), "softmax")]}
     assert certainty == {"calls": [("softmax", "certain")], "bound": [("softmax", "certain")],
                          "reexecutes": [("softmax", "certain")], "evaluates": [("softmax", "suspected")],

@@ -31,7 +31,8 @@ ATTACKS = {  # each binds softmax to the reference, after switching the forbidde
     "lambda": "softmax = lambda x, dim=-1: bertlab.attention.softmax(x, dim)",
     "partial": "softmax = functools.partial(bertlab.attention.softmax)",
     "in_a_dict": "TABLE = {'s': bertlab.attention.softmax}\ndef softmax(x, dim=-1):\n    return TABLE['s'](x, dim)",
-    "loop_variable": "for found in [bertlab.attention.softmax]:\n    pass\ndef softmax(x, dim=-1):\n    return found(x, dim)",
+    "loop_variable": "for found in [bertlab.attention.softmax]:\n    pass\n"
+                     "def softmax(x, dim=-1):\n    return found(x, dim)",
     "star_import": "def softmax(x, dim=-1):\n    raise NotImplementedError\nfrom bertlab.attention import *",
     "vars": "softmax = vars(bertlab.attention)['softmax']",
     "module_dict": "softmax = bertlab.attention.__dict__['softmax']",
@@ -45,7 +46,8 @@ ATTACKS = {  # each binds softmax to the reference, after switching the forbidde
                          "import mine\nsoftmax = mine.softmax"),
     "compiled_copy": ("import glob, marshal, os\nfolder = os.path.join(os.path.dirname(bertlab.attention.__file__), "
                       "'__pycache__')\ncompiled = glob.glob(folder + '/attention*.pyc')\ncode = marshal.loads("
-                      "open(compiled[0], 'rb').read()[16:])\nnamespace = {'__name__': 'stolen'}\nexec(code, namespace)\n"
+                      "open(compiled[0], 'rb').read()[16:])\nnamespace = {'__name__': 'stolen'}\n"
+                      "exec(code, namespace)\n"
                       "softmax = namespace['softmax']"),
     "checks_module": "from autograder.checks.attention import SOFTMAX\nsoftmax = SOFTMAX.reference",
 }

@@ -110,11 +110,13 @@ def tiny_course(tmp_path):
     failing with another error, and a demonstration cell that fails on the blank exercise."""
     shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
     (tmp_path / "_config.yml").write_text("repository:\n  url: https://example.org/course\n")
-    notebook = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    notebook = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                 "language": "python"}})
     notebook.cells = [
         _cell('print("install from {repository_url}")', tags=["install"], cell_id="install"),
         _cell("def add(a, b):\n    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION", "add", solution=True),
-        _cell("assert add(1, 2) == 3\n### BEGIN HIDDEN TESTS\nassert add(2, 2) == 4\n### END HIDDEN TESTS", "test_add", points=1, tags=["raises-exception"]),
+        _cell("assert add(1, 2) == 3\n### BEGIN HIDDEN TESTS\nassert add(2, 2) == 4\n### END HIDDEN TESTS", "test_add",
+              points=1, tags=["raises-exception"]),
         _cell("assert add(1, 1) == 3  # wrong", "test_wrong", points=1, tags=["raises-exception"]),
         _cell("assert True", "test_cannot_fail", points=1, tags=["raises-exception"]),
         _cell("int('x')", "test_other_error", points=1, tags=["raises-exception"]),

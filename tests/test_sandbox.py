@@ -128,7 +128,8 @@ def test_mounts_cannot_be_undone_even_with_a_new_user_namespace(sandbox):
         libc = ctypes.CDLL(None, use_errno=True)
         assert libc.unshare(0x10000000 | 0x20000) == 0  # a user and mount namespace of its own
         print('umount', libc.umount2(b'/tmp', 2))
-        print('remount', libc.mount(None, {str(REPO / 'bertlab').encode()!r}, None, ctypes.c_ulong(0x20 | 0x1000), None))
+        print('remount', libc.mount(None, {str(REPO / 'bertlab').encode()!r}, None, ctypes.c_ulong(0x20 | 0x1000),
+                                    None))
         try:
             open({str(REPO / 'bertlab' / 'x')!r}, 'w')
             print('write', 0)
@@ -428,7 +429,8 @@ def test_works_with_packages_installed_in_the_user_site(scratch_under_tmp):
     user_base = scratch_under_tmp / "user-base"
     environment = {"PYTHONUSERBASE": str(user_base)}
     folder = subprocess.run([sys.executable, "-c", "import site; print(site.getusersitepackages())"],
-                            capture_output=True, text=True, env={**os.environ, **environment}, check=True).stdout.strip()
+                            capture_output=True, text=True, env={**os.environ, **environment},
+                            check=True).stdout.strip()
     Path(folder).mkdir(parents=True)
     (Path(folder) / "ag_user_site_probe.py").write_text("VALUE = 1\n")
     if not site.ENABLE_USER_SITE:
@@ -453,7 +455,8 @@ print("spinning", flush=True)
 for _ in range(12):
     os.wait()
 """
-COUNTER = "import sys, time\nend, count = time.monotonic() + float(sys.argv[1]), 0\nwhile time.monotonic() < end:\n    count += 1\nprint(count)"
+COUNTER = ("import sys, time\nend, count = time.monotonic() + float(sys.argv[1]), 0\n"
+           "while time.monotonic() < end:\n    count += 1\nprint(count)")
 
 
 def count_loops(seconds: float) -> int:

@@ -67,7 +67,8 @@ def instrument_pairs(players):
 def test_the_pair_bag_of_words_reads_the_overlap_that_the_hypothesis_alone_lacks():
     train, test = instrument_pairs(["A man", "A woman", "The boy"]), instrument_pairs(["The girl", "An old man"])
     full = train_pair_bag_of_words(train, epochs=10, seed=0)
-    assert prediction_result(full.predict(test), [pair.label for pair in test], 3).scores == {"accuracy": 1.0, "macro_f1": 1.0}
+    assert prediction_result(full.predict(test), [pair.label for pair in test], 3).scores \
+        == {"accuracy": 1.0, "macro_f1": 1.0}
     hypothesis_only = train_pair_bag_of_words(train, hypothesis_only=True, epochs=10, seed=0)
     # every hypothesis word goes with both labels (1 entailment for 5 contradictions): no better than the
     # majority class, contradiction, 30 of the 36 pairs of each player

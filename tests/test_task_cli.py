@@ -143,8 +143,8 @@ def test_tagging_labels_come_from_the_whole_training_split_and_a_random_model_le
 
 
 def test_words_cut_off_by_the_sequence_length_are_noted(capsys, data_root, model_folder, tmp_path):
-    status, out, err = run_cli(capsys, "finetune", "--task", "tagging", "--model", model_folder, "--data-root", data_root,
-                           *SMALL, "--seq-len", "4", "--output", tmp_path)
+    status, out, err = run_cli(capsys, "finetune", "--task", "tagging", "--model", model_folder,
+                               "--data-root", data_root, *SMALL, "--seq-len", "4", "--output", tmp_path)
     assert status == 0, err
     # sentence 1 keeps 2 of its 4 words, sentence 2 2 of its 3: 3 of 7 words are cut in each split
     assert "note: 3 of the 7 words of test have no word piece within max_length=4" in out
@@ -153,7 +153,8 @@ def test_words_cut_off_by_the_sequence_length_are_noted(capsys, data_root, model
 @pytest.mark.parametrize("task, file", [("pairs", "snli_1.0_dev.jsonl"), ("tagging", "en_ewt-ud-train.conllu"),
                                         ("spans", "dev-v1.1.json")])
 def test_a_missing_dataset_is_one_line_that_names_the_folder_and_the_file(capsys, tmp_path, model_folder, task, file):
-    status, _, err = run_cli(capsys, "finetune", "--task", task, "--model", model_folder, "--data-root", tmp_path, *SMALL)
+    status, _, err = run_cli(capsys, "finetune", "--task", task, "--model", model_folder, "--data-root", tmp_path,
+                             *SMALL)
     assert status == 1 and err.count("\n") == 1 and "Traceback" not in err
     assert f"the data folder {tmp_path}: expected {file} (or {file}.gz)" in err
 
@@ -210,7 +211,8 @@ def test_the_course_bert_gets_the_course_choices_and_the_scores_print_in_percent
     assert list(results["baselines"]) == [baseline]
     scale = 100 if task == "tagging" else 1  # accuracy is a fraction, SQuAD's scores are in percent: both print in %
     for name, value in results["test"].items():
-        assert (f"test_{name} {scale * value:.2f}% ({baseline}: {scale * results['baselines'][baseline]['scores'][name]:.2f}%)"
+        assert (f"test_{name} {scale * value:.2f}% "
+                f"({baseline}: {scale * results['baselines'][baseline]['scores'][name]:.2f}%)"
                 in out.splitlines()), out
 
 
@@ -219,8 +221,8 @@ def test_a_tag_of_the_test_split_unseen_in_training_is_named(capsys, tmp_path, d
     shutil.copytree(data_root / "UD_English-EWT", root / "UD_English-EWT")
     (root / "UD_English-EWT" / "en_ewt-ud-test.conllu.gz").unlink()
     (root / "UD_English-EWT" / "en_ewt-ud-test.conllu").write_text("1\tWow\twow\tINTJ\tUH\t_\t0\troot\t_\t_\n")
-    code, _, err = run_cli(capsys, "finetune", "--task", "tagging", "--model", model_folder, "--data-root", root, *SMALL,
-                       "--output", tmp_path / "out")
+    code, _, err = run_cli(capsys, "finetune", "--task", "tagging", "--model", model_folder, "--data-root", root,
+                           *SMALL, "--output", tmp_path / "out")
     assert code == 1 and err.count("\n") == 1
     assert "test[0]: the label 'INTJ' is not one of the 6 labels of the training split" in err
 

@@ -531,7 +531,8 @@ def test_dependencies_are_replaced_in_the_student_process():
     steps = [("code", "import torch\nfrom torch import nn"), ("code", broken), ("code", solution),
              ("test", "test_MultiHeadAttention")]
     limits = Limits(cell_timeout=120, notebook_timeout=300)
-    outcome = run_in_grader(steps, {"test_MultiHeadAttention": test}, ["MultiHeadAttention"], limits)["test_MultiHeadAttention"]
+    outcome = run_in_grader(steps, {"test_MultiHeadAttention": test}, ["MultiHeadAttention"],
+                            limits)["test_MultiHeadAttention"]
     assert outcome.status == "passed", outcome
     assert "MultiHeadAttention: all 11 hidden cases agree" in outcome.output
 

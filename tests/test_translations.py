@@ -75,9 +75,11 @@ def test_chinese_notebooks_are_what_the_catalogues_generate(chapter):
     english = ROOT / "chapters" / chapter / f"{chapter}.ipynb"
     move = translations.Move(f"chapters/{chapter}", f"chapters/{LANGUAGE}/{chapter}",
                              translations.translated_pages(ROOT, LANGUAGE))
-    expected = translations.translated_notebook_text(english, translations.catalogue_path(ROOT, LANGUAGE, chapter), move)
+    expected = translations.translated_notebook_text(english,
+                                                     translations.catalogue_path(ROOT, LANGUAGE, chapter), move)
     translated = ROOT / "chapters" / LANGUAGE / chapter / f"{chapter}.ipynb"
-    assert translated.read_text(encoding="utf-8") == expected, f"{translated.relative_to(ROOT)} is stale; run `autograder release`"
+    assert translated.read_text(encoding="utf-8") == expected, \
+        f"{translated.relative_to(ROOT)} is stale; run `autograder release`"
 
 
 def test_catalogues_are_up_to_date_with_the_english():
@@ -131,7 +133,8 @@ def test_the_chinese_chapters_link_to_the_chinese_references_page():
 
 def _relative_links(text: str) -> list[str]:
     """The relative link targets of a Markdown text, without their anchors."""
-    return [match["target"].partition("#")[0] for match in LINK.finditer(text) if not NOT_RELATIVE.match(match["target"])]
+    return [match["target"].partition("#")[0] for match in LINK.finditer(text)
+            if not NOT_RELATIVE.match(match["target"])]
 
 
 def _markdown_of(path: Path) -> str:
@@ -146,12 +149,14 @@ def test_every_relative_link_of_the_chinese_edition_reaches_a_file(path):
     """A link that works in chapters/NN/NN.ipynb (``../../references.md``) would break one folder deeper,
     in chapters/zh_CN/NN/: the release rewrites it."""
     for target in _relative_links(_markdown_of(path)):
-        assert (path.parent / target).resolve().is_file(), f"{path.relative_to(ROOT)}: the link {target} reaches no file"
+        assert (path.parent / target).resolve().is_file(), \
+            f"{path.relative_to(ROOT)}: the link {target} reaches no file"
 
 
 def test_the_english_chapters_have_relative_links_to_rewrite():
     """The test above checks what the course has: the chapters do link to references.md."""
-    links = [link for chapter in CHAPTERS for link in _relative_links(_markdown_of(ROOT / "chapters" / chapter / f"{chapter}.ipynb"))]
+    links = [link for chapter in CHAPTERS
+             for link in _relative_links(_markdown_of(ROOT / "chapters" / chapter / f"{chapter}.ipynb"))]
     assert "../../references.md" in links
 
 
@@ -202,7 +207,8 @@ def test_the_switch_links_a_page_to_its_translation_and_back(page, counterpart, 
     back = SWITCH.reverse()
     assert (back.language, back.label, back.root, back.back_label) == ("en", "English", "../", "中文")
     assert back.counterpart(counterpart) == page
-    assert back.href(counterpart, f"{page}.html") == posixpath.relpath(f"{page}.html", posixpath.dirname(f"zh_CN/{counterpart}"))
+    assert back.href(counterpart, f"{page}.html") == posixpath.relpath(f"{page}.html",
+                                                                       posixpath.dirname(f"zh_CN/{counterpart}"))
 
 
 def test_the_switch_maps_every_translated_page_to_where_the_release_writes_it():
@@ -229,7 +235,8 @@ def test_the_chinese_table_of_contents_and_configuration_are_generated_from_the_
     assert toc["root"] == "chapters/zh_CN/intro"
     assert [part["caption"] for part in toc["parts"]] == ["注意力", "位置与归一化", "高效注意力", "BERT", "仅解码器模型", "课程"]
     files_of = [[chapter["file"] for chapter in part["chapters"]] for part in toc["parts"]]
-    assert files_of == [[SWITCH.counterpart(chapter["file"]) for chapter in part["chapters"]] for part in english_toc["parts"]]
+    assert files_of == [[SWITCH.counterpart(chapter["file"]) for chapter in part["chapters"]]
+                        for part in english_toc["parts"]]
     assert files_of[-1] == ["instructors", "chapters/zh_CN/references"]
     config = translations.read_yaml(files.config)
     assert config["title"] == "Transformer：从注意力到 BERT"
@@ -267,7 +274,8 @@ def test_check_cli_fails_on_a_broken_catalogue(tmp_path):
     text = translations.catalogue_path(ROOT, LANGUAGE, "01_attention").read_text(encoding="utf-8")
     po.write_text(text.replace("{cite:p}`jain2019attention`", "(Jain and Wallace)"), encoding="utf-8")
     result = subprocess.run([sys.executable, str(TOOL), "--root", str(course), "check"], capture_output=True, text=True)
-    assert result.returncode == 1 and "jain2019attention' missing" in result.stdout and "cell maps-text" in result.stdout
+    assert result.returncode == 1 and "jain2019attention' missing" in result.stdout \
+        and "cell maps-text" in result.stdout
 
 
 # --------------------------------------------------------------------------------------------------
@@ -386,7 +394,8 @@ def test_update_translate_change_report_and_release(tiny_course, tool):
     assert tool(tiny_course, "update", "--dry-run").returncode == 1
     assert "updated locale/zh_CN/LC_MESSAGES/01_tiny.po" in tool(tiny_course, "update").stdout
     [fuzzy] = [entry for entry in translations.load(po) if entry.fuzzy]
-    assert (fuzzy.msgid, fuzzy.previous_msgid, fuzzy.msgstr) == ("First paragraph, changed.", "First paragraph.", "第一段。")
+    assert (fuzzy.msgid, fuzzy.previous_msgid, fuzzy.msgstr) == ("First paragraph, changed.", "First paragraph.",
+                                                                  "第一段。")
     assert translations.counts(po, "01_tiny") == translations.Counts("01_tiny", 4, 2, 1, 1)
     report = tool(tiny_course, "report")
     assert report.returncode == 0 and "01_tiny" in report.stdout and "4          2      1            1" in report.stdout
@@ -410,7 +419,8 @@ def test_update_translate_change_report_and_release(tiny_course, tool):
         entry.msgstr, entry.flags = entry.msgstr or "第三 {cite:p}`key2020`。", []
     catalogue.save(str(po))
     assert tool(tiny_course, "report", "--release").returncode == 0
-    assert release.stale_chapters(tiny_course) == [f"chapters/{LANGUAGE}/01_tiny/01_tiny.ipynb differs from what generation produces"]
+    assert release.stale_chapters(tiny_course) == [f"chapters/{LANGUAGE}/01_tiny/01_tiny.ipynb differs from what "
+                                                   "generation produces"]
     assert release.generate(root=tiny_course) == [chinese]
     assert _read(chinese).cells[0].source == "# 小例子\n\n第一段。\n\n第二段，含 $x$。"
 
@@ -639,7 +649,8 @@ def test_update_takes_the_figure_labels_from_the_executed_chapter_and_report_cou
     next(entry for entry in catalogue if entry.msgid == "Two lines\nof a title").msgstr = "两行标题"
     catalogue.save(str(po))
     check = tool(tiny_course, "check")
-    assert check.returncode == 1 and "cell figure:install" in check.stdout and "1 lines where the figure has 2" in check.stdout
+    assert check.returncode == 1 and "cell figure:install" in check.stdout \
+        and "1 lines where the figure has 2" in check.stdout
 
     shutil.rmtree(tiny_course / "_build")  # no executed chapter: the catalogue keeps its labels
     assert tool(tiny_course, "update", "--dry-run").returncode == 0

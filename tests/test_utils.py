@@ -77,7 +77,8 @@ def test_cpu_bfloat16_is_what_onednn_reports():
         assert utils.cpu_computes_bfloat16()
 
 
-@pytest.mark.parametrize("precision, dtype", [("float32", None), ("bfloat16", torch.bfloat16), ("float16", torch.float16)])
+@pytest.mark.parametrize("precision, dtype",
+                         [("float32", None), ("bfloat16", torch.bfloat16), ("float16", torch.float16)])
 def test_an_explicit_precision_is_used_on_any_device(precision, dtype):
     assert autocast_dtype(torch.device("cpu"), precision) == dtype
     a = torch.randn(4, 4)

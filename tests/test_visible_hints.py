@@ -89,7 +89,8 @@ STUDENT_MISTAKES = [
                        "    return torch.tanh((q @ w_q.T).unsqueeze(-2) + (k @ w_k.T).unsqueeze(-3)).sum(-1)",
      "not a plain sum"),
     ("causal_mask", "def causal_mask(n, m=None, device=None):\n"
-                    "    return torch.triu(torch.ones(n, n if m is None else m, dtype=torch.bool, device=device), diagonal=1)",
+                    "    return torch.triu(torch.ones(n, n if m is None else m, dtype=torch.bool, device=device), "
+                    "diagonal=1)",
      "True above the diagonal"),
 ]
 
@@ -177,7 +178,8 @@ def test_every_exercise_of_every_chapter_is_declared_and_tested():
         assert sorted(tests.references) == sorted(chapter.exercises), f"{name}: references of {tests.__name__}"
         for record in records:
             check = getattr(module, f"check_{record.name}", None)
-            assert callable(check) and check.__name__ == f"check_{record.name}", f"{module.__name__}.check_{record.name}"
+            assert callable(check) and check.__name__ == f"check_{record.name}", \
+                f"{module.__name__}.check_{record.name}"
             assert record.summary.strip() and check.__doc__.startswith(("Compare", "Check")), (
                 f"{module.__name__}.{record.name}: its summary says what the check compares")
             assert len(tests.mutants.get(record.name, [])) >= 3, f"{name}: {record.name} has fewer than 3 mutants"
@@ -191,7 +193,8 @@ def test_visible_test_shows_the_hint_of_the_mistake(chapter, exercise, wrong, hi
     assert hint in message, f"expected the hint {hint!r}, the visible test said:\n{message}"
 
 
-@pytest.mark.parametrize("exercise, code, hint", STUDENT_MISTAKES, ids=[f"{e}-{i}" for i, (e, _, _) in enumerate(STUDENT_MISTAKES)])
+@pytest.mark.parametrize("exercise, code, hint", STUDENT_MISTAKES,
+                         ids=[f"{e}-{i}" for i, (e, _, _) in enumerate(STUDENT_MISTAKES)])
 def test_visible_test_shows_the_hint_of_the_mistakes_of_issue_13(exercise, code, hint):
     namespace = dict(student_namespace("01_attention"))
     exec(code, namespace)
@@ -208,10 +211,13 @@ def test_the_solution_passes_its_visible_tests(chapter):
 @pytest.mark.parametrize("chapter, exercise, dependency, wrong", [
     ("01_attention", "scaled_dot_product_attention", "softmax", lambda x, dim=-1: torch.softmax(x, dim=0)),
     ("02_transformer", "EncoderLayer", "FeedForward", test_transformer_checks.FFNActivationOnInput),
-    ("02_transformer", "EncoderLayer", "MultiHeadAttention", test_transformer_checks.TestTransformerChecks.mutants["MultiHeadAttention"][0][0]),
-    ("03_positional", "alibi_bias", "alibi_slopes", lambda num_heads, *, device=None: torch.ones(num_heads, device=device)),
+    ("02_transformer", "EncoderLayer", "MultiHeadAttention",
+     test_transformer_checks.TestTransformerChecks.mutants["MultiHeadAttention"][0][0]),
+    ("03_positional", "alibi_bias", "alibi_slopes",
+     lambda num_heads, *, device=None: torch.ones(num_heads, device=device)),
 ])
-def test_a_correct_function_passes_its_visible_test_when_an_earlier_exercise_is_wrong(chapter, exercise, dependency, wrong):
+def test_a_correct_function_passes_its_visible_test_when_an_earlier_exercise_is_wrong(chapter, exercise,
+                                                                                       dependency, wrong):
     namespace = with_exercise(chapter, dependency, wrong)
     assert run_visible_test(chapter, dependency, namespace) != "", "the earlier exercise should be wrong"
     exec(dict(solution_cells(ROOT / "solutions" / chapter / f"{chapter}.ipynb"))[exercise], namespace)  # reads it
@@ -249,7 +255,8 @@ CHAPTER_MISTAKES = [
      "max_grad_norm)\n        optimizer.step()",
      "optimizer.step()\n        loss.backward()\n        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() "
      "if p.requires_grad], max_grad_norm)", "a step before backward uses the zeroed ones"),
-    ("09_distillation", "distillation_loss", "soft = T**2 * F.kl_div(", "soft = F.kl_div(", "multiply the soft term by T^2"),
+    ("09_distillation", "distillation_loss", "soft = T**2 * F.kl_div(", "soft = F.kl_div(",
+     "multiply the soft term by T^2"),
     ("10_tasks", "best_span", "band = (span_length >= 0) & (span_length < max_answer_length)",
      "band = span_length < max_answer_length", "a span ends at or after its start"),
     ("11_gpt", "causal_lm_loss", "shifted_logits = logits[:, :-1].flatten(0, 1).float()",
@@ -268,7 +275,8 @@ def wrong_solution(chapter: str, exercise: str, right: str, wrong: str) -> str:
     return code.replace(right, wrong)
 
 
-@pytest.mark.parametrize("chapter, exercise, right, wrong, hint", CHAPTER_MISTAKES, ids=[m[0] for m in CHAPTER_MISTAKES])
+@pytest.mark.parametrize("chapter, exercise, right, wrong, hint", CHAPTER_MISTAKES,
+                         ids=[m[0] for m in CHAPTER_MISTAKES])
 def test_visible_test_shows_the_hint_of_a_mistake_written_into_the_solution(chapter, exercise, right, wrong, hint):
     namespace = dict(student_namespace(chapter))
     exec(wrong_solution(chapter, exercise, right, wrong), namespace)
@@ -323,7 +331,8 @@ def test_grading_results_and_feedback_show_the_hint_and_the_failing_line(graded,
                if (who, graded_chapter) == (student, chapter)}
     test = results[f"test_{exercise}"]
     assert test.status == "failed" and hint in test.message, test
-    assert test.message.startswith("line ") and f"visible_check(check_{exercise}, {exercise})" in test.message.splitlines()[0]
+    assert test.message.startswith("line ") \
+        and f"visible_check(check_{exercise}, {exercise})" in test.message.splitlines()[0]
     assert hint in test.headline  # the summary table's line
     page = html.unescape(feedback_pages(graded)[student])
     assert hint in page and f"print(visible_check(check_{exercise}, {exercise}))" in page

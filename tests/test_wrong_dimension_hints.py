@@ -21,7 +21,8 @@ WRONG_DIMENSIONS = [
     ("01_attention", "softmax", [("exponentials.sum(dim=dim", "exponentials.sum(dim=0")],
      "sum to 1 along another axis than `dim`"),
     ("01_attention", "softmax", [("x.amax(dim=dim", "x.amax(dim=0")], "not along axis 0"),
-    ("01_attention", "softmax", [("x.amax(dim=dim", "x.amax(dim=0"), ("exponentials.sum(dim=dim", "exponentials.sum(dim=0")],
+    ("01_attention", "softmax", [("x.amax(dim=dim", "x.amax(dim=0"),
+                                 ("exponentials.sum(dim=dim", "exponentials.sum(dim=0")],
      "sum to 1 along axis 0"),
     ("01_attention", "additive_score", [("unsqueeze(-2)", "unsqueeze(-4)"), ("unsqueeze(-3)", "unsqueeze(-2)"),
                                         ("unsqueeze(-4)", "unsqueeze(-3)")], "(..., N, M)"),
@@ -40,7 +41,8 @@ WRONG_DIMENSIONS = [
     ("03_positional", "alibi_bias",
      [("torch.arange(n, device=device)[:, None] - torch.arange(m, device=device)[None, :]",
        "torch.arange(m, device=device)[None, :] - torch.arange(n, device=device)[:, None]")], "you used j - i"),
-    ("03_positional", "apply_rope", [("*_, seq_len, head_dim = x.shape", "seq_len, head_dim = x.shape[0], x.shape[-1]")],
+    ("03_positional", "apply_rope", [("*_, seq_len, head_dim = x.shape",
+                                      "seq_len, head_dim = x.shape[0], x.shape[-1]")],
      "not x.shape[0]"),
     ("04_normalization", "layer_norm", [("h.mean(dim=-1", "h.mean(dim=0"), ("pow(2).mean(dim=-1", "pow(2).mean(dim=0")],
      "not over the batch (dim 0)"),
@@ -52,21 +54,25 @@ WRONG_DIMENSIONS = [
     ("05_efficient_attention", "repeat_kv", [("dim=-3", "dim=-2")], "not the keys (dim -2)"),
     ("05_efficient_attention", "flash_attention", [("scores.amax(dim=-1)", "scores.amax(dim=(-2, -1))[..., None]")],
      "one running maximum per query"),
-    ("05_efficient_attention", "linear_attention", [("phi_k.sum(dim=-2, keepdim=True)", "phi_k.sum(dim=-1, keepdim=True)")],
+    ("05_efficient_attention", "linear_attention", [("phi_k.sum(dim=-2, keepdim=True)",
+                                                     "phi_k.sum(dim=-1, keepdim=True)")],
      "yours sums over the features"),
     ("06_bert", "BertEmbeddings", [("torch.arange(input_ids.shape[1], device=input_ids.device)",
                                     "torch.arange(input_ids.shape[0], device=input_ids.device)[:, None]")],
      "yours count the sequences of the batch"),
-    ("07_pretraining", "mlm_loss", [("torch.log_softmax(logits[chosen], dim=-1)", "torch.log_softmax(logits[chosen], dim=0)")],
+    ("07_pretraining", "mlm_loss", [("torch.log_softmax(logits[chosen], dim=-1)",
+                                     "torch.log_softmax(logits[chosen], dim=0)")],
      "not over the predicted positions"),
-    ("07_pretraining", "mlm_loss", [("torch.log_softmax(logits[chosen], dim=-1)", "torch.log_softmax(logits, dim=0)[chosen]")],
+    ("07_pretraining", "mlm_loss", [("torch.log_softmax(logits[chosen], dim=-1)",
+                                     "torch.log_softmax(logits, dim=0)[chosen]")],
      "not over the first axis"),
     ("09_distillation", "softmax_with_temperature", [("dim=-1", "dim=0")], "normalise along dim=-1"),
     ("09_distillation", "softmax_with_temperature",
      [("return torch.softmax(logits / temperature, dim=-1)",
        "e = torch.exp(logits / temperature - (logits / temperature).amax(dim=-1, keepdim=True))\n"
        "    return e / e.sum(dim=0, keepdim=True)")], "sum to 1 along another axis than the classes"),
-    ("09_distillation", "distillation_loss", [("F.log_softmax(student_logits / T, dim=-1)", "F.log_softmax(student_logits / T, dim=0)")],
+    ("09_distillation", "distillation_loss", [("F.log_softmax(student_logits / T, dim=-1)",
+                                               "F.log_softmax(student_logits / T, dim=0)")],
      "yours are over the batch"),
     ("10_tasks", "tagging_accuracy", [("logits.argmax(dim=-1)", "logits.argmax(dim=1)")],
      "the classes are the last axis of logits"),
@@ -138,5 +144,6 @@ def test_every_exercise_that_works_on_axes_has_a_wrong_dimension_mistake():
     covered = {(chapter, exercise) for chapter, exercise, _, _ in WRONG_DIMENSIONS}
     on_axes = {(chapter, exercise) for chapter, tests in MUTATION_TESTS.items() for exercise in tests.references
                if AXIS_CODE.search(solved_code(chapter, exercise))}
-    assert {("01_attention", "softmax"), ("04_normalization", "layer_norm"), ("02_transformer", "MultiHeadAttention")} <= on_axes
+    assert {("01_attention", "softmax"), ("04_normalization", "layer_norm"),
+            ("02_transformer", "MultiHeadAttention")} <= on_axes
     assert on_axes <= covered, sorted(on_axes - covered)

@@ -60,7 +60,8 @@ INSPECT_PAGE = """
         .filter(element => element.textContent.includes('\\\\')).map(element => element.textContent.trim()),
     // Cell outputs that show a Markdown table as its pipes instead of a table.
     pipeTables: Array.from(content.querySelectorAll('.cell_output, .output'))
-        .filter(element => /^\\s*\\|.*\\|\\s*$/m.test(element.innerText) && /\\|\\s*:?-{3,}/.test(element.innerText)).length,
+        .filter(element => /^\\s*\\|.*\\|\\s*$/m.test(element.innerText)
+                           && /\\|\\s*:?-{3,}/.test(element.innerText)).length,
     tracebacks: Array.from(content.querySelectorAll('.output.traceback')).map(element => ({
       intended: !!element.closest('.tag_raises-exception'),
       text: element.innerText.trim().split('\\n').slice(-1)[0],
@@ -89,7 +90,8 @@ class Browser:
         port = self._debugging_port()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as response:
             page = next(target for target in json.load(response) if target["type"] == "page")
-        self.socket = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=PAGE_TIMEOUT, suppress_origin=True)
+        self.socket = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=PAGE_TIMEOUT,
+                                                  suppress_origin=True)
         self.next_id = 0
         self.events: list[dict] = []
         for domain in ("Page", "Network", "Runtime"):
@@ -165,7 +167,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 def serve(directory: Path) -> http.server.ThreadingHTTPServer:
     """Serve ``directory`` on 127.0.0.1 (a free port) in a background thread."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(directory)))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_QuietHandler, directory=str(directory)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -199,7 +202,8 @@ def _network_failures(events: list[dict], origin: str) -> list[str]:
     failures = [f"{url} (outside the book: the book must work offline)" for url in requested.values()
                 if not url.startswith((origin, "data:", "about:", "blob:"))]
     for event in events:
-        if event.get("method") == "Network.loadingFailed" and requested.get(event["params"]["requestId"], "").startswith(origin):
+        if (event.get("method") == "Network.loadingFailed"
+                and requested.get(event["params"]["requestId"], "").startswith(origin)):
             failures.append(f"{requested[event['params']['requestId']]} ({event['params'].get('errorText')})")
         if (event.get("method") == "Network.responseReceived" and event["params"]["response"]["status"] >= 400
                 and not event["params"]["response"]["url"].endswith("/favicon.ico")):  # the browser's own request
@@ -223,7 +227,8 @@ def check_book(html_dir: Path, screenshots: Path | None = None, pages: list[str]
         raise RuntimeError("no chromium found: install it with `apt-get install chromium`")
     if pages is None:
         pages = sorted(str(p.relative_to(html_dir)) for p in html_dir.glob("chapters/**/*.html"))
-        pages += sorted(p.name for p in html_dir.glob("*.html") if p.name not in ("genindex.html", "search.html", "index.html"))
+        pages += sorted(p.name for p in html_dir.glob("*.html")
+                        if p.name not in ("genindex.html", "search.html", "index.html"))
     if screenshots is not None:
         Path(screenshots).mkdir(parents=True, exist_ok=True)
     server, browser = serve(html_dir), Browser(executable)
@@ -254,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("html_dir", type=Path, help="the built book, e.g. _build/html")
     parser.add_argument("--screenshots", type=Path, help="folder for the screenshots")
-    parser.add_argument("--page", action="append", dest="pages", help="a page to check, relative to html_dir (repeatable)")
+    parser.add_argument("--page", action="append", dest="pages",
+                        help="a page to check, relative to html_dir (repeatable)")
     parser.add_argument("--chromium", help="the browser executable (default: chromium from PATH)")
     args = parser.parse_args(argv)
     if not (args.html_dir / "index.html").exists():

@@ -15,8 +15,8 @@ file (``bertlab.pretraining.PackedSegments``): tokenizing takes minutes of a CPU
 run needs, on this machine or a GPU's.
 
 ``pretrain`` runs ``bertlab pretrain`` on that file with the arguments recorded below
-(``OBJECTIVE_ARGUMENTS``, ``BATCH_SIZE``, ``STEPS``, ``LEARNING_RATE``): BERT-mini, masked language modelling only (RoBERTa's
-recipe, no next sentence prediction), batches of 256 segments, no dropout. The run writes a checkpoint
+(``OBJECTIVE_ARGUMENTS``, ``BATCH_SIZE``, ``STEPS``, ``LEARNING_RATE``): BERT-mini, masked language modelling only
+(RoBERTa's recipe, no next sentence prediction), batches of 256 segments, no dropout. The run writes a checkpoint
 every 500 steps: if it stops, the same command continues where it stopped.
 
 ``sweep`` runs ``pretrain`` with several learning rates side by side (one process each, on one GPU), for
@@ -89,14 +89,27 @@ book's pretraining, fine-tuning and distillation chapters start from it, offline
 
 | | |
 |---|---|
-| architecture | BERT-mini (Turc et al., 2019): {config["num_hidden_layers"]} layers, hidden size {config["hidden_size"]}, {config["num_attention_heads"]} heads, feed-forward {config["intermediate_size"]}, post-LayerNorm, GELU, learned positions (up to {config["max_position_embeddings"]}) |
+| architecture | BERT-mini (Turc et al., 2019): {config["num_hidden_layers"]} layers, hidden size \
+{config["hidden_size"]}, {config["num_attention_heads"]} heads, feed-forward {config["intermediate_size"]}, \
+post-LayerNorm, GELU, learned positions (up to {config["max_position_embeddings"]}) |
 | parameters | {scores["parameters"] / 1e6:.2f}M (the MLM decoder is tied to the word embeddings) |
-| vocabulary | {config["vocab_size"]} WordPiece pieces, lower-cased, learned from the training text with `bertlab.tokenization.train_wordpiece_vocab` (Hugging Face `tokenizers`) |
-| training text | the 75,000 unlabelled (`train/unsup`) and training (`train/pos`, `train/neg`) reviews of the Large Movie Review Dataset v1.0 (Maas et al., 2011); the 25,000 test reviews are held out |
-| objective | masked language modelling only, 15% of the tokens (80% [MASK], 10% random, 10% unchanged), new masks at every pass, on segments of contiguous full sentences of up to {recipe.seq_len} tokens (RoBERTa's recipe, Liu et al., 2019): no next sentence prediction, so the pooler and the NSP head keep their initial weights |
-| optimisation | {recipe.max_steps} steps of {recipe.batch_size} segments, AdamW (betas 0.9/0.999, eps 1e-6, weight decay {recipe.weight_decay}), peak learning rate {recipe.lr:g}, linear warm-up over {recipe.warmup} steps and linear decay to 0, gradients clipped at norm {recipe.max_grad_norm}, seed {recipe.seed} |
-| classifier | `BertForSequenceClassification` reads `classifier_pooling` = "{config["classifier_pooling"]}" from `config.json`: {"the mean of the final hidden states over the real tokens, since pretraining never trained the pooler or the [CLS] summary (chosen on MR dev, `benchmarks/mr_pooling.py`); Hugging Face's class ignores the field and reads the pooled [CLS]" if config["classifier_pooling"] == "mean" else "the pooled [CLS]"} |
-| dropout | {pretraining_dropout:g} while pretraining{" (a run this short learns faster without it, as in Geiping and Goldstein's Cramming, 2023)" if pretraining_dropout == 0 else ""}; `config.json` sets BERT's {config["hidden_dropout_prob"]:g} for fine-tuning |
+| vocabulary | {config["vocab_size"]} WordPiece pieces, lower-cased, learned from the training text with \
+`bertlab.tokenization.train_wordpiece_vocab` (Hugging Face `tokenizers`) |
+| training text | the 75,000 unlabelled (`train/unsup`) and training (`train/pos`, `train/neg`) reviews of the \
+Large Movie Review Dataset v1.0 (Maas et al., 2011); the 25,000 test reviews are held out |
+| objective | masked language modelling only, 15% of the tokens (80% [MASK], 10% random, 10% unchanged), new \
+masks at every pass, on segments of contiguous full sentences of up to {recipe.seq_len} tokens (RoBERTa's recipe, \
+Liu et al., 2019): no next sentence prediction, so the pooler and the NSP head keep their initial weights |
+| optimisation | {recipe.max_steps} steps of {recipe.batch_size} segments, AdamW (betas 0.9/0.999, eps 1e-6, \
+weight decay {recipe.weight_decay}), peak learning rate {recipe.lr:g}, linear warm-up over {recipe.warmup} steps \
+and linear decay to 0, gradients clipped at norm {recipe.max_grad_norm}, seed {recipe.seed} |
+| classifier | `BertForSequenceClassification` reads `classifier_pooling` = "{config["classifier_pooling"]}" from \
+`config.json`: {"the mean of the final hidden states over the real tokens, since pretraining never trained the "
+"pooler or the [CLS] summary (chosen on MR dev, `benchmarks/mr_pooling.py`); Hugging Face's class ignores the "
+"field and reads the pooled [CLS]" if config["classifier_pooling"] == "mean" else "the pooled [CLS]"} |
+| dropout | {pretraining_dropout:g} while pretraining{" (a run this short learns faster without it, as in Geiping "
+"and Goldstein's Cramming, 2023)" if pretraining_dropout == 0 else ""}; `config.json` sets BERT's \
+{config["hidden_dropout_prob"]:g} for fine-tuning |
 | hardware and time | {machine}; {hours:.2f} hours of training |
 | storage | float16 safetensors (the weights were kept in float32 while training) |
 
@@ -106,7 +119,8 @@ Made by `python tools/course_bert.py pack`, `pretrain` and `export`; the command
 
 ## Held-out masked-token prediction
 
-On {scores["held_out_reviews"]} test reviews ({model["predicted_tokens"]} masked tokens, fixed masks, seed {EVALUATION_SEED}):
+On {scores["held_out_reviews"]} test reviews ({model["predicted_tokens"]} masked tokens, fixed masks, seed \
+{EVALUATION_SEED}):
 
 | predictor | loss (nats) | accuracy |
 |---|---|---|
@@ -114,7 +128,8 @@ On {scores["held_out_reviews"]} test reviews ({model["predicted_tokens"]} masked
 | unigram: token frequencies of the training text, no context | {unigram["loss"]:.3f} | {unigram["accuracy"]:.3f} |
 | this model | {model["loss"]:.3f} | {model["accuracy"]:.3f} |
 
-Training MLM loss over the last {final["step"] - history[-2]["step"] if len(history) > 1 else final["step"]} steps: {final["mlm_loss"]:.3f} nats, accuracy {final["mlm_accuracy"]:.3f}
+Training MLM loss over the last {final["step"] - history[-2]["step"] if len(history) > 1 else final["step"]} \
+steps: {final["mlm_loss"]:.3f} nats, accuracy {final["mlm_accuracy"]:.3f}
 (`metrics.jsonl`, `loss_curve.png`).
 
 ## Use
@@ -128,7 +143,8 @@ model = BertForPreTraining.from_pretrained(folder)             # or BertForSeque
 # transformers.BertForPreTraining.from_pretrained(folder), BertTokenizerFast.from_pretrained(folder)
 ```
 
-It is a small model trained for {hours:.1f} hours on {training_tokens(recipe) / 1e6:.0f}M token positions of movie reviews: it
+It is a small model trained for {hours:.1f} hours on {training_tokens(recipe) / 1e6:.0f}M token positions of \
+movie reviews: it
 knows the words and phrasing of reviews, not the world; a released BERT-base saw 3.3B words for 1M steps.
 
 ## Data and citations
@@ -183,7 +199,8 @@ def export(args: argparse.Namespace, history: list[dict], recipe: PretrainingRec
     tokenizer.save_vocabulary(PACKAGE_FOLDER)
     (PACKAGE_FOLDER / TOKEN_COUNTS_FILE).write_text("".join(f"{int(count)}\n" for count in counts.tolist()))
     (PACKAGE_FOLDER / cli.TOKENIZER_CONFIG_FILE).write_text(json.dumps(
-        {"do_lower_case": True, "tokenizer_class": "BertTokenizer", "model_max_length": stored["max_position_embeddings"]},
+        {"do_lower_case": True, "tokenizer_class": "BertTokenizer",
+         "model_max_length": stored["max_position_embeddings"]},
         indent=2) + "\n")
     for name in (METRICS_FILE, SETTINGS_FILE):
         shutil.copy(work / name, PACKAGE_FOLDER / name)

@@ -137,13 +137,23 @@ BERT's sibling, trained on the same reviews with the same size and budget, left 
 
 | | |
 |---|---|
-| architecture | GPT-2 (Radford et al., 2019): {config["n_layer"]} pre-LayerNorm blocks of width {config["n_embd"]}, {config["n_head"]} heads, feed-forward {4 * config["n_embd"] if config.get("n_inner") is None else config["n_inner"]}, GELU (tanh), learned positions (up to {config["n_positions"]}), causal self-attention |
-| parameters | {scores["parameters"] / 1e6:.2f}M (the output layer is tied to the token embeddings; the course BERT has 5.53M) |
+| architecture | GPT-2 (Radford et al., 2019): {config["n_layer"]} pre-LayerNorm blocks of width {config["n_embd"]}, \
+{config["n_head"]} heads, feed-forward {4 * config["n_embd"] if config.get("n_inner") is None else config["n_inner"]}, \
+GELU (tanh), learned positions (up to {config["n_positions"]}), causal self-attention |
+| parameters | {scores["parameters"] / 1e6:.2f}M (the output layer is tied to the token embeddings; the course BERT \
+has 5.53M) |
 | vocabulary | the course BERT's {config["vocab_size"]} WordPiece pieces; [CLS] starts a text and [SEP] ends it |
-| training text | the 75,000 unlabelled (`train/unsup`) and training (`train/pos`, `train/neg`) reviews of the Large Movie Review Dataset v1.0 (Maas et al., 2011), in the course BERT's segments of contiguous full sentences of up to {recipe.seq_len} tokens; the 25,000 test reviews are held out |
-| objective | causal language modelling: every token predicted from the tokens before it (the loss of each position i on the token i + 1) |
-| optimisation | {recipe.max_steps} steps of {recipe.batch_size} segments, AdamW (betas 0.9/0.999, eps 1e-6, weight decay {recipe.weight_decay}), peak learning rate {recipe.lr:g}, linear warm-up over {recipe.warmup} steps and linear decay to 0, gradients clipped at norm {recipe.max_grad_norm}, seed {recipe.seed}: the course BERT's, but for the learning rate |
-| dropout | 0 while pretraining, as the course BERT; `config.json` sets GPT-2's {config["resid_pdrop"]:g} for fine-tuning |
+| training text | the 75,000 unlabelled (`train/unsup`) and training (`train/pos`, `train/neg`) reviews of the \
+Large Movie Review Dataset v1.0 (Maas et al., 2011), in the course BERT's segments of contiguous full sentences of \
+up to {recipe.seq_len} tokens; the 25,000 test reviews are held out |
+| objective | causal language modelling: every token predicted from the tokens before it (the loss of each \
+position i on the token i + 1) |
+| optimisation | {recipe.max_steps} steps of {recipe.batch_size} segments, AdamW (betas 0.9/0.999, eps 1e-6, \
+weight decay {recipe.weight_decay}), peak learning rate {recipe.lr:g}, linear warm-up over {recipe.warmup} steps \
+and linear decay to 0, gradients clipped at norm {recipe.max_grad_norm}, seed {recipe.seed}: the course BERT's, \
+but for the learning rate |
+| dropout | 0 while pretraining, as the course BERT; `config.json` sets GPT-2's {config["resid_pdrop"]:g} for \
+fine-tuning |
 | hardware and time | {machine}; {hours:.2f} hours of training |
 | storage | float16 safetensors (the weights were kept in float32 while training) |
 
@@ -154,21 +164,24 @@ command `pretrain` ran:
 
 ## Held-out next-token prediction
 
-On the course BERT's {scores["held_out_reviews"]} held-out test reviews ({model["predicted_tokens"]} predicted tokens; the
+On the course BERT's {scores["held_out_reviews"]} held-out test reviews ({model["predicted_tokens"]} predicted \
+tokens; the
 count-based models counted the training text):
 
 | predictor | loss (nats) | perplexity | accuracy |
 |---|---|---|---|
 {table}
 
-Training loss over the last {final["step"] - history[-2]["step"] if len(history) > 1 else final["step"]} steps: {final["loss"]:.3f} nats, accuracy {final["accuracy"]:.3f}
+Training loss over the last {final["step"] - history[-2]["step"] if len(history) > 1 else final["step"]} steps: \
+{final["loss"]:.3f} nats, accuracy {final["accuracy"]:.3f}
 (`metrics.jsonl`, `loss_curve.png`).
 
 ## The course BERT's masked words, from the left
 
 The words the course BERT's card masks ({masked["bert"]["predicted_tokens"]} tokens of the same reviews, fixed masks,
 seed {EVALUATION_SEED}): a BERT reads both sides of each, this model only the words before it. The BERT is
-`{masked["bert_folder"]}`, trained on {masked["bert_training_tokens"] / 1e6:.0f}M token positions (this model: {training_tokens(recipe) / 1e6:.0f}M).
+`{masked["bert_folder"]}`, trained on {masked["bert_training_tokens"] / 1e6:.0f}M token positions (this model: \
+{training_tokens(recipe) / 1e6:.0f}M).
 
 | predictor | loss (nats) | accuracy |
 |---|---|---|

@@ -169,7 +169,8 @@ def wordpiece_tokenize_cases() -> list[Case]:
         Case(f"word {long_word!r} ({len(long_word)} characters), max_input_chars_per_word={len(long_word) - 1}",
              (long_word, unaffable), {"max_input_chars_per_word": len(long_word) - 1}),
         Case(f"word {in_a_set!r}, vocab given as a set", (in_a_set, frozenset(UNAFFABLE_VOCAB))),
-        Case(f"word {with_other_unk!r}, unk_token={other_unk!r}", (with_other_unk, unaffable), {"unk_token": other_unk}),
+        Case(f"word {with_other_unk!r}, unk_token={other_unk!r}", (with_other_unk, unaffable),
+             {"unk_token": other_unk}),
         *(_random_wordpiece_case(g, number) for number in range(6)),
         Case(f"a word of {len(too_long)} letters a and b: longer than the default max_input_chars_per_word=100",
              (too_long, {"a": 0, "b": 1, "##a": 2, "##b": 3})),
@@ -337,7 +338,8 @@ def bpe_merges_cases() -> list[Case]:
              ({x + y + x + y: twice, z + w: count(twice + 1, 2 * twice - 1)}, 2)),
         Case("a pair whose letters also end a longer symbol: (a, b) after xa is made",
              ({p + q: count(50, 99), p + q + r: count(1, 20), q + r: count(21, 49)}, 3)),
-        Case("an empty word, and more merges than pairs", ({"": count(1, 99), "".join(letters(3)): count(1, 99)}, count(5, 9))),
+        Case("an empty word, and more merges than pairs",
+             ({"": count(1, 99), "".join(letters(3)): count(1, 99)}, count(5, 9))),
         Case("num_merges=0", ({"".join(letters(count(2, 5))): count(1, 99)}, 0)),
     ]
     for number in range(3):
@@ -853,7 +855,8 @@ def _compare_configuration(exercise: Exercise, student_cls, case: EmbeddingsCase
         inputs.append(batch)
     if case.training is not None:
         batch = case.training
-        _check_embeddings_dropout(module, reference, config, batch, f"{batch.description}; config {description}", forbidden)
+        _check_embeddings_dropout(module, reference, config, batch, f"{batch.description}; config {description}",
+                                  forbidden)
         inputs.append(batch)
     return len(inputs)
 

@@ -216,7 +216,8 @@ def _loss_variant(*, direction="teacher_first", t_power=2, scaled="both", reduct
         elif soft == "probabilities_as_input":  # F.kl_div(softmax(s), softmax(t)): input must be log-probabilities
             soft_term = _kl(torch.softmax(student_scaled, -1), torch.softmax(teacher_scaled, -1), reduction)
         elif direction == "teacher_first":
-            soft_term = _kl(torch.log_softmax(student_scaled, student_axis), torch.softmax(teacher_scaled, -1), reduction)
+            soft_term = _kl(torch.log_softmax(student_scaled, student_axis), torch.softmax(teacher_scaled, -1),
+                            reduction)
         else:  # KL(student || teacher)
             soft_term = _kl(torch.log_softmax(teacher_scaled, -1), torch.softmax(student_scaled, -1), reduction)
         soft_term = soft_term * temperature**t_power
@@ -287,7 +288,8 @@ def distillation_loss_gradient_case() -> Case:
 DISTILLATION_GRADIENT_TOLERANCE = Tolerance(atol=1e-6, rtol=1e-4)
 
 
-def _loss_and_gradients(loss_fn, case: Case, forbidden=()) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+def _loss_and_gradients(loss_fn, case: Case, forbidden=()
+                        ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Call ``loss_fn`` with grad enabled on logits that require grad, then ``backward()``: (loss, the
     gradient of the student's logits, the gradient of the teacher's logits), a gradient None where none came."""
     args, kwargs = case.fresh_arguments()
@@ -494,8 +496,8 @@ def _compare_weights(state: dict, expected: dict, teacher_state: dict, prefix: s
     found = _which_teacher_layers(student_layers, teacher_layers)
     if len(found) != len(expected_ids) or found != expected_ids:
         described = ", ".join("a new layer" if index is None else str(index) for index in found)
-        fail(CHECK, context, f"your student has {len(found)} encoder layers, copies of the teacher's layers [{described}]; "
-                       f"expected {len(expected_ids)}: the teacher's layers {expected_ids}.",
+        fail(CHECK, context, f"your student has {len(found)} encoder layers, copies of the teacher's layers "
+                             f"[{described}]; expected {len(expected_ids)}: the teacher's layers {expected_ids}.",
              _layer_hint(found, expected_ids, num_layers, layer_ids_given))
     missing = sorted(set(expected) - set(state))
     extra = sorted(set(state) - set(expected))
@@ -528,8 +530,8 @@ def _check_config(student, expected_layers: int, has_backbone: bool, context: st
         except AttributeError:
             fail(CHECK, context, f"your student has no {name}.num_hidden_layers.", hint)
         if value != expected_layers:
-            fail(CHECK, context, f"your student's {name}.num_hidden_layers is {value}, but it has {expected_layers} layers.",
-                 hint)
+            fail(CHECK, context,
+                 f"your student's {name}.num_hidden_layers is {value}, but it has {expected_layers} layers.", hint)
 
 
 def _output(model, inputs):
@@ -554,10 +556,12 @@ def _check_teacher_unchanged(teacher, before: dict, num_layers: int, context: st
             "must stay as it is, since it still has to teach the student.")
     config_layers = teacher.config.num_hidden_layers
     if config_layers != num_layers:
-        fail(CHECK, context, f"{when}, the teacher's config.num_hidden_layers is {config_layers} instead of {num_layers}.", hint)
+        fail(CHECK, context,
+             f"{when}, the teacher's config.num_hidden_layers is {config_layers} instead of {num_layers}.", hint)
     after = teacher.state_dict()
     if after.keys() != before.keys():
-        fail(CHECK, context, f"{when}, the teacher's weights are not the same set any more (it lost or gained layers).", hint)
+        fail(CHECK, context,
+             f"{when}, the teacher's weights are not the same set any more (it lost or gained layers).", hint)
     changed = [name for name in before if not torch.equal(after[name], before[name])]
     if changed:
         fail(CHECK, context, f"{when}, the teacher's {changed[0]} changed.", hint)
@@ -578,7 +582,8 @@ def _check_not_shared(student_fn, student, context: str, forbidden) -> None:
         grandchild.load_state_dict({name: tensor + 1 if tensor.is_floating_point() else tensor
                                     for name, tensor in state.items()})
     except Exception as error:
-        fail(CHECK, context, f"loading new weights into a student made by your function raised {type(error).__name__}: {error}")
+        fail(CHECK, context,
+             f"loading new weights into a student made by your function raised {type(error).__name__}: {error}")
     after = student.state_dict()
     shared = [name for name in before if not torch.equal(after[name], before[name])]
     if shared:

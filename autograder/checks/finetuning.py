@@ -277,7 +277,8 @@ HEAD_LOSS_MISTAKES = (
     Mistake(_loss_variant("softmax"),
      "the cross-entropy takes the logits: F.cross_entropy(logits, labels) applies the log-softmax itself; "
      "a softmax before it squashes the loss."),
-    Mistake(_loss_variant("sum"), "the loss is the MEAN cross-entropy over the batch (F.cross_entropy's default), not the sum."),
+    Mistake(_loss_variant("sum"),
+     "the loss is the MEAN cross-entropy over the batch (F.cross_entropy's default), not the sum."),
     Mistake(_loss_variant("nll"),
      "F.nll_loss expects log-probabilities: use F.cross_entropy(logits, labels), which takes the logits."),
     Mistake(_loss_variant("bce"),
@@ -296,7 +297,8 @@ HEAD_NAMING_HINT = ("name the submodules bert (a bertlab.bert.BertModel(config))
 def _build_head(student_cls, config: BertConfig, num_labels: int | None, description: str, forbidden,
                 reference_model: nn.Module):
     """The student's module, built and loaded with the reference's weights; its context string."""
-    context = f"BertForSequenceClassification({'config' if num_labels is None else f'config, {num_labels}'}) with {description}"
+    context = (f"BertForSequenceClassification({'config' if num_labels is None else f'config, {num_labels}'}) "
+               f"with {description}")
     args = (config,) if num_labels is None else (config, num_labels)
     module = build_with_reference_weights(student_cls, args, {}, reference_model, check="BertForSequenceClassification",
                                           context=context, naming_hint=HEAD_NAMING_HINT, forbidden=forbidden)
@@ -717,7 +719,8 @@ RATE_TOLERANCE = Tolerance(atol=0.0, rtol=1e-6)
 def _groups_by_name(model: nn.Module, groups) -> dict[str, tuple[float, float]]:
     """name -> (lr, weight_decay) for groups that hold the model's own parameter objects."""
     names = {id(p): name for name, p in model.named_parameters()}
-    return {names[id(p)]: (float(group["lr"]), float(group["weight_decay"])) for group in groups for p in group["params"]}
+    return {names[id(p)]: (float(group["lr"]), float(group["weight_decay"]))
+            for group in groups for p in group["params"]}
 
 
 def _param_groups_variant(*, decay_norms: bool = False, decay: str = "matrices", swap: bool = False,
@@ -1092,7 +1095,8 @@ TRAIN_EPOCH_MISTAKES = (
     Mistake(_train_epoch_variant(mean="unweighted"),
      "return the mean loss per EXAMPLE: weight each batch's loss by its number of examples "
      "(len(batch[\"index\"])), since the last batch may be smaller."),
-    Mistake(_train_epoch_variant(mean="sum"), "return the MEAN loss per example: divide the sum by the number of examples."),
+    Mistake(_train_epoch_variant(mean="sum"),
+     "return the MEAN loss per example: divide the sum by the number of examples."),
     Mistake(_train_epoch_variant(mean="last"), "return the mean loss over the whole epoch, not the last batch's loss."),
 )
 

@@ -127,7 +127,8 @@ class DropoutHints:
 
 
 def check_dropout(output: torch.Tensor, expected: torch.Tensor, p: float, *, check: str, context: str,
-                  hints: DropoutHints, on_kept_differ: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> None:
+                  hints: DropoutHints,
+                  on_kept_differ: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> None:
     """Fail unless ``output``, computed in training mode, is a dropout of probability ``p`` applied to
     ``expected`` (the eval-mode output): every entry either dropped (exactly 0) or ``expected / (1 - p)``,
     about a fraction ``p`` of them dropped (between p / 3 and 1.5 p + 5%).

@@ -495,7 +495,8 @@ ALIBI_BIAS_MISTAKES = (
     Mistake(_alibi_mistake(distance="key_index"),
             "Bloom adds m_h * j, which differs from -m_h * (i - j) by a constant in each row (the same "
             "softmax), but this exercise asks for bias[h, i, j] = -m_h * (i - j) itself."),
-    Mistake(_alibi_mistake(square=True), "the bias has shape (H, n, m): use m keys when m is given (it defaults to n)."),
+    Mistake(_alibi_mistake(square=True),
+            "the bias has shape (H, n, m): use m keys when m is given (it defaults to n)."),
     Mistake(_alibi_mistake(heads_last=True), "the heads come first: the bias has shape (H, n, m), not (n, m, H)."),
     Mistake(_alibi_mistake(slopes=lambda h: _geometric(h).float()), _GEOMETRIC_ALL_HINT + " (Use your alibi_slopes.)"),
     Mistake(lambda num_heads, n, m=None, causal=True, *, device=None: _alibi(num_heads, n, m, True, device=device),
@@ -565,7 +566,8 @@ def _rope(x, positions=None, base=10000.0, *, layout="interleaved", sign=1.0, fi
     seq_len, head_dim = x.shape[position_axis], x.shape[-1]
     if positions is None or ignore_positions:
         positions = torch.arange(first_position, first_position + seq_len)
-    dtype = {"promote": torch.promote_types(x.dtype, torch.float32), "input": x.dtype, "float32": torch.float32}[compute_dtype]
+    dtype = {"promote": torch.promote_types(x.dtype, torch.float32), "input": x.dtype,
+             "float32": torch.float32}[compute_dtype]
     theta = _frequencies(head_dim, base, dtype, exponent_scale)
     angles = sign * positions.to(dtype)[..., None] * theta  # (..., N, D/2)
     cos, sin = torch.cos(angles), torch.sin(angles)

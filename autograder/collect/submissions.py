@@ -404,7 +404,8 @@ def _read_timestamp_file(folder: Path) -> tuple[datetime | None, tuple[str, ...]
             raise ValueError(f"not a date: {text}")
         stamp = parse_utc(text)
     except Exception as error:  # nbgrader's parser raises more than ValueError
-        return None, (f"its timestamp.txt was ignored ({error_line(error, MAX_TIMESTAMP_REASON_CHARS)}); the file's time counts instead",)
+        return None, (f"its timestamp.txt was ignored ({error_line(error, MAX_TIMESTAMP_REASON_CHARS)}); "
+                      "the file's time counts instead",)
     stamp = stamp.replace(tzinfo=timezone.utc) if stamp.tzinfo is None else stamp
     if stamp > datetime.now(timezone.utc) + TIMESTAMP_SLACK:
         return None, (f"its timestamp.txt was ignored (it is in the future: {stamp:%Y-%m-%d %H:%M} UTC); "

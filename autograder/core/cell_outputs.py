@@ -74,7 +74,8 @@ class OutputBudget:
     def take(self, text: str, limit: int) -> str:
         """``text`` cut to ``limit`` and to what is left of the budget, with a note when cut."""
         allowed = max(0, min(limit, self.left))
-        kept = text if len(text) <= allowed else text[:allowed] + f"\n[output truncated: {len(text) - allowed} more characters]\n"
+        kept = (text if len(text) <= allowed
+                else text[:allowed] + f"\n[output truncated: {len(text) - allowed} more characters]\n")
         self.exhausted = self.exhausted or len(text) > self.left  # the budget, not ``limit``, cut it
         self.left -= min(len(text), allowed)
         return kept

@@ -73,7 +73,8 @@ def bound(node: ast.AST) -> set[str]:
         return names
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
         return {node.id}
-    if isinstance(node, (ast.expr, ast.withitem, ast.excepthandler, ast.comprehension)) and not isinstance(node, SCOPES):
+    if (isinstance(node, (ast.expr, ast.withitem, ast.excepthandler, ast.comprehension))
+            and not isinstance(node, SCOPES)):
         names = {node.name} if isinstance(node, ast.ExceptHandler) and node.name else set()
         for child in ast.iter_child_nodes(node):
             names |= bound(child)

@@ -79,8 +79,8 @@ def prepare_gradebook(db_url: str) -> None:
         timeout = {"connect_timeout": CONNECT_SECONDS} if url.get_driver_name() in ("psycopg", "psycopg2") else {}
         engine = create_engine(url, connect_args=timeout)
     except ImportError as error:
-        raise GradingError(f"the gradebook database {hidden_password(db_url)} needs the driver {error.name or error}, which "
-                           "is not installed (PostgreSQL: pip install \"bertlab[postgres]\")") from None
+        raise GradingError(f"the gradebook database {hidden_password(db_url)} needs the driver {error.name or error}, "
+                           "which is not installed (PostgreSQL: pip install \"bertlab[postgres]\")") from None
     except (ArgumentError, ValueError) as error:
         raise GradingError(f"--db {hidden_password(db_url)}: {error}; a gradebook's URL reads "
                            "postgresql://user:password@host/database or sqlite:////path/gradebook.db") from None
@@ -138,7 +138,8 @@ def register_chapters(nbgrader_course: Path, db_url: str, chapters: list[str]) -
             if "Cannot add or remove cells" in log:
                 raise GradingError(f"solutions/{name} gained or lost graded cells since it was graded into the "
                                    f"gradebook {hidden_password(db_url)}; grade into a new --out or --db")
-            raise GradingError(f"nbgrader cannot register chapter {name} in {hidden_password(db_url)}:\n{log[-MAX_NBGRADER_LOG_CHARS:]}")
+            raise GradingError(f"nbgrader cannot register chapter {name} in {hidden_password(db_url)}:\n"
+                               f"{log[-MAX_NBGRADER_LOG_CHARS:]}")
 
 
 def store_grades(gradebook, result: NotebookResult, notebook: str) -> None:

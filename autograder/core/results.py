@@ -76,7 +76,8 @@ class Cause(StrEnum):
 
 
 CAUSES = {Status.ERROR: (Cause.BLANK, Cause.CRASH, Cause.UNREADABLE, Cause.GRADER_ERROR),
-          Status.MISSING: (Cause.NOT_DEFINED, Cause.NO_SUBMISSION), Status.FAILED: (Cause.REFERENCE_COPY, Cause.REFERENCE_UNAVAILABLE)}
+          Status.MISSING: (Cause.NOT_DEFINED, Cause.NO_SUBMISSION),
+          Status.FAILED: (Cause.REFERENCE_COPY, Cause.REFERENCE_UNAVAILABLE)}
 
 class Certainty(StrEnum):
     """How sure the grader is that an exercise is the reference's code (:mod:`autograder.run.reference_copies`)."""
@@ -220,7 +221,8 @@ class NotebookResult:
     def from_json(cls, data: dict) -> "NotebookResult":
         known = {item.name for item in fields(cls)}
         values = {key: value for key, value in data.items() if key in known}
-        values["tests"] = tuple(TestResult(**{**test, "status": Status(test["status"]), "cause": Cause(test.get("cause", ""))})
+        values["tests"] = tuple(TestResult(**{**test, "status": Status(test["status"]),
+                                              "cause": Cause(test.get("cause", ""))})
                                 for test in data["tests"])
         values["copies"] = tuple(ReferenceCopy(**{**copy, "certainty": Certainty(copy["certainty"])})
                                  for copy in data.get("copies", ()))
@@ -250,7 +252,8 @@ class ClassResults:
 
     def to_json(self) -> str:
         return json.dumps({"grader_version": GRADER_VERSION, "bounds": self.bounds, "sandbox": self.sandbox,
-                           "look_alikes": self.look_alikes, "notebooks": [result.to_json() for result in self.notebooks],
+                           "look_alikes": self.look_alikes,
+                           "notebooks": [result.to_json() for result in self.notebooks],
                            "skipped": [asdict(item) for item in self.skipped]}, indent=1, ensure_ascii=False)
 
     @classmethod
@@ -277,7 +280,8 @@ class ClassResults:
             results = by_chapter[chapter]
             mean = sum(result.score for result in results) / len(results)
             maximum = max(result.max_score for result in results)
-            lines.append(f"| {_cell(chapter)} | {len(results)} | {sum(result.origin is not None for result in results)} "
+            lines.append(f"| {_cell(chapter)} | {len(results)} "
+                         f"| {sum(result.origin is not None for result in results)} "
                          f"| {mean:.2f} / {maximum:g} | {sum(result.score == result.max_score for result in results)} "
                          f"| {sum(len(result.copies) for result in results)} |")
         if self.notebooks:

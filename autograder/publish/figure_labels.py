@@ -184,7 +184,8 @@ def _lines(group: ET.Element) -> Iterator[Line]:
     for index, child in enumerate(children):
         if child.tag is ET.Comment and index + 1 < len(children) and children[index + 1].tag == _tag("g"):
             yield Line(child, children[index + 1])
-        elif child.tag == _tag("g") and not child.get("id") and (index == 0 or children[index - 1].tag is not ET.Comment):
+        elif (child.tag == _tag("g") and not child.get("id")
+              and (index == 0 or children[index - 1].tag is not ET.Comment)):
             yield from _lines(child)
 
 
@@ -257,7 +258,8 @@ def _drawn_as_text(text: str, size: float, weight: str) -> tuple[ET.Element, flo
     root = parse(output.getvalue())
     drawn = root.find(_tag("text")) if not ismath else next(
         group for group in root.iter(_tag("g")) if group.find(_tag("text")) is not None)
-    spaces = sorted((span for span in drawn.iter(_tag("tspan")) if span.text == EM_SPACE), key=lambda span: float(span.get("x")))
+    spaces = sorted((span for span in drawn.iter(_tag("tspan")) if span.text == EM_SPACE),
+                    key=lambda span: float(span.get("x")))
     for span, character in zip(spaces, wide):
         span.text = character
     return drawn, _width(laid_out, size, True, weight) if ismath else None
@@ -302,7 +304,8 @@ def _clip_boxes(root: ET.Element) -> dict[str, tuple[float, float]]:
     return boxes
 
 
-def _fraction_of_alignment(artist: TextArtist, widths: list[float], clip_boxes: Mapping[str, tuple[float, float]]) -> float:
+def _fraction_of_alignment(artist: TextArtist, widths: list[float],
+                           clip_boxes: Mapping[str, tuple[float, float]]) -> float:
     """Where a line of ``artist`` is anchored, as the fraction of its width from its start (0, 1/2 or
     1). matplotlib places each line by its start; the alignment is what the lines agree on (their
     starts, middles or ends at the same place along their direction); else, for one line (or lines of
@@ -343,7 +346,8 @@ def _replace_line(line: Line, parent: ET.Element, text: str, fraction: float, en
     if line.group.get("style"):
         placed.set("style", line.group.get("style"))  # the line's colour and opacity
     if line.is_math:
-        ET.SubElement(placed, _tag("g"), transform=f"translate({fraction * (english_width - width):g} 0)").extend(list(drawn))
+        ET.SubElement(placed, _tag("g"),
+                      transform=f"translate({fraction * (english_width - width):g} 0)").extend(list(drawn))
     else:
         drawn.attrib.pop("transform", None)
         drawn.set("x", f"{fraction * english_width:g}")

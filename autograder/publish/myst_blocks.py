@@ -182,7 +182,8 @@ def markup_differences(english: str, translated: str) -> list[str]:
     for field, label in MARKUP_LABELS.items():
         problems += multiset_difference(label, getattr(source, field), getattr(target, field))
     if source.leading_marker != target.leading_marker:
-        problems.append(f"starts with {target.leading_marker!r} where the English starts with {source.leading_marker!r}")
+        problems.append(f"starts with {target.leading_marker!r} "
+                        f"where the English starts with {source.leading_marker!r}")
     if source.table_rows != target.table_rows:
         problems.append(f"{target.table_rows} table rows where the English has {source.table_rows}")
     return problems

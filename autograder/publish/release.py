@@ -194,7 +194,8 @@ def generate(names=None, *, root: Path = ROOT, output: Path | None = None) -> li
         for name in names:
             result = api.generate_assignment(name, force=True, create=True)
             if not result["success"]:
-                raise ReleaseError(f"nbgrader could not generate {name}:\n{result.get('error') or ''}\n{result.get('log') or ''}")
+                raise ReleaseError(f"nbgrader could not generate {name}:\n{result.get('error') or ''}\n"
+                                   f"{result.get('log') or ''}")
             generated = scratch / "release" / name
             for path in sorted(generated.rglob("*.ipynb")):
                 write_notebook(normalize(nbformat.read(path, as_version=4)), path)
@@ -303,7 +304,8 @@ def execute(notebook: nbformat.NotebookNode, directory: Path, timeout: int, grad
         notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
         resources={"metadata": {"path": str(directory)}},
     )
-    environment = {name: value for name, value in os.environ.items() if name not in ("NBGRADER_EXECUTION", "MPLBACKEND")}
+    environment = {name: value for name, value in os.environ.items()
+                   if name not in ("NBGRADER_EXECUTION", "MPLBACKEND")}
     if grading:
         environment["NBGRADER_EXECUTION"] = "autograde"
     if not figures:

@@ -493,7 +493,8 @@ class StudentProcess:
 
     def _unreadable(self, error: Exception) -> StudentProcessEnded:
         kill(self.process)
-        self.ended_because = f"it sent a reply the grader does not read ({printable(str(error), MAX_UNREADABLE_REPLY_CHARS)})"
+        self.ended_because = ("it sent a reply the grader does not read "
+                              f"({printable(str(error), MAX_UNREADABLE_REPLY_CHARS)})")
         return StudentProcessEnded(self.ended_because)
 
     def _ended(self) -> StudentProcessEnded:

@@ -254,7 +254,8 @@ def _builds_code(node: ast.AST) -> bool:
         if isinstance(inner, ast.Name) and inner.id in DYNAMIC_NAMES:
             return True
         if isinstance(inner, ast.Attribute) and (inner.attr in DYNAMIC_ATTRIBUTES or (
-                inner.attr in ("load", "loads") and isinstance(inner.value, ast.Name) and inner.value.id in CODE_LOADERS)):
+                inner.attr in ("load", "loads") and isinstance(inner.value, ast.Name)
+                and inner.value.id in CODE_LOADERS)):
             return True
     return False
 
@@ -297,7 +298,8 @@ def _reasons(notebook: _Notebook, exercise: str, targets: tuple) -> list[tuple[b
         reasons.append((True, f"it uses {path}, the reference"))
     rebound = notebook.rebound.get(exercise)
     if rebound is not None and _reaches([rebound], notebook.bindings, targets):
-        reasons.append((True, f"its name is bound to the reference ({ast.unparse(rebound)[:MAX_REBOUND_SOURCE_CHARS]})"))
+        reasons.append((True,
+                        f"its name is bound to the reference ({ast.unparse(rebound)[:MAX_REBOUND_SOURCE_CHARS]})"))
     if any(_builds_code(node) for node in reachable):
         reasons.append((False, "it builds code at run time (exec, compile, getsource, __code__, ...)"))
     building = [node for _, node in notebook.dynamic_top_level]

@@ -279,7 +279,8 @@ def _exception_chain(error: BaseException) -> list[BaseException]:
 
 
 def _is_memory_error(error: BaseException) -> bool:
-    return isinstance(error, MemoryError) or "can't allocate memory" in str(error) or "out of memory" in str(error).lower()
+    return (isinstance(error, MemoryError) or "can't allocate memory" in str(error)
+            or "out of memory" in str(error).lower())
 
 
 def _failing_line(error: BaseException, source: str, filename: str) -> str:

@@ -178,7 +178,8 @@ class Sandbox:
 
     def command(self, argv: list[str]) -> list[str]:
         """The command line that runs ``argv`` inside this sandbox."""
-        prelude = [sys.executable, "-I", "-S", str(Path(sandbox_inside.__file__).resolve()), json.dumps(self.config()), "--"]
+        prelude = [sys.executable, "-I", "-S", str(Path(sandbox_inside.__file__).resolve()),
+                   json.dumps(self.config()), "--"]
         if not self.isolated:
             return [*prelude, *argv]
         users = [] if self.uid is not None else ["--user", "--map-root-user"]

@@ -237,7 +237,8 @@ class _Server:
 
     def call_grader(self, function: int, args: tuple, kwargs: dict):
         """Call a function that lives in the grader; serve the grader's requests meanwhile."""
-        write_frame(self.replies_fd, dumps_reply((self.serving[-1], ("callback", self.encode((function, args, kwargs))))))
+        write_frame(self.replies_fd,
+                    dumps_reply((self.serving[-1], ("callback", self.encode((function, args, kwargs))))))
         while True:
             received = self.receive()
             if received is None:
@@ -351,7 +352,8 @@ class _ReceivedObjects:
         """Take the state of the objects of a request once they are complete (unpickled)."""
         for number in arrived:
             self.baselines[number] = _state_of(self.objects[number])
-        self.by_request.setdefault(request, []).extend(n for n in arrived if not isinstance(self.objects[n], torch.Tensor))
+        self.by_request.setdefault(request, []).extend(n for n in arrived
+                                                       if not isinstance(self.objects[n], torch.Tensor))
 
     def forget(self, numbers: list[int]) -> None:
         for number in numbers:

@@ -116,7 +116,8 @@ def describe_difference(
     label = name if isinstance(name, str) else "output"
     if isinstance(expected, (tuple, list)):
         if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
-            what = _a(type(actual).__name__) + (f" of length {len(actual)}" if isinstance(actual, (tuple, list)) else "")
+            what = _a(type(actual).__name__) + (
+                f" of length {len(actual)}" if isinstance(actual, (tuple, list)) else "")
             wanted = ", ".join(names) if names else f"{len(expected)} values"
             return f"{label}: you returned {what}, expected a tuple ({wanted})."
         for i, (a, e) in enumerate(zip(actual, expected)):
@@ -138,7 +139,8 @@ def describe_difference(
             return f"{label}: you returned {_a(type(actual).__name__)}, expected a float."
         if abs(actual - expected) <= tol.atol + tol.rtol * abs(expected):
             return None
-        return f"{label}: you returned {_format_number(float(actual))}, expected {_format_number(expected)} (tolerance {tol})."
+        return (f"{label}: you returned {_format_number(float(actual))}, expected {_format_number(expected)} "
+                f"(tolerance {tol}).")
     return None if actual == expected else f"{label}: you returned {actual!r}, expected {expected!r}."
 
 

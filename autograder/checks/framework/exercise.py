@@ -62,7 +62,8 @@ def run_student(
         ) from error
     original_args, original_kwargs = case.args, case.kwargs
     names = list(parameter_names) + [f"argument {i}" for i in range(len(parameter_names), len(args))]
-    for name, before, after in [*zip(names, original_args, args), *((k, original_kwargs[k], kwargs[k]) for k in kwargs)]:
+    for name, before, after in [*zip(names, original_args, args),
+                                *((k, original_kwargs[k], kwargs[k]) for k in kwargs)]:
         if not same_value(before, after):
             raise CheckFailed(
                 f"{check} changed its input `{name}` in place, on {context}; "

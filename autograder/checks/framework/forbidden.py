@@ -14,7 +14,8 @@ from torch.overrides import TorchFunctionMode
 from autograder.checks.framework.comparison import CheckFailed
 
 
-_TORCH_MODULE_NAMES = {"torch._C._nn": "torch.nn.functional", "torch._C._special": "torch.special", "torch._C._linalg": "torch.linalg"}
+_TORCH_MODULE_NAMES = {"torch._C._nn": "torch.nn.functional", "torch._C._special": "torch.special",
+                       "torch._C._linalg": "torch.linalg"}
 
 
 def describe_callable(function) -> str:
@@ -25,7 +26,8 @@ def describe_callable(function) -> str:
         return f"torch.ops.{function}"
     name = getattr(function, "__name__", repr(function))
     qualname = getattr(function, "__qualname__", name)
-    module = getattr(function, "__module__", None) or getattr(getattr(function, "__objclass__", None), "__module__", None)
+    module = (getattr(function, "__module__", None)
+              or getattr(getattr(function, "__objclass__", None), "__module__", None))
     if qualname.startswith("TensorBase.") or qualname.startswith("Tensor."):
         return f"torch.Tensor.{name}"
     if qualname.startswith("_VariableFunctionsClass."):
