@@ -87,7 +87,8 @@ def task_results(monkeypatch):
         score = sum(scores) / len(scores) if what == "test" else 0.8 if model.lr == 1e-3 else 0.6
         return {"accuracy": score, "macro_f1": score}
 
-    monkeypatch.setitem(module.TASKS, "pairs", dataclasses.replace(module.TASKS["pairs"], load_splits=lambda root: splits))
+    monkeypatch.setitem(module.TASKS, "pairs",
+                        dataclasses.replace(module.TASKS["pairs"], load_splits=lambda root: splits))
     monkeypatch.setattr(module, "task_model", fake_model)
     monkeypatch.setattr(module, "finetune_task", fake_finetune)
     monkeypatch.setattr(module, "evaluate_task", fake_evaluate)
@@ -166,8 +167,8 @@ def test_each_point_of_both_learning_curves_has_its_paired_tests(task_results, t
                                 "(accuracy)"]
         assert random_weights.measured == "90.0 vs 50.0 (+40.0)" and random_weights.holds is True
         assert random_weights.significance.examples == TEST_PAIRS and random_weights.significance.mcnemar_p < 0.05
-        baseline = next(check for name, check in checks.items()
-                        if name.startswith(f"pairs, first 30 train ({kind}): course BERT above the best simple baseline"))
+        baseline = next(check for name, check in checks.items() if name.startswith(
+            f"pairs, first 30 train ({kind}): course BERT above the best simple baseline"))
         assert baseline.significance is not None and baseline.significance.examples == TEST_PAIRS
     assert sum(name.startswith("pairs, first ") for name in checks) == 4
 
