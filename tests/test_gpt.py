@@ -34,7 +34,8 @@ from bertlab.pretraining import PackedSegments, PretrainingDataset, PretrainingR
 from bertlab.pretraining_data import CausalLMDataset
 from bertlab.tokenization import BertTokenizer, train_wordpiece_vocab
 from bertlab.utils import cpu_computes_bfloat16
-from tests.script_helpers import benchmark_script, tool_module
+from tests.course_gpt_helpers import export_small_course_gpt
+from tests.script_helpers import benchmark_script
 from tests.conftest import run_cli
 
 transformers = pytest.importorskip("transformers")
@@ -773,37 +774,11 @@ def test_the_generation_benchmark_times_both_ways_on_the_same_tokens(tmp_path, c
 # --------------------------------------------------------------------------------------------------
 
 
-def write_small_imdb(root, reviews_per_folder: int = 8) -> None:
-    """An aclImdb/ in the authors' layout, a few short reviews of common words in each folder."""
-    words = ["the film was good", "a bad movie", "i liked the story", "the acting was great",
-             "it was a long film", "the end was bad", "a good cast", "not a great movie"]
-    for number, folder in enumerate(["train/unsup", "train/pos", "train/neg", "test/pos", "test/neg"]):
-        (root / "aclImdb" / folder).mkdir(parents=True)
-        for i in range(reviews_per_folder):
-            text = f"{words[(i + number) % 8].capitalize()}. {words[(3 * i + 1) % 8].capitalize()} and {words[i % 8]}."
-            (root / "aclImdb" / folder / f"{i}_{7 if 'pos' in folder else 2}.txt").write_text(text)
-
-
 def test_the_course_gpt_tool_packs_pretrains_and_exports_a_model_hugging_face_reads(tmp_path, monkeypatch):
-    import bertlab.course_model
+    exported = export_small_course_gpt(tmp_path, monkeypatch)
+    course_gpt, work, package = exported.tool, exported.work, exported.package
 
-    course_gpt = tool_module("course_gpt")
-    write_small_imdb(tmp_path)
-    packed, work, package = tmp_path / "packed.npz", tmp_path / "run", tmp_path / "course_gpt"
-    tool = course_gpt.COURSE_GPT
-    assert course_gpt.main(tool, ["pack", "--data-root", str(tmp_path), "--packed", str(packed)]) == 0
-    assert course_gpt.main(tool, ["pretrain", "--packed", str(packed), "--work", str(work), "--steps", "2",
-                                  "--batch-size", "2", "--device", "cpu"]) == 0  # the shipped recipe, 2 x 2 segments
-    # 4 held-out reviews of each polarity, and 4 more on which the add-k baselines choose k
-    monkeypatch.setattr(bertlab.course_model, "HELD_OUT_REVIEWS", 4)
-    monkeypatch.setattr(course_gpt, "HELD_OUT_REVIEWS", 4)
-    monkeypatch.setattr(course_gpt, "DEV_REVIEWS", 4)
-    monkeypatch.setattr(course_gpt, "PACKAGE_FOLDER", package)
-    monkeypatch.setattr(course_gpt, "RESULTS_FILE", tmp_path / "course-gpt.json")
-    assert course_gpt.main(tool, ["export", "--data-root", str(tmp_path), "--work", str(work), "--packed",
-                                  str(packed)]) == 0
-
-    record = json.loads((tmp_path / "course-gpt.json").read_text())["held_out"]
+    record = json.loads(exported.record.read_text())["held_out"]
     baselines = record["baselines"]
     assert set(baselines) == {"add_k_unigram", "add_k_bigram", "kneser_ney_bigram"}
     for name in ("add_k_unigram", "add_k_bigram"):  # k chosen on the dev reviews: the lowest dev loss

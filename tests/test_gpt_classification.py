@@ -32,6 +32,7 @@ from bertlab.task_data import SentencePair
 from bertlab.task_finetuning import PAIRS, SPANS, TAGGING, LabelVocabulary
 from bertlab.tokenization import BertTokenizer
 from tests.conftest import run_cli
+from tests.course_gpt_helpers import small_bert_vs_gpt
 
 transformers = pytest.importorskip("transformers")
 
@@ -409,27 +410,9 @@ def test_finetune_command_refuses_a_gpt_for_per_token_tasks(gpt_folder, tmp_path
 
 
 def test_the_bert_against_gpt_benchmark_chooses_each_model_s_text_vector_and_rate_on_dev(tmp_path, capsys):
-    from bertlab.bert import BertConfig, BertForPreTraining
-    from bertlab.course_model import course_bert_folder
-    from tests.script_helpers import benchmark_script
-
-    bert_vs_gpt = benchmark_script("bert_vs_gpt")
-    vocab_size = len((course_bert_folder() / "vocab.txt").read_text().splitlines())
-    torch.manual_seed(0)
-    bert = BertForPreTraining(BertConfig(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=1,
-                                         num_attention_heads=2, intermediate_size=32))
-    bert_folder = bert.save_pretrained(tmp_path / "bert")
-    gpt = GPTLMHeadModel(GPTConfig(vocab_size=vocab_size, n_positions=64, n_embd=16, n_layer=1, n_head=2,
-                                   bos_token_id=2, eos_token_id=3, pad_token_id=0))
-    gpt_folder = gpt.save_pretrained(tmp_path / "gpt")
-    mr = tmp_path / "data" / "rt-polarity"
-    mr.mkdir(parents=True)
-    for polarity, words in (("pos", "a fine good great film"), ("neg", "a dull bad poor film")):
-        (mr / f"rt-polarity.{polarity}").write_text(
-            "".join(f"{words} number {i} .\n" for i in range(30)), encoding="latin-1")
     out = tmp_path / "bert-vs-gpt.json"
-    arguments = ["--data-root", str(tmp_path / "data"), "--quick", "--device", "cpu", "--no-progress", "--bert",
-                 str(bert_folder), "--gpt", str(gpt_folder), "--out", str(out), "--work-dir", str(tmp_path / "work")]
+    small = small_bert_vs_gpt(tmp_path, out)
+    bert_vs_gpt, arguments, bert_folder, gpt_folder = small.script, small.arguments, small.bert_folder, small.gpt_folder
     assert bert_vs_gpt.main(arguments) == 0
     record = json.loads(out.read_text())
     for model in bert_vs_gpt.MODELS:
