@@ -84,7 +84,8 @@ def run(args: argparse.Namespace, models: tuple[ComparedModel, ...]) -> dict:
     device = resolve_device(args.device)
     splits = mr_splits(args.data_root, settings["max_train_examples"])
     train, dev, test = splits.train, splits.dev, splits.test
-    stages = Stages(args.work_dir, {"weights_sha256": {model.name: weights_sha256(model.folder()) for model in models},
+    digests = {model.name: weights_sha256(model.folder()) for model in models}
+    stages = Stages(args.work_dir, {"weights_sha256": digests,
                                     "precision": computed_in(device, args),
                                     "dataset": [splits.source, len(train), len(dev), len(test)]})
     training = {key: settings[key] for key in ("epochs", "batch_size", "max_length")}
@@ -141,6 +142,8 @@ def run(args: argparse.Namespace, models: tuple[ComparedModel, ...]) -> dict:
         "machine": machine(device), "precision": computed_in(device, args), "settings": settings,
         "dataset": {"source": splits.source, "train": len(train), "dev": len(dev), "test": len(test)},
         "folders": {model.name: str(model.folder()) for model in models},
+        "weights_sha256": digests,
+        "course_gpt_sha256": digests[models[-1].name],  # the GPT compared: chapter 11 shows it beside the one shipped
         "models": results,
         # each direction tested: "BERT above GPT" and "GPT above BERT" (the difference of one is minus the other's)
         "bert_over_gpt": dataclasses.asdict(paired_comparison(bert, gpt, accuracy=True)),

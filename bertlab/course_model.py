@@ -76,11 +76,32 @@ def read_course_bert_results(name: str, required: Mapping[str, Sequence[str]], s
     here: the run's ``course_bert_sha256`` is compared with :func:`course_bert_sha256`, and
     :class:`~bertlab.recorded.RecordedResultsUnavailable` says so when they differ, so that a chapter never
     shows another release's numbers as this model's."""
-    recorded = read_recorded_results(name, {**required, "course_bert_sha256": []}, start)
-    if recorded["course_bert_sha256"] != course_bert_sha256():
+    return _read_results_of_installed_weights(name, required, start, "course_bert_sha256", "BERT", course_bert_sha256)
+
+
+def read_course_gpt_results(name: str, required: Mapping[str, Sequence[str]], start: str | Path | None = None) -> dict:
+    """:func:`read_course_bert_results` for a recorded run of the course's GPT: its ``course_gpt_sha256``
+    must be the digest of the GPT installed here (``course_gpt_folder``); a GPT that is not installed is
+    :class:`~bertlab.recorded.RecordedResultsUnavailable` too."""
+    return _read_results_of_installed_weights(name, required, start, "course_gpt_sha256", "GPT",
+                                              lambda: weights_sha256(course_gpt_folder()))
+
+
+def _read_results_of_installed_weights(name: str, required: Mapping[str, Sequence[str]], start: str | Path | None,
+                                       key: str, model: str, installed_sha256) -> dict:
+    """The record ``name`` when its ``key`` is ``installed_sha256()``, the digest of the course's ``model``
+    installed here; else :class:`~bertlab.recorded.RecordedResultsUnavailable`, in one line that names the
+    command to run again (the record's own)."""
+    recorded = read_recorded_results(name, {**required, key: []}, start)
+    try:
+        installed = installed_sha256()
+    except FileNotFoundError as missing:
+        raise RecordedResultsUnavailable(str(missing)) from None
+    if recorded[key] != installed:
+        command = recorded.get("command", "its benchmark")
         raise RecordedResultsUnavailable(
-            f"benchmarks/results/{name} was recorded with other weights of the course's BERT than the ones "
-            f"installed here: run benchmarks/bert_results.py again")
+            f"benchmarks/results/{name} was recorded with other weights of the course's {model} than the ones "
+            f"installed here: run {command} again")
     return recorded
 
 

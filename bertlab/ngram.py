@@ -132,7 +132,8 @@ class NGramCounts:
         ids, lengths = _flatten(segments)  # (T,), (S,)
         outside = (ids < 0) | (ids >= vocab_size)  # (T,)
         if outside.any():
-            raise ValueError(f"the segments hold the id {int(ids[outside][0])}, outside the vocabulary [0, {vocab_size})")
+            raise ValueError(f"the segments hold the id {int(ids[outside][0])}, "
+                             f"outside the vocabulary [0, {vocab_size})")
         lengths = lengths[lengths > 0]
         bos, eos = int(bos_token_id is not None), int(eos_token_id is not None)
         framed_lengths = lengths + bos + eos  # (S,)
@@ -250,7 +251,8 @@ class CountLanguageModel(abc.ABC):
         """
         labels = input_ids if labels is None else labels
         for name, ids in (("input_ids", input_ids), ("labels", labels)):
-            if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point() or ids.dtype == torch.bool:
+            if (not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point()
+                    or ids.dtype == torch.bool):
                 raise ValueError(f"{name} must be a (B, N) integer tensor, got "
                                  f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__}"
                                  f"{' of ' + str(ids.dtype) if isinstance(ids, torch.Tensor) else ''}")
@@ -397,7 +399,8 @@ class KneserNeyBigram(_BigramModel):
     def __post_init__(self):
         if self.discount is None:
             object.__setattr__(self, "discount", absolute_discount(self.counts.counts))
-        elif isinstance(self.discount, bool) or not isinstance(self.discount, (int, float)) or not 0 < self.discount <= 1:
+        elif (isinstance(self.discount, bool) or not isinstance(self.discount, (int, float))
+              or not 0 < self.discount <= 1):
             raise ValueError(f"discount must be in (0, 1] (0 leaves unseen tokens no probability; above 1 a seen "
                              f"count would turn negative), got {self.discount!r}")
 

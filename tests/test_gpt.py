@@ -738,7 +738,8 @@ def test_pretrain_command_sizes_each_objective_with_its_own_presets(packed, tmp_
     assert run_cli(capsys, "pretrain", "--no-nsp", *arguments)[0] == 0  # BERT-mini, as ever
     assert run_cli(capsys, "pretrain", "--objective", "causal", *arguments)[0] == 0  # the course GPT
     (bert, bert_recipe), (gpt, gpt_recipe) = models
-    assert isinstance(bert, BertForPreTraining) and bert.config.num_hidden_layers == 4 and bert.config.hidden_size == 256
+    assert isinstance(bert, BertForPreTraining)
+    assert bert.config.num_hidden_layers == 4 and bert.config.hidden_size == 256
     assert bert_recipe.objective == "masked" and gpt_recipe.objective == "causal" and bert_recipe.seq_len == 32
     assert isinstance(gpt, GPTLMHeadModel) and (gpt.config.n_layer, gpt.config.n_embd) == (4, 256)
     for objective, preset in [("causal", "mini"), ("masked", "course")]:

@@ -96,6 +96,9 @@ def shipped(tmp_path_factory):
     comparison = small_bert_vs_gpt(folder / "mr", results / "bert-vs-gpt-cpu.json")
     assert comparison.script.main(comparison.arguments) == 0
     record = made_up_bert_vs_gpt_record(json.loads(comparison.out.read_text()))
+    assert record["course_gpt_sha256"] == bertlab.course_model.weights_sha256(comparison.gpt_folder)
+    # the comparison stands for one made with the GPT shipped here (its own tiny GPT is quicker to fine-tune)
+    record["course_gpt_sha256"] = bertlab.course_model.weights_sha256(exported.package)
     comparison.out.write_text(json.dumps(record))
     return folder / "course", exported.package
 
@@ -164,3 +167,22 @@ def test_with_nothing_shipped_each_cell_says_why_in_one_line(tmp_path, monkeypat
     for cell_id, (start, end) in reasons.items():
         assert printed[cell_id].count("\n") == 1, printed[cell_id]
         assert printed[cell_id].startswith(start) and printed[cell_id].endswith(f"{end}\n"), printed[cell_id]
+
+
+def test_a_record_of_another_gpt_is_not_shown_as_the_installed_one_s(shipped, tmp_path, monkeypatch):
+    repository, package = shipped
+    other = tmp_path / "course_gpt"  # the same GPT with one weight changed: another release
+    other.mkdir()
+    for file in package.iterdir():
+        (other / file.name).write_bytes(file.read_bytes())
+    weights = other / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + bytes([weights.read_bytes()[-1] ^ 1]))
+    monkeypatch.chdir(repository)
+    monkeypatch.setattr(bertlab.course_model, "COURSE_GPT_FOLDER", other)
+    printed = run_cells(["course-gpt-perplexity", "bert-vs-gpt"])
+    for cell_id, record, command in (
+            ("course-gpt-perplexity", "course-gpt.json", "python tools/course_gpt.py export --data-root DIR"),
+            ("bert-vs-gpt", "bert-vs-gpt-cpu.json", "python benchmarks/bert_vs_gpt.py")):
+        assert printed[cell_id].count("\n") == 1, printed[cell_id]
+        assert printed[cell_id].startswith(f"benchmarks/results/{record} was recorded with other weights of the "
+                                           f"course's GPT than the ones installed here: run {command}")

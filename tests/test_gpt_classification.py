@@ -239,7 +239,8 @@ def test_task_model_builds_the_gpt_of_a_config_or_a_folder_and_refuses_per_token
     with pytest.warns(UserWarning, match="newly initialized"):
         assert isinstance(task_model(finetuning.SENTENCES, tmp_path / "gpt", None), GPTForSequenceClassification)
     for task in (TAGGING, SPANS):
-        with pytest.raises(ValueError, match=f"bertlab has no GPT for the {task.name} task.*{task.model_class.__name__}"):
+        message = f"bertlab has no GPT for the {task.name} task.*{task.model_class.__name__}"
+        with pytest.raises(ValueError, match=message):
             task_model(task, config, None)
 
 

@@ -957,12 +957,12 @@ def test_the_weights_sha256_is_computed_by_hashlib_from_the_shipped_file():
 @pytest.mark.parametrize("sha256, reason", [
     (None, "lacks course_bert_sha256: it was written by an older version of the script"),
     ("0" * 64, "was recorded with other weights of the course's BERT than the ones installed here: run "
-               "benchmarks/bert_results.py again"),
+               "python benchmarks/bert_results.py --data-root DIR again"),  # the record's own command
 ])
 def test_a_recorded_run_of_other_weights_is_not_shown_as_the_course_berts(tmp_path, sha256, reason):
     results = tmp_path / "benchmarks" / "results"
     results.mkdir(parents=True)
-    record = {"command": "python benchmarks/bert_results.py", "classification": {"course_bert": 0.75}}
+    record = {"command": "python benchmarks/bert_results.py --data-root DIR", "classification": {"course_bert": 0.75}}
     (results / "bert-cpu.json").write_text(json.dumps({**record, "course_bert_sha256": sha256} if sha256 else record))
     with pytest.raises(RecordedResultsUnavailable) as unavailable:
         pretraining.read_course_bert_results("bert-cpu.json", {"classification": ["course_bert"]}, start=tmp_path)

@@ -382,7 +382,8 @@ def test_the_shipped_records_claim_no_significance_they_did_not_compute(name):
         else:
             assert check.holds == (check.met_by_scores and check.significance.significant), line
             assert line.endswith(check.significance.describe()), line
-            assert line.startswith("- holds: " if check.holds else ("- not significant at 95%: ", "- does NOT hold: ")), line
+            verdicts = "- holds: " if check.holds else ("- not significant at 95%: ", "- does NOT hold: ")
+            assert line.startswith(verdicts), line
     untested = any(check.significance is None and check.untestable is None for check in checks)
     assert len(lines) == len(checks) + untested
     if untested:
@@ -404,7 +405,8 @@ def _correct(accuracy: float, n: int, seed: int) -> list[int]:
 
 def _seeds(accuracy: float, n: int = 400, first_seed: int = 0) -> dict:
     runs = [_correct(accuracy, n, first_seed + seed) for seed in range(3)]
-    return {"mean": accuracy, "by_seed": [accuracy] * 3, "std": 0.0, "learning_rate": 1e-3, "test_correct_by_seed": runs}
+    return {"mean": accuracy, "by_seed": [accuracy] * 3, "std": 0.0, "learning_rate": 1e-3,
+            "test_correct_by_seed": runs}
 
 
 def _mr_record(kept: bool) -> dict:
@@ -420,8 +422,8 @@ def _mr_record(kept: bool) -> dict:
         "learning_curve": {"sizes": [250, 1000, 3000], "pretrained": [strip(_seeds(0.70)), strip(_seeds(0.74))],
                            "random_init": [strip(_seeds(0.60, first_seed=20)), strip(_seeds(0.72, first_seed=30))]},
         "distillation": {
-            "comparison": [{"accuracy": 0.80, "percent_of_teacher": 100.0}, {"accuracy": 0.78, "percent_of_teacher": 97.5,
-                                                                             "speedup": 1.9}],
+            "comparison": [{"accuracy": 0.80, "percent_of_teacher": 100.0},
+                           {"accuracy": 0.78, "percent_of_teacher": 97.5, "speedup": 1.9}],
             **({"teacher_test_correct": _correct(0.80, 400, 60)} if kept else {}),
             "distilled": strip({**_seeds(0.78, first_seed=70), "test_accuracy": 0.78}),
             "labels_alone": strip({**_seeds(0.78, first_seed=80), "test_accuracy": 0.78}),
@@ -482,7 +484,8 @@ def test_task_expectations_are_tested_on_the_examples_sentences_the_unit_of_tagg
     tagging = {"metric": "accuracy", "course_bert": _task_model(right, weights),
                "random_init": _task_model([[round(0.5 * words) for words in weights]] * 3, weights),
                "baselines": {"most frequent tag of each word": {
-                   "accuracy": sum(baseline) / sum(weights), "test_examples": {"scores": baseline, "weights": weights}}}}
+                   "accuracy": sum(baseline) / sum(weights),
+                   "test_examples": {"scores": baseline, "weights": weights}}}}
     pairs = {"metric": "accuracy", "course_bert": _task_model([_correct(0.58, 1000, seed) for seed in range(3)]),
              "random_init": _task_model([_correct(0.57, 1000, 10 + seed) for seed in range(3)]),
              "baselines": {"bag of words, hypothesis only": {"accuracy": 0.567,

@@ -42,7 +42,8 @@ from safetensors.torch import load_file, save_file
 
 from bertlab import cli
 from bertlab.bert import BertForPreTraining
-from bertlab.course_model import COURSE_BERT_FOLDER, EVALUATION_SEED, HELD_OUT_REVIEWS, held_out_reviews
+from bertlab.course_model import (COURSE_BERT_FOLDER, EVALUATION_SEED, HELD_OUT_REVIEWS, held_out_reviews,
+                                  weights_sha256)
 from bertlab.data import IMDB_HELD_OUT_FOLDERS, imdb_documents
 from bertlab.gpt import GPTLMHeadModel
 from bertlab.ngram import AddKBigram, AddKUnigram, KneserNeyBigram, NGramCounts
@@ -260,6 +261,7 @@ def export(args: argparse.Namespace, history: list[dict], recipe: PretrainingRec
     RESULTS_FILE.write_text(json.dumps({
         "command": "python tools/course_gpt.py export --data-root DIR",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "course_gpt_sha256": weights_sha256(PACKAGE_FOLDER),  # the weights shipped: chapter 11 shows only theirs
         "pretraining": {"arguments": command, "settings": recipe.settings(), "machine": machine,
                         "training_hours": sum(record["seconds"] for record in history) / 3600,
                         "final_train_loss": history[-1]["loss"]},
