@@ -198,7 +198,10 @@ def test_a_chapter_run_outside_the_repository_prints_the_recorded_tables(chapter
         snli = record["tasks"]["pairs"]
         expected = [f"made by: {record['command']}", f"SNLI 1.0 ({snli['train']:,} training",
                     *(f"{name:<8} {100 * scores['model']['accuracy']:21.1f}%"
-                      for name, scores in domain["domains"].items())]
+                      for name, scores in domain["domains"].items()),
+                    "the expectations, on the whole test split:"]
+        pending = [name for name in ("pairs", "tagging", "spans") if name not in record["tasks"]]  # MR is chapter 8's
+        assert ("not recorded yet" in shown) == bool(pending), shown
     else:
         record = json.loads((RESULTS / "bert-cpu.json").read_text())
         if chapter == "08_finetuning":
