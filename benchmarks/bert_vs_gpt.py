@@ -142,7 +142,6 @@ def run(args: argparse.Namespace, models: tuple[ComparedModel, ...]) -> dict:
         "machine": machine(device), "precision": computed_in(device, args), "settings": settings,
         "dataset": {"source": splits.source, "train": len(train), "dev": len(dev), "test": len(test)},
         "folders": {model.name: str(model.folder()) for model in models},
-        "weights_sha256": digests,
         "course_gpt_sha256": digests[models[-1].name],  # the GPT compared: chapter 11 shows it beside the one shipped
         "models": results,
         # each direction tested: "BERT above GPT" and "GPT above BERT" (the difference of one is minus the other's)

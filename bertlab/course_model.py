@@ -7,7 +7,7 @@ for chapter 11: ``course_gpt``.
 """
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -88,7 +88,7 @@ def read_course_gpt_results(name: str, required: Mapping[str, Sequence[str]], st
 
 
 def _read_results_of_installed_weights(name: str, required: Mapping[str, Sequence[str]], start: str | Path | None,
-                                       key: str, model: str, installed_sha256) -> dict:
+                                       key: str, model: str, installed_sha256: Callable[[], str]) -> dict:
     """The record ``name`` when its ``key`` is ``installed_sha256()``, the digest of the course's ``model``
     installed here; else :class:`~bertlab.recorded.RecordedResultsUnavailable`, in one line that names the
     command to run again (the record's own)."""
