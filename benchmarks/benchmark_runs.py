@@ -31,6 +31,19 @@ from bertlab.utils import autocast_dtype, resolve_device
 #: identity; identities are compared without it: whether a record holds what is read from it is asked of the record.
 LAYOUT_KEY = "record_layout"
 
+#: The results of the benchmarks (records read by the book and RESULTS.md).
+RESULTS = Path(__file__).resolve().parent / "results"
+
+#: Where a run keeps its finished stages by default: committed beside the records, so that a run longer than a
+#: session goes on after its last finished stage in a fresh clone, with the same command.
+STAGES = Path(__file__).resolve().parent / "stages"
+
+
+def default_work_dir(name: str) -> Path:
+    """The default folder of a run's stages: ``benchmarks/stages/NAME`` (git ignores the ``-quick`` runs' folders
+    and any weights a run keeps there)."""
+    return STAGES / name
+
 
 def holding(*keys: str) -> Callable[[dict], bool]:
     """A test of a stage's record (:meth:`Stages.run`'s ``complete``): it holds every one of ``keys``."""
@@ -80,10 +93,18 @@ class Stages:
                      "seconds": round(time.perf_counter() - start, 1)}
             self.saved[name] = saved
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps({"stages": self.saved}, indent=2) + "\n")
+            self.path.write_text(_stages_json(self.saved))
             print(f"== {name}: {saved['seconds']:.0f} s", flush=True)
         self.seconds[name] = saved["seconds"]
         return saved["record"]
+
+
+def _stages_json(stages: dict[str, dict]) -> str:
+    """``{"stages": stages}`` as JSON with one stage per line: compact (a stage keeps one number per test
+    example), and a stage added to a committed file is one line of its diff."""
+    lines = ",\n".join(f"{json.dumps(name)}: {json.dumps(stage, separators=(',', ':'))}"
+                        for name, stage in stages.items())
+    return '{"stages": {\n' + lines + "\n}}\n"
 
 
 def _without_layout(identity: dict) -> dict:

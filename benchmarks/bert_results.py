@@ -39,7 +39,7 @@ stages (below), not in the JSON. A Markdown table is printed and written next to
 
 The full run takes several hours on a 2-core CPU (1.8 hours when the learning curve had one seed and
 the CPU computed in float32). It is resumable: each finished stage (and the fine-tuned teacher's weights)
-is kept in ``--work-dir`` (default ``runs/bert-results-<device>``), and the
+is kept in ``--work-dir`` (default ``benchmarks/stages/bert-results-<device>``, committed), and the
 same command started again goes on after the last finished stage. Each stage is kept with what it
 depends on (the course BERT's weights, the data and the settings it reads): a run with other settings
 computes again only the stages they change, and another course BERT or other data all of them.
@@ -74,10 +74,10 @@ from bertlab.finetuning import (
 from bertlab.pretraining import course_bert_folder, course_bert_sha256
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
-from benchmark_runs import (Stages, checks_table, computed_in, device_or_exit, expectation, holding, machine,
-                            mr_splits, paired_comparison, quietly, summary, without_example_results)
+from benchmark_runs import (RESULTS, Stages, checks_table, computed_in, default_work_dir, device_or_exit,
+                            expectation, holding, machine, mr_splits, paired_comparison, quietly, summary,
+                            without_example_results)
 
-RESULTS = Path(__file__).resolve().parent / "results"
 # What the expectations' paired tests read from the stages: each model's result on each test example. A stage
 # stored without them (an older layout) is computed again, alone; one that holds them is reused.
 ONE_RUN, RUNS_BY_SEED = holding("test_correct"), holding("test_correct_by_seed")
@@ -502,12 +502,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="JSON file (default: benchmarks/results/bert-DEVICE[-quick].json)")
     parser.add_argument("--work-dir", type=Path,
                         help="the finished stages and the teacher's weights, for resuming (default: "
-                             "runs/bert-results-DEVICE[-quick] in the repository)")
+                             "benchmarks/stages/bert-results-DEVICE[-quick])")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args()
     run_name = f"{device_or_exit(parser, args.device).type}{'-quick' if args.quick else ''}"  # cpu, cuda-quick, ...
     if args.work_dir is None:
-        args.work_dir = Path(__file__).resolve().parents[1] / "runs" / f"bert-results-{run_name}"
+        args.work_dir = default_work_dir(f"bert-results-{run_name}")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:

@@ -21,9 +21,9 @@ with its paired test over the test examples (``benchmark_runs.paired_comparison`
 the difference of the seeds' mean per example, and McNemar's exact test for every seed): whichever way
 it goes, it is significant only when both say so.
 
-Resumable: each finished stage is kept in ``--work-dir`` (default ``runs/bert-vs-gpt-<device>``) with the
-weights' digests, the data and the settings it depends on; the same command started again goes on after
-the last finished stage. A Markdown table is printed and written next to the JSON (``.md``).
+Resumable: each finished stage is kept in ``--work-dir`` (default ``benchmarks/stages/bert-vs-gpt-<device>``,
+committed) with the weights' digests, the data and the settings it depends on; the same command started
+again goes on after the last finished stage. A Markdown table is printed and written next to the JSON (``.md``).
 """
 
 import argparse
@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from benchmark_runs import (Stages, computed_in, device_or_exit, machine, mr_splits, paired_comparison, quietly,
-                            summary, without_example_results)
+from benchmark_runs import (RESULTS, Stages, computed_in, default_work_dir, device_or_exit, machine, mr_splits,
+                            paired_comparison, quietly, summary, without_example_results)
 from bertlab.bert import BertForSequenceClassification
 from bertlab.course_model import course_bert_folder, course_gpt_folder, weights_sha256
 from bertlab.finetuning import FineTuningRecipe, choose_learning_rate, finetune, predict
@@ -46,7 +46,6 @@ from bertlab.gpt import GPTForSequenceClassification
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, resolve_device, seed_everything
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SETTINGS = {
     "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=64, learning_rates=[1e-4, 3e-4, 1e-3],
                  max_train_examples=None),
@@ -180,13 +179,13 @@ def main(argv=None) -> int:
     parser.add_argument("--gpt", type=Path, help="the GPT's folder (default: the course GPT the package ships)")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/bert-vs-gpt-<device>[-quick].json")
     parser.add_argument("--work-dir", type=Path, help="the finished stages, for resuming "
-                        "(default: runs/bert-vs-gpt-<device>[-quick])")
+                        "(default: benchmarks/stages/bert-vs-gpt-<device>[-quick])")
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     name = f"bert-vs-gpt-{device_or_exit(parser, args.device).type}{'-quick' if args.quick else ''}"
     args.out = args.out or RESULTS / f"{name}.json"
-    args.work_dir = args.work_dir or Path(__file__).resolve().parents[1] / "runs" / name
+    args.work_dir = args.work_dir or default_work_dir(name)
     models = tuple(model if folder is None else dataclasses.replace(model, folder=lambda folder=folder: folder)
                    for model, folder in zip(MODELS, (args.bert, args.gpt)))
     record = run(args, models)

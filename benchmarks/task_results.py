@@ -29,17 +29,18 @@ training split, with the same epochs (``learning_curve``) and with as many optim
 split's (``learning_curve_equal_steps``, more epochs): whether the pretrained model's lead grows or
 shrinks as labels grow, each point with its paired tests.
 
-Every fine-tuning run is a stage of its own, kept in ``--work-dir`` (default ``runs/task-results-<device>``)
-with what it depends on, so that the same command started again goes on after the last finished run
-(the full run takes several hours of a 2-core CPU, most of them SQuAD's). When every run of a task has
-finished, its record is written to ``benchmarks/results/tasks-<device>.json`` (and a Markdown table
-beside it, ``.md``), with the tasks finished so far and those of an earlier run with the same weights
-and settings (``--tasks`` runs some tasks only); chapter 10 reads it. Each expectation carries its paired
-test over the test examples (a bootstrap interval; McNemar's test for the pairs' accuracies; the sentence
-the unit of tagging) and holds only when significant at 95%: the stages keep each model's score on each
-test example, the record does not. A run stored by an older layout, without them, is computed again
-only where its test scores are read (each seed at the chosen learning rate; the other rates' runs on the
-first seed are read for their dev score alone), and a task's baselines again (seconds).
+Every fine-tuning run is a stage of its own, kept in ``--work-dir`` (default
+``benchmarks/stages/task-results-<device>``, committed) with what it depends on, so that the same command
+started again, in this clone or a fresh one, goes on after the last finished run (the full run takes
+several hours of a 2-core CPU, most of them SQuAD's). When every run of a task has finished, its record is
+written to ``benchmarks/results/tasks-<device>.json`` (and a Markdown table beside it, ``.md``), with the
+tasks finished so far and those of an earlier run with the same weights and settings (``--tasks`` runs
+some tasks only); chapter 10 reads it. Each expectation carries its paired test over the test examples (a
+bootstrap interval; McNemar's test for the pairs' accuracies; the sentence the unit of tagging) and holds
+only when significant at 95%: the stages keep each model's score on each test example, the record does
+not. A run stored by an older layout, without them, is computed again only where its test scores are read
+(each seed at the chosen learning rate; the other rates' runs on the first seed are read for their dev
+score alone), and a task's baselines again (seconds).
 """
 
 import argparse
@@ -61,10 +62,10 @@ from bertlab.task_finetuning import (SENTENCES, SPANS, TASKS, evaluate_task, fin
                                      task_example_scores, task_model)
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, seed_everything
-from benchmark_runs import (Stages, checks_table, computed_in, device_or_exit, expectation, holding, machine,
-                            paired_comparison, quietly, summary, without_example_results)
+from benchmark_runs import (RESULTS, Stages, checks_table, computed_in, default_work_dir, device_or_exit,
+                            expectation, holding, machine, paired_comparison, quietly, summary,
+                            without_example_results)
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SETTINGS = {
     "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=128, stride=32, max_answer_length=30,
                  learning_rates=[1e-4, 3e-4, 1e-3, 3e-3], max_train_examples=None, max_evaluation_examples=None,
@@ -365,12 +366,12 @@ def main() -> None:
                         help="of every forward pass (bertlab.utils.autocast; default: auto)")
     parser.add_argument("--out", type=Path, help="JSON file (default: benchmarks/results/tasks-DEVICE[-quick].json)")
     parser.add_argument("--work-dir", type=Path, help="the finished runs, for resuming (default: "
-                                                      "runs/task-results-DEVICE[-quick] in the repository)")
+                                                      "benchmarks/stages/task-results-DEVICE[-quick])")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args()
     device = device_or_exit(parser, args.device)
     run_name = f"{device.type}{'-quick' if args.quick else ''}"
-    work_dir = args.work_dir or Path(__file__).resolve().parents[1] / "runs" / f"task-results-{run_name}"
+    work_dir = args.work_dir or default_work_dir(f"task-results-{run_name}")
     out = args.out or RESULTS / f"tasks-{run_name}.json"
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -7,6 +7,7 @@ results are fixed in advance, so that each test takes seconds."""
 import dataclasses
 import json
 import random
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -203,6 +204,27 @@ def test_a_stage_is_computed_again_only_when_it_lacks_what_is_read(tmp_path):
     again = benchmark_runs.Stages(tmp_path, {"w": 1})  # what was computed is kept
     assert again.run("old", compute("old"), keeps, lr=3)["test_correct"] == [1, 0] and computed == ["old", "other"]
 
+
+
+def test_stages_are_kept_one_line_each_in_a_folder_git_keeps_unless_quick(tmp_path):
+    """A run longer than a session goes on in a fresh clone: its stages are committed, compactly."""
+    benchmark_runs = benchmark_script("benchmark_runs")
+    stages = benchmark_runs.Stages(tmp_path, {"w": 1})
+    for name in ("pairs: lr 1e-4", "pairs: lr 3e-4"):
+        stages.run(name, lambda: {"test_correct": [1, 0, 1] * 1000})
+    text = (tmp_path / "stages.json").read_text()
+    assert len(text.splitlines()) == 4 and len(text) < 2 * 6000 + 400  # a line a stage, two bytes a result
+    assert benchmark_runs.Stages(tmp_path, {"w": 1}).stored("pairs: lr 3e-4")["test_correct"][:3] == [1, 0, 1]
+    root = Path(__file__).resolve().parents[1]
+    folder = benchmark_runs.default_work_dir("task-results-cpu")
+    assert folder.parent == root / "benchmarks" / "stages"
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"], cwd=root, capture_output=True, text=True,
+        input="\n".join(str(path.relative_to(root)) for path in (
+            folder / "stages.json", folder.with_name("task-results-cpu-quick") / "stages.json",
+            benchmark_runs.default_work_dir("bert-results-cpu") / "teacher.pt")) + "\n").stdout.split()
+    assert ignored == ["benchmarks/stages/task-results-cpu-quick/stages.json",
+                       "benchmarks/stages/bert-results-cpu/teacher.pt"]
 
 # --------------------------------------------------------------------------------------------------
 # benchmarks/bert_results.py: MR classification and distillation
