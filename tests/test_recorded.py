@@ -199,7 +199,12 @@ def test_a_chapter_run_outside_the_repository_prints_the_recorded_tables(chapter
         expected = [f"made by: {record['command']}", f"SNLI 1.0 ({snli['train']:,} training",
                     *(f"{name:<8} {100 * scores['model']['accuracy']:21.1f}%"
                       for name, scores in domain["domains"].items()),
-                    "the expectations, on the whole test split:"]
+                    "the expectations, on the whole test split:",
+                    "course BERT, hypothesis alone" if "hypothesis_only" in snli
+                    else "BERTs on the hypothesis alone            not in this record",
+                    *(f"learning curve, {kind}" + ("" if key in snli else ": not in this record")
+                      for key, kind in (("learning_curve", "same epochs"),
+                                        ("learning_curve_equal_steps", "same optimiser steps")))]
         pending = [name for name in ("pairs", "tagging", "spans") if name not in record["tasks"]]  # MR is chapter 8's
         assert ("not recorded yet" in shown) == bool(pending), shown
     else:
