@@ -211,21 +211,25 @@ def paired_comparison(
     against each run of B when one model has one run, the runs of the same seed otherwise, and the
     largest p-value is kept: the claim must hold for every seed. The expectation is significant when
     the interval lies above ``margin`` and, for accuracies, every pair has b > c with p below
-    1 - ``confidence``. The interval covers the choice of the test examples, not of the training
+    1 - ``confidence``; the reverse, B above A, when the interval lies below 0 and, for accuracies, every
+    pair has c > b with p below 1 - ``confidence``. The interval covers the choice of the test examples, not of the training
     examples or the seed; the record's spread over the seeds covers the seed.
     """
     mean_a, mean_b = (np.mean(np.asarray(runs, dtype=np.float64), axis=0) for runs in (runs_a, runs_b))
     difference, low, high = (scale * value for value in paired_bootstrap(
         mean_a, mean_b, weights, resamples=resamples, confidence=confidence, seed=seed))
-    significant, mcnemar_p = low > margin, None
+    significant, reverse_significant, mcnemar_p = low > margin, high < 0, None
     if accuracy:
         pairs = ([(a, b) for a in runs_a for b in runs_b] if 1 in (len(runs_a), len(runs_b))
                  else list(zip(runs_a, runs_b, strict=True)))
         tests = [exact_mcnemar(a, b) for a, b in pairs]
         mcnemar_p = max(p for _, _, p in tests)
         significant = significant and mcnemar_p < 1 - confidence and all(b > c for b, c, _ in tests)
+        reverse_significant = (reverse_significant and mcnemar_p < 1 - confidence
+                               and all(c > b for b, c, _ in tests))
     return Significance(difference=difference, low=low, high=high, confidence=confidence, resamples=resamples,
-                        examples=len(mean_a), mcnemar_p=mcnemar_p, significant=bool(significant))
+                        examples=len(mean_a), mcnemar_p=mcnemar_p, significant=bool(significant),
+                        reverse_significant=bool(reverse_significant))
 
 
 def expectation(name: str, measured: str, met_by_scores: bool, significance: Significance | None,

@@ -106,7 +106,9 @@ class Significance:
     exact McNemar test's two-sided p-value for accuracies (None for other scores): with b the examples
     only A gets right and c those only B does, p = min(1, 2 P(X <= min(b, c))) for X ~ Binomial(b + c,
     1/2). ``significant``: the expectation holds at ``confidence``, its margin below ``low`` (and,
-    where computed, ``mcnemar_p`` below 1 - confidence with b > c).
+    where computed, ``mcnemar_p`` below 1 - confidence with b > c). ``reverse_significant``: B scores
+    above A by the same test, ``high`` below 0 (and ``mcnemar_p`` below 1 - confidence with c > b); None
+    in records made before it was computed.
     """
 
     difference: float
@@ -117,6 +119,7 @@ class Significance:
     examples: int
     mcnemar_p: float | None
     significant: bool
+    reverse_significant: bool | None = None
 
     def describe(self) -> str:
         """The difference, its interval and the McNemar p-value, in words."""
@@ -161,11 +164,16 @@ class RecordedCheck:
             verdict = "met by the recorded scores" if self.met_by_scores else "NOT met by the recorded scores"
             why = "not computed" if self.untestable is None else f"none, {self.untestable}"
             return f"{verdict}: {self.expectation}: {self.measured}; significance: {why}"
+        confidence = f"{100 * self.significance.confidence:.0f}%"
         if self.holds:
             verdict = "holds"
+        elif self.met_by_scores:
+            verdict = f"not significant at {confidence}"
+        elif self.significance.reverse_significant:
+            verdict = f"does NOT hold: the reverse is significant at {confidence}"
         else:
-            confidence = f"{100 * self.significance.confidence:.0f}%"
-            verdict = f"not significant at {confidence}" if self.met_by_scores else "does NOT hold"
+            verdict = "does NOT hold" + ("" if self.significance.reverse_significant is None
+                                         else f" (the reverse is not significant at {confidence} either)")
         return f"{verdict}: {self.expectation}: {self.measured}; {self.significance.describe()}"
 
 

@@ -341,10 +341,15 @@ def test_paired_comparison_of_seeds_against_a_baseline(benchmark_runs):
     assert significance.mcnemar_p == max(benchmark_runs.exact_mcnemar(seed, labels_right)[2] for seed in seeds) < 1e-6
     assert not benchmark_runs.paired_comparison(seeds, [labels_right], margin=40.0, accuracy=True).significant
     backwards = benchmark_runs.paired_comparison([labels_right], seeds, accuracy=True)
-    assert backwards.high < 0 and not backwards.significant
+    assert backwards.high < 0 and not backwards.significant and backwards.reverse_significant
+    assert not significance.reverse_significant
+    one_seed_backwards = benchmark_runs.paired_comparison([labels_right], seeds[:1] + [labels_right], accuracy=True)
+    assert one_seed_backwards.high < 0 and not one_seed_backwards.reverse_significant  # not for every seed
     # F1 of questions: no McNemar test, the interval alone
     f1 = benchmark_runs.paired_comparison([[0.5, 1.0, 0.2, 0.0] * 50], [[0.4, 1.0, 0.0, 0.0] * 50])
     assert f1.mcnemar_p is None and f1.significant and f1.difference == pytest.approx(7.5)
+    f1_backwards = benchmark_runs.paired_comparison([[0.4, 1.0, 0.0, 0.0] * 50], [[0.5, 1.0, 0.2, 0.0] * 50])
+    assert f1_backwards.reverse_significant and not f1_backwards.significant
 
 
 def test_an_expectation_holds_only_when_its_paired_test_finds_it(benchmark_runs):
@@ -371,6 +376,15 @@ def test_an_expectation_holds_only_when_its_paired_test_finds_it(benchmark_runs)
         "significance: not computed (no per-example predictions in this record; re-run "
         "python benchmarks/task_results.py to compute it)"]
     assert recorded.describe_checks({"command": "c", "checks": [record]})[-1].startswith("- not significant")
+    below = dataclasses.replace(significant, difference=-3.1, low=-4.0, high=-2.2, significant=False,
+                                reverse_significant=True)
+    describe = [recorded.RecordedCheck.from_record(benchmark_runs.expectation(
+        "pairs: above", "55.3 vs 58.4 (-3.1)", False, test)).describe() for test in (
+        below, dataclasses.replace(below, high=0.3, reverse_significant=False),
+        dataclasses.replace(below, high=0.3, reverse_significant=None))]
+    assert [line.split(": pairs")[0] for line in describe] == [
+        "does NOT hold: the reverse is significant at 95%",
+        "does NOT hold (the reverse is not significant at 95% either)", "does NOT hold"]
 
 
 @pytest.mark.parametrize("name", ["bert-cpu.json", "tasks-cpu.json"])
