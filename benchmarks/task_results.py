@@ -58,8 +58,8 @@ from bertlab.finetuning import FineTuningRecipe
 from bertlab.task_baselines import WINDOW_ANSWER_WORDS, answer_words
 from bertlab.recorded import Significance
 from bertlab.task_data import SentencePair
-from bertlab.task_finetuning import (SENTENCES, SPANS, TASKS, evaluate_task, finetune_task, predict_answers, span_task,
-                                     task_example_scores, task_model)
+from bertlab.task_finetuning import (SENTENCES, SPANS, TASKS, evaluate_task, finetune_task, span_task, task_evaluation,
+                                     task_model)
 from bertlab.tokenization import BertTokenizer
 from bertlab.utils import PRECISIONS, seed_everything
 from benchmark_runs import (RESULTS, Stages, checks_table, computed_in, default_work_dir, device_or_exit,
@@ -151,17 +151,12 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
                                   max_length=settings["max_length"], seed=seed)
         finetune_task(task, network, tokenizer, examples, recipe=recipe, labels=labels, device=device,
                       progress=not args.no_progress, precision=args.precision)
-        scores = {split: evaluate_task(task, network, tokenizer, evaluated, labels=labels,
-                                       max_length=settings["max_length"], precision=args.precision, what=split)
-                  for split, evaluated in (("dev", dev), ("test", test))}
-        scores["test_examples"] = dataclasses.asdict(task_example_scores(
-            task, network, tokenizer, test, labels=labels, max_length=settings["max_length"], precision=args.precision,
-            what="test"))
-        if name == "spans":  # how long its answers are, beside the gold answers' and the sliding window's
-            batches = task.batches(test, tokenizer, labels, max_length=settings["max_length"], batch_size=64,
-                                   what="test")
-            answers = predict_answers(network, batches, device, args.precision, settings["max_answer_length"])
-            scores["answer_words"] = sum(answer_words(answer) for answer in answers.values()) / len(test)
+        evaluation = {"labels": labels, "max_length": settings["max_length"], "precision": args.precision}
+        dev_scores = evaluate_task(task, network, tokenizer, dev, **evaluation, what="dev")
+        tested = task_evaluation(task, network, tokenizer, test, **evaluation, what="test")  # one pass over test
+        scores = {"dev": dev_scores, "test": tested.scores, "test_examples": dataclasses.asdict(tested.example_scores)}
+        if name == "spans":  # how long its answers (by question id) are, beside the gold answers' and the window's
+            scores["answer_words"] = sum(answer_words(answer) for answer in tested.predictions.values()) / len(test)
         print(f"{name}, {model}, lr {lr:g}, seed {seed}, {len(examples)} train: dev {scores['dev']}, "
               f"test {scores['test']}", flush=True)
         return scores

@@ -9,10 +9,11 @@ common options on top of it: freezing the lower layers (:func:`freeze_layers`, t
 and layer-wise learning-rate decay (:func:`param_groups`, Howard and Ruder, 2018; Sun et al., 2019).
 
 A task type is data: a :class:`TaskType` record says how a task's examples become batches, what the
-model minimises and how it is scored. :func:`finetune_task`, :func:`evaluate_task` and
-:func:`choose_learning_rate` read it; :data:`SENTENCES`, single-sentence classification, is the
-record of this chapter (:func:`finetune` and :func:`evaluate` are its), and
-``bertlab.task_finetuning`` declares the three others (pairs, tagging, spans) and ``TASKS``.
+model minimises and how it is scored. :func:`finetune_task`, :func:`task_evaluation` (its scores, its score
+on each example and its predictions, from one forward pass; :func:`evaluate_task` and
+:func:`task_example_scores` are views of it) and :func:`choose_learning_rate` read it; :data:`SENTENCES`,
+single-sentence classification, is the record of this chapter (:func:`finetune` and :func:`evaluate` are
+its), and ``bertlab.task_finetuning`` declares the three others (pairs, tagging, spans) and ``TASKS``.
 
 The helpers work for the two families of models of the course (:class:`ModelFamily`, :data:`FAMILIES`,
 the one place that knows them): a BERT, a :class:`~bertlab.bert.BertModel` (``embeddings``, ``encoder``,
@@ -584,13 +585,6 @@ def classification_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[s
     }
 
 
-def classifier_metrics(model: nn.Module, batches: SentimentBatches, device: torch.device,
-                       precision: str = "auto") -> dict[str, float]:
-    """:func:`classification_metrics` of a sequence classifier on labelled ``batches``, the forward
-    pass on ``device`` in ``precision``: the dev metrics of :func:`finetune`."""
-    return classification_metrics(compute_logits(model, batches, device, precision), batches.labels)
-
-
 def evaluation_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
     """Where to evaluate ``model``: ``device``, or with None the device that holds the model."""
     return model_device(model) if device is None else resolve_device(device)
@@ -840,11 +834,31 @@ class ExampleScores:
     weights: list[float] | None = None
 
 
-def label_example_scores(model: nn.Module, batches: SentimentBatches, device: torch.device,
-                        precision: str = "auto") -> ExampleScores:
-    """1 for each example whose label argmax_c p(c | x) is right, else 0 (sentences and pairs)."""
-    predictions = compute_logits(model, batches, device, precision).argmax(dim=-1).cpu()  # (B,)
-    return ExampleScores((predictions == batches.labels.cpu()).int().tolist())
+@dataclasses.dataclass(frozen=True)
+class TaskEvaluation:
+    """A model evaluated on a task's examples, all from one forward pass over them (a task type's
+    ``evaluate``, :func:`task_evaluation`): ``scores``, those of :func:`evaluate_task` (accuracy, macro-F1
+    and loss of sentences and pairs, word accuracy of tagging, exact match and F1 in percent of spans);
+    ``example_scores``, the task's metric on each example (:func:`task_example_scores`); ``predictions``,
+    what the model predicts for each example: the label ids (num_examples,) of sentences and pairs, the
+    tag of each word of each sentence (None: a word without a piece), the answer to each question by its
+    id (spans)."""
+
+    scores: dict[str, float]
+    example_scores: ExampleScores
+    predictions: torch.Tensor | list[list[str | None]] | dict[str, str]
+
+
+def label_evaluation(model: nn.Module, batches: SentimentBatches, device: torch.device,
+                     precision: str = "auto") -> TaskEvaluation:
+    """A sequence classifier on labelled ``batches`` (sentences and pairs), the forward pass on ``device``
+    in ``precision``: the predicted labels y_hat_i = argmax_c logits[i, c], their
+    :func:`classification_metrics` (accuracy, macro-F1 and the mean cross-entropy of the logits), and the
+    score of each example, [y_hat_i = y_i] (1 right, 0 wrong)."""
+    logits = compute_logits(model, batches, device, precision)  # (num_examples, C), on the CPU
+    predictions, labels = logits.argmax(dim=-1), batches.labels.cpu()  # (num_examples,) each
+    return TaskEvaluation(classification_metrics(logits, labels), ExampleScores((predictions == labels).int().tolist()),
+                          predictions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -870,10 +884,11 @@ class TaskType:
     - ``batches(examples, tokenizer, labels, *, max_length, batch_size, shuffle, seed, what)``: the
       examples encoded, a :class:`~bertlab.finetuning.PaddedBatches`.
     - ``loss(model, batch)``: what training minimises.
-    - ``metrics(model, batches, device, precision)``: the evaluation, a dict of scores.
-    - ``metric``: the score (a key of ``metrics``, higher is better) that chooses a learning rate.
-    - ``example_scores(model, batches, device, precision)``: ``metric`` on each example, an
-      :class:`ExampleScores`.
+    - ``evaluate(model, batches, device, precision)``: the evaluation, from one forward pass over
+      ``batches``, a :class:`TaskEvaluation`: its scores, ``metric`` on each example (an
+      :class:`ExampleScores`) and the model's predictions.
+    - ``metric``: the score (a key of the evaluation's ``scores``, higher is better) that chooses a learning
+      rate.
     - ``texts(examples)``: their text, to learn a vocabulary from.
     - ``max_length``: the default number of tokens of an encoded example.
     - ``dataset``: the name of its dataset, as results show it.
@@ -888,9 +903,8 @@ class TaskType:
     labels: Callable[[Sequence], LabelVocabulary] | None
     batches: Callable[..., PaddedBatches]
     loss: Callable[[nn.Module, Batch], torch.Tensor]
-    metrics: Callable[[nn.Module, PaddedBatches, torch.device, str], dict[str, float]]
+    evaluate: Callable[[nn.Module, PaddedBatches, torch.device, str], TaskEvaluation]
     metric: str
-    example_scores: Callable[[nn.Module, PaddedBatches, torch.device, str], ExampleScores]
     texts: Callable[[Sequence], list[str]]
     max_length: int
     dataset: str
@@ -962,7 +976,7 @@ def finetune_task(
 
     Returns:
         One dict per epoch: ``epoch``, ``train_loss`` and, with ``dev``, ``dev_<name>`` for each score
-        of ``task.metrics``: ``dev_accuracy``, ``dev_macro_f1``, ``dev_loss`` (sentences, pairs),
+        of ``task.evaluate``: ``dev_accuracy``, ``dev_macro_f1``, ``dev_loss`` (sentences, pairs),
         ``dev_accuracy`` (tagging, per word), ``dev_exact_match``, ``dev_f1`` (spans, in percent).
     """
     recipe = recipe_from_keywords(FineTuningRecipe, recipe, recipe_keywords, "finetune_task", DEFAULT_RECIPE)
@@ -972,7 +986,12 @@ def finetune_task(
                            shuffle=True, seed=recipe.seed, what="train")
     dev_batches = None if dev is None else task.batches(dev, tokenizer, labels, max_length=max_length,
                                                          batch_size=EVALUATION_BATCH_SIZE, what="dev")
-    return finetune_batches(model, batches, task.loss, dev_batches, None if dev is None else task.metrics, recipe,
+
+    def dev_scores(model: nn.Module, evaluated: PaddedBatches, device: torch.device,
+                   precision: str) -> dict[str, float]:
+        return task.evaluate(model, evaluated, device, precision).scores
+
+    return finetune_batches(model, batches, task.loss, dev_batches, None if dev is None else dev_scores, recipe,
                             device=device, progress=progress, output_dir=output_dir, precision=precision)
 
 
@@ -990,7 +1009,7 @@ def evaluation_batches(
 ) -> tuple[PaddedBatches, torch.device]:
     """``examples`` encoded for evaluating ``model`` on ``task`` (``task.batches``, ``max_length`` None:
     the task's), and the device to evaluate on (None: the one that holds the model), the model moved
-    there: what :func:`evaluate_task` and :func:`task_example_scores` evaluate.
+    there: what :func:`task_evaluation` evaluates.
 
     ``labels``: the label names of the training split (a tag of ``examples`` outside them is an error
     that names the example, ``what[i]``).
@@ -1002,24 +1021,32 @@ def evaluation_batches(
     return task.batches(examples, tokenizer, labels, max_length=max_length, batch_size=batch_size, what=what), device
 
 
-def evaluate_task(task: TaskType, model: nn.Module, tokenizer: BertTokenizer, examples: Sequence, *,
-                  precision: str = "auto", **options) -> dict[str, float]:
-    """The scores of ``task.metrics`` for ``model`` on ``examples``: accuracy, macro-F1 and loss
-    (sentences, pairs), word accuracy (tagging), exact match and F1 in percent (spans).
+def task_evaluation(task: TaskType, model: nn.Module, tokenizer: BertTokenizer, examples: Sequence, *,
+                    precision: str = "auto", **options) -> TaskEvaluation:
+    """``model`` evaluated on ``examples`` of ``task`` (``task.evaluate``), one forward pass over them: its
+    scores (:func:`evaluate_task`), its score on each example (:func:`task_example_scores`) and its
+    predictions, a :class:`TaskEvaluation`.
 
     ``options``: those of :func:`evaluation_batches` (``labels``, ``batch_size``, ``max_length``,
     ``device``, ``what``); ``precision`` is the forward pass's, as in ``bertlab.utils.autocast``.
     """
     batches, device = evaluation_batches(task, model, tokenizer, examples, **options)
-    return task.metrics(model, batches, device, precision)
+    return task.evaluate(model, batches, device, precision)
+
+
+def evaluate_task(task: TaskType, model: nn.Module, tokenizer: BertTokenizer, examples: Sequence, *,
+                  precision: str = "auto", **options) -> dict[str, float]:
+    """The scores of ``model`` on ``examples`` of ``task`` (:func:`task_evaluation`'s, the same
+    ``precision`` and ``options``): accuracy, macro-F1 and loss (sentences, pairs), word accuracy
+    (tagging), exact match and F1 in percent (spans)."""
+    return task_evaluation(task, model, tokenizer, examples, precision=precision, **options).scores
 
 
 def task_example_scores(task: TaskType, model: nn.Module, tokenizer: BertTokenizer, examples: Sequence, *,
                         precision: str = "auto", **options) -> ExampleScores:
-    """``task.metric`` of ``model`` on each of ``examples`` (:class:`ExampleScores`), evaluated as
-    :func:`evaluate_task` does (the same ``precision`` and ``options``): their mean, weighted, is its score."""
-    batches, device = evaluation_batches(task, model, tokenizer, examples, **options)
-    return task.example_scores(model, batches, device, precision)
+    """``task.metric`` of ``model`` on each of ``examples`` (:class:`ExampleScores`, :func:`task_evaluation`'s,
+    the same ``precision`` and ``options``): their mean, weighted, is :func:`evaluate_task`'s score."""
+    return task_evaluation(task, model, tokenizer, examples, precision=precision, **options).example_scores
 
 
 def finetune(model: nn.Module, tokenizer, train: Sequence[Example], dev: Sequence[Example] | None = None,
@@ -1295,7 +1322,7 @@ def example_texts(examples: Sequence[Example]) -> list[str]:
 #: (Pang and Lee, 2005), split 80/10/10 (``bertlab.data.load_sentiment``).
 SENTENCES = TaskType(
     name="sentence", model_class=BertForSequenceClassification, labels=None, batches=labelled_batches,
-    loss=classification_loss, metrics=classifier_metrics, metric="accuracy", example_scores=label_example_scores,
-    texts=example_texts, max_length=SENTENCE_MAX_LENGTH, dataset="MR (sentence polarity v1.0)",
+    loss=classification_loss, evaluate=label_evaluation, metric="accuracy", texts=example_texts,
+    max_length=SENTENCE_MAX_LENGTH, dataset="MR (sentence polarity v1.0)",
     load_splits=functools.partial(load_sentiment, "mr"), baselines=sentence_baselines,
 )

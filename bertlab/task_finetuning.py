@@ -3,7 +3,8 @@
 Devlin et al. (2019, section 4 and figure 4) fine-tune one pretrained BERT four ways. Each way is a
 :class:`~bertlab.finetuning.TaskType` record, and one path reads them all:
 :func:`~bertlab.finetuning.finetune_task` (BERT's recipe, :func:`~bertlab.finetuning.finetune_batches`:
-AdamW, warm-up and linear decay, clipping), :func:`~bertlab.finetuning.evaluate_task` and
+AdamW, warm-up and linear decay, clipping), :func:`~bertlab.finetuning.task_evaluation` (and its views
+:func:`~bertlab.finetuning.evaluate_task` and :func:`~bertlab.finetuning.task_example_scores`) and
 :func:`~bertlab.finetuning.choose_learning_rate`, all in :mod:`bertlab.finetuning` beside the sentence
 task (chapter 08), and re-exported here. This module declares the three others and :data:`TASKS`, the
 four by name. What differs from one task type to another is data, one record each:
@@ -55,18 +56,19 @@ from bertlab.finetuning import (  # the task type's record and the path that rea
     LabelVocabulary,
     PaddedBatches,
     SentimentBatches,
+    TaskEvaluation,
     TaskType,
     TunedRun,
     check_label_ids,
     choose_learning_rate,
     classification_loss,
-    classifier_metrics,
     evaluate_task,
     evaluation_mode,
     finetune_task,
-    label_example_scores,
+    label_evaluation,
     model_device,
     model_inputs,
+    task_evaluation,
     task_example_scores,
     task_model,
 )
@@ -244,10 +246,16 @@ def predict_tags(model: nn.Module, batches: TaggingBatches, device: torch.device
     return predictions
 
 
-def tagging_metrics(model: nn.Module, batches: TaggingBatches, device: torch.device,
-                    precision: str = "auto") -> dict[str, float]:
-    """``accuracy``: the :func:`word_accuracy` of :func:`predict_tags` on ``batches``."""
-    return {"accuracy": word_accuracy(predict_tags(model, batches, device, precision), batches.sentences)}
+def tagging_evaluation(model: nn.Module, batches: TaggingBatches, device: torch.device,
+                       precision: str = "auto") -> TaskEvaluation:
+    """The tags of :func:`predict_tags` on ``batches``, their ``accuracy`` (:func:`word_accuracy`: the words
+    tagged right, out of all the words) and each sentence's words tagged right, out of its words."""
+    predictions = predict_tags(model, batches, device, precision)
+    sentences = batches.sentences
+    return TaskEvaluation({"accuracy": word_accuracy(predictions, sentences)},
+                          ExampleScores(words_tagged_right(predictions, sentences),
+                                        [len(sentence.tags) for sentence in sentences]),
+                          predictions)
 
 
 def sentence_texts(sentences: Sequence[TaggedSentence]) -> list[str]:
@@ -369,38 +377,22 @@ def predict_answers(model: nn.Module, batches: SpanBatches, device: torch.device
     return answers
 
 
-def span_metrics(model: nn.Module, batches: SpanBatches, device: torch.device, precision: str = "auto",
-                 max_answer_length: int = 30) -> dict[str, float]:
-    """``exact_match`` and ``f1`` (in percent, the official SQuAD v1.1 scores) of
-    :func:`predict_answers` on ``batches`` against every answer of each question."""
+def span_evaluation(model: nn.Module, batches: SpanBatches, device: torch.device, precision: str = "auto",
+                    max_answer_length: int = 30) -> TaskEvaluation:
+    """The answers of :func:`predict_answers` on ``batches``, their ``exact_match`` and ``f1`` (in percent,
+    the official SQuAD v1.1 scores, against every answer of each question) and each question's F1 in [0, 1]
+    (SQuAD's, the max over its answers; 0 without a prediction)."""
     answers = predict_answers(model, batches, device, precision, max_answer_length)
-    return dataclasses.asdict(squad_scores(answers, squad_references(batches.questions)))
+    questions = batches.questions
+    return TaskEvaluation(dataclasses.asdict(squad_scores(answers, squad_references(questions))),
+                          ExampleScores([squad_f1(answers[question.id], [answer.text for answer in question.answers])
+                                         if question.id in answers else 0.0 for question in questions]),
+                          answers)
 
 
 def question_texts(questions: Sequence[SquadQuestion]) -> list[str]:
     """Each distinct context once, and every question (to learn a vocabulary from)."""
     return list(dict.fromkeys(question.context for question in questions)) + [q.question for q in questions]
-
-
-# --------------------------------------------------------------------------------------------------
-# The score of each example, for paired tests of two models on the same examples
-# --------------------------------------------------------------------------------------------------
-
-
-def tagging_example_scores(model: nn.Module, batches: TaggingBatches, device: torch.device,
-                           precision: str = "auto") -> ExampleScores:
-    """Each sentence's words tagged right (:func:`predict_tags`), out of its words."""
-    predictions = predict_tags(model, batches, device, precision)
-    return ExampleScores(words_tagged_right(predictions, batches.sentences),
-                         [len(sentence.tags) for sentence in batches.sentences])
-
-
-def span_example_scores(model: nn.Module, batches: SpanBatches, device: torch.device, precision: str = "auto",
-                        max_answer_length: int = 30) -> ExampleScores:
-    """Each question's F1 (SQuAD's, max over its answers; 0 without a prediction), in [0, 1]."""
-    answers = predict_answers(model, batches, device, precision, max_answer_length)
-    return ExampleScores([squad_f1(answers[question.id], [answer.text for answer in question.answers])
-                          if question.id in answers else 0.0 for question in batches.questions])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -410,14 +402,13 @@ def span_example_scores(model: nn.Module, batches: SpanBatches, device: torch.de
 
 PAIRS = TaskType(
     name="pairs", model_class=BertForSequenceClassification, labels=snli_labels, batches=pair_batches,
-    loss=classification_loss, metrics=classifier_metrics, metric="accuracy", example_scores=label_example_scores,
-    texts=pair_texts, max_length=128, dataset="SNLI 1.0", load_splits=load_snli_splits, baselines=pair_baselines,
+    loss=classification_loss, evaluate=label_evaluation, metric="accuracy", texts=pair_texts, max_length=128,
+    dataset="SNLI 1.0", load_splits=load_snli_splits, baselines=pair_baselines,
 )
 TAGGING = TaskType(
     name="tagging", model_class=BertForTokenClassification, labels=tag_vocabulary, batches=TaggingBatches,
-    loss=classification_loss, metrics=tagging_metrics, metric="accuracy", example_scores=tagging_example_scores,
-    texts=sentence_texts, max_length=128, dataset="UD English EWT (UPOS)", load_splits=load_ewt_splits,
-    baselines=tagging_baselines,
+    loss=classification_loss, evaluate=tagging_evaluation, metric="accuracy", texts=sentence_texts,
+    max_length=128, dataset="UD English EWT (UPOS)", load_splits=load_ewt_splits, baselines=tagging_baselines,
 )
 
 
@@ -428,8 +419,7 @@ def span_task(stride: int | None = 128, max_answer_length: int = 30) -> TaskType
     return TaskType(
         name="spans", model_class=BertForQuestionAnswering, labels=None,
         batches=functools.partial(SpanBatches, stride=stride), loss=span_loss,
-        metrics=functools.partial(span_metrics, max_answer_length=max_answer_length), metric="f1",
-        example_scores=functools.partial(span_example_scores, max_answer_length=max_answer_length),
+        evaluate=functools.partial(span_evaluation, max_answer_length=max_answer_length), metric="f1",
         texts=question_texts, max_length=384, dataset="SQuAD 1.1", load_splits=load_squad_splits,
         baselines=span_baselines,
     )

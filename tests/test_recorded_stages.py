@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from bertlab import recorded
-from bertlab.finetuning import ExampleScores
+from bertlab.finetuning import ExampleScores, TaskEvaluation
 from bertlab.task_data import SentencePair, TaskSplits
 from tests.test_recorded import benchmark_script
 
@@ -63,6 +63,7 @@ SHARE_RIGHT = {(True, False): 0.90, (True, True): 0.89, (False, False): 0.50, (F
 def task_results(monkeypatch):
     module = benchmark_script("task_results")
     trained: list[tuple] = []  # (pretrained, learning rate, seed, hypothesis only) of every fine-tuning run
+    evaluated: list[str] = []  # the split of every evaluation, in order
 
     def pairs(n: int, seed: int) -> list[SentencePair]:
         rng = random.Random(seed)
@@ -83,21 +84,25 @@ def task_results(monkeypatch):
         return ExampleScores(_right(SHARE_RIGHT[model.pretrained, alone], len(examples),
                                     seed=100 * model.pretrained + 10 * alone + model.seed))
 
-    def fake_evaluate(task, model, tokenizer, examples, *, what, **options):  # the dev score peaks at 1e-3
-        scores = fake_example_scores(task, model, tokenizer, examples).scores
-        score = sum(scores) / len(scores) if what == "test" else 0.8 if model.lr == 1e-3 else 0.6
-        return {"accuracy": score, "macro_f1": score}
+    def fake_evaluation(task, model, tokenizer, examples, *, what, **options):  # the dev score peaks at 1e-3
+        evaluated.append(what)
+        right = fake_example_scores(task, model, tokenizer, examples)
+        score = sum(right.scores) / len(right.scores) if what == "test" else 0.8 if model.lr == 1e-3 else 0.6
+        predictions = torch.tensor([pair.label if hit else (pair.label + 1) % 3
+                                    for pair, hit in zip(examples, right.scores)])
+        return TaskEvaluation({"accuracy": score, "macro_f1": score}, right, predictions)
 
     monkeypatch.setitem(module.TASKS, "pairs",
                         dataclasses.replace(module.TASKS["pairs"], load_splits=lambda root: splits))
     monkeypatch.setattr(module, "task_model", fake_model)
     monkeypatch.setattr(module, "finetune_task", fake_finetune)
-    monkeypatch.setattr(module, "evaluate_task", fake_evaluate)
-    monkeypatch.setattr(module, "task_example_scores", fake_example_scores)
+    monkeypatch.setattr(module, "evaluate_task", lambda *arguments, **options: fake_evaluation(*arguments,
+                                                                                                **options).scores)
+    monkeypatch.setattr(module, "task_evaluation", fake_evaluation)
     monkeypatch.setitem(module.SETTINGS, "quick", {**module.SETTINGS["quick"], "seeds": [0, 1],
                                                    "learning_rates": [1e-4, 1e-3], "max_train_examples": None,
                                                    "max_evaluation_examples": None, "learning_curve": {}})
-    return module, trained
+    return module, trained, evaluated
 
 
 def _run_main(module, tmp_path: Path, out: Path, *options: str) -> Path:
@@ -117,10 +122,11 @@ def _run_tasks(module, tmp_path: Path) -> Path:
 
 
 def test_task_records_test_every_expectation_from_the_stages_and_complete_an_older_layout(task_results, tmp_path):
-    module, trained = task_results
+    module, trained, evaluated = task_results
     out = _run_tasks(module, tmp_path)
     # 2 variants (the pairs, the hypothesis alone) x 2 models x (2 rates on seed 0, then seed 1 at the chosen rate)
     assert len(trained) == 12
+    assert evaluated == ["dev", "test"] * 12  # each run evaluates the test split once
     checks = _checks(out)
     random_weights = checks["pairs: course BERT above the same BERT from random weights (accuracy)"]
     assert random_weights.holds is True and random_weights.significance.examples == TEST_PAIRS
@@ -157,7 +163,7 @@ def test_task_records_test_every_expectation_from_the_stages_and_complete_an_old
 
 
 def test_each_point_of_both_learning_curves_has_its_paired_tests(task_results, tmp_path, monkeypatch):
-    module, _ = task_results
+    module, _, _ = task_results
     monkeypatch.setitem(module.SETTINGS, "quick", {**module.SETTINGS["quick"], "learning_curve": {"pairs": [0.5]}})
     runs = []  # (training examples, epochs) of every fine-tuning run
     finetune = module.finetune_task

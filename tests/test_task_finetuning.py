@@ -25,7 +25,7 @@ from bertlab.bert import (
     QuestionAnsweringOutput,
     TokenClassifierOutput,
 )
-from bertlab.finetuning import FineTuningRecipe, PaddedBatches, choose_learning_rate
+from bertlab.finetuning import ExampleScores, FineTuningRecipe, PaddedBatches, choose_learning_rate
 from bertlab.task_data import (
     SNLI_LABELS,
     SentencePair,
@@ -48,9 +48,10 @@ from bertlab.task_finetuning import (
     pair_batches,
     predict_answers,
     predict_tags,
-    span_metrics,
+    span_evaluation,
     span_task,
     tag_vocabulary,
+    task_evaluation,
     task_example_scores,
     task_model,
     word_accuracy,
@@ -280,15 +281,18 @@ def test_predicted_answer_is_the_best_window_s_span_in_the_original_text(tokeniz
     assert predict_answers(berlin, shuffled, CPU) == {"q": "Café  Berlin"}
 
 
-def test_span_metrics_grade_the_predicted_answers_by_hand(tokenizer):
+def test_span_evaluation_grades_the_predicted_answers_by_hand(tokenizer):
     # "Chicago Bulls" (chicago bull ##s) for both questions: right for q1, wrong for q2 (London)
     model = reader(tokenizer, {"chicago": 5.0}, {"##s": 5.0})
-    batches = SpanBatches(QUESTIONS[:2], tokenizer, max_length=64, stride=16)
-    assert span_metrics(model, batches, CPU) == {"exact_match": 50.0, "f1": 50.0}
+    evaluation = span_evaluation(model, SpanBatches(QUESTIONS[:2], tokenizer, max_length=64, stride=16), CPU)
+    assert evaluation.scores == {"exact_match": 50.0, "f1": 50.0}
+    assert evaluation.example_scores == ExampleScores([1.0, 0.0])
+    assert evaluation.predictions == {"q1": "Chicago Bulls", "q2": "Chicago Bulls"}
     q5 = squad_question("q5", "A", "The Chicago Bulls won.", "Who won?", "The Chicago Bulls won")
     # prediction "Chicago Bulls" against "Chicago Bulls won" (articles dropped): P = 1, R = 2/3, F1 = 0.8
-    assert span_metrics(model, SpanBatches([q5], tokenizer, max_length=64, stride=16), CPU) == \
-        pytest.approx({"exact_match": 0.0, "f1": 80.0})
+    evaluation = span_evaluation(model, SpanBatches([q5], tokenizer, max_length=64, stride=16), CPU)
+    assert evaluation.scores == pytest.approx({"exact_match": 0.0, "f1": 80.0})
+    assert evaluation.example_scores.scores == pytest.approx([0.8])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -334,6 +338,122 @@ def test_tagging_evaluation_matches_hugging_face_alignment_and_torchmetrics(toke
     scores = evaluate_task(TAGGING, model, tokenizer, SENTENCES, labels=tags, batch_size=3, device="cpu",
                            precision="float32")
     assert scores == {"accuracy": pytest.approx(expected)}
+
+
+# --------------------------------------------------------------------------------------------------
+# One pass over the examples: the scores, the score of each example and the predictions
+
+#: A context cut into more than one window of 64 tokens sharing 16 pieces, the answer in a later one.
+LONG_QUESTION = squad_question("long", "C", "Rain and snow fall from clouds. " * 6 + "The answer is the Chicago Bulls. "
+                               + "Wind blows. " * 6, "Who is the answer?", "Chicago Bulls")
+ONE_PASS_CASES = [(finetuning.SENTENCES, REVIEWS), (PAIRS, PAIRS_DATA), (TAGGING, SENTENCES),
+                  (SHORT_SPANS, QUESTIONS + [LONG_QUESTION])]
+
+
+def labels_by_hand(model, hugging_face, task, examples):
+    """Each example alone (Hugging Face's encoding, no padding): the predicted labels argmax_c logits, their
+    accuracy (scikit-learn), macro-F1 over the model's labels (scikit-learn) and mean cross-entropy, and
+    each example right (1) or wrong (0)."""
+    metrics = pytest.importorskip("sklearn.metrics")
+    with torch.no_grad():
+        logits = torch.cat([model(**hugging_face(*([example.premise, example.hypothesis] if task is PAIRS
+                                                   else [example[0]]), return_tensors="pt")).logits
+                            for example in examples])  # (num_examples, C)
+    truth = torch.tensor([example.label if task is PAIRS else example[1] for example in examples])
+    predictions = logits.argmax(-1)
+    scores = {"accuracy": metrics.accuracy_score(truth, predictions),
+              "macro_f1": metrics.f1_score(truth, predictions, average="macro"),
+              "loss": float(nn.functional.cross_entropy(logits, truth))}
+    return scores, [int(p == t) for p, t in zip(predictions, truth)], None, predictions
+
+
+def tags_by_hand(model, hugging_face, labels, sentences):
+    """Each sentence alone (Hugging Face's encoding): the tag of each word argmax_c logits[its first piece, c],
+    the share of all words tagged right, and each sentence's words tagged right out of its words."""
+    predicted = []
+    with torch.no_grad():
+        for sentence in sentences:
+            encoding = hugging_face(sentence.words, is_split_into_words=True, return_tensors="pt")
+            tag_ids = model(encoding["input_ids"], encoding["token_type_ids"]).logits.argmax(-1)[0]
+            word_ids = encoding.word_ids()
+            firsts = [position for position, word in enumerate(word_ids)
+                      if word is not None and word != word_ids[position - 1]]
+            predicted.append([labels.names[tag] for tag in tag_ids[firsts].tolist()])
+    right = [sum(p == t for p, t in zip(tags, sentence.tags)) for tags, sentence in zip(predicted, sentences)]
+    weights = [len(sentence.tags) for sentence in sentences]
+    return {"accuracy": sum(right) / sum(weights)}, right, weights, predicted
+
+
+def answers_by_hand(model, hugging_face, questions, max_length=64, stride=16, max_answer_length=30):
+    """Each question's windows (Hugging Face's, ``return_overflowing_tokens``), each window alone: every span
+    (s, e) of context tokens with s <= e < s + max_answer_length scored start[s] + end[e], the best of all the
+    windows (ties: the earlier) the answer; torchmetrics' SQuAD exact match and F1 of the answers, and of each
+    answer alone its F1 in [0, 1]."""
+    squad = pytest.importorskip("torchmetrics.functional.text").squad
+    answers = {}
+    with torch.no_grad():
+        for question in questions:
+            windows = hugging_face(question.question, question.context, truncation="only_second", max_length=max_length,
+                                   stride=stride, return_overflowing_tokens=True, return_offsets_mapping=True)
+            best = None  # (score, start character, end character)
+            for window in range(len(windows["input_ids"])):
+                output = model(torch.tensor([windows["input_ids"][window]]),
+                               torch.tensor([windows["token_type_ids"][window]]))
+                start, end = output.start_logits[0], output.end_logits[0]
+                context = [position for position, sequence in enumerate(windows.sequence_ids(window)) if sequence == 1]
+                offsets = windows["offset_mapping"][window]
+                for s in context:
+                    for e in context:
+                        if s <= e < s + max_answer_length and (best is None or float(start[s] + end[e]) > best[0]):
+                            best = (float(start[s] + end[e]), offsets[s][0], offsets[e][1])
+            answers[question.id] = question.context[best[1] : best[2]]
+    assert any(len(hugging_face(q.question, q.context, truncation="only_second", max_length=max_length, stride=stride,
+                                return_overflowing_tokens=True)["input_ids"]) > 1 for q in questions)
+
+    def scores(chosen):
+        return {name: float(value) for name, value in squad(
+            [{"prediction_text": answers[q.id], "id": q.id} for q in chosen],
+            [{"answers": {"answer_start": [a.answer_start for a in q.answers], "text": [a.text for a in q.answers]},
+              "id": q.id} for q in chosen]).items()}
+
+    return scores(questions), [scores([q])["f1"] / 100 for q in questions], None, answers
+
+
+@pytest.mark.parametrize("task, examples", ONE_PASS_CASES, ids=["sentence", "pairs", "tagging", "spans"])
+def test_one_pass_evaluation_matches_the_logits(tokenizer, hugging_face, task, examples):
+    """task_evaluation's scores, score of each example and predictions are those computed by hand from the
+    model's logits, example by example; evaluate_task and task_example_scores give the same scores."""
+    labels = task.labels(examples) if task.labels else None
+    torch.manual_seed(3)
+    model = task_model(task, tiny_config(tokenizer), labels).eval()
+    if task.name == "tagging":
+        scores, example_scores, weights, predictions = tags_by_hand(model, hugging_face, labels, examples)
+    elif task.name == "spans":
+        scores, example_scores, weights, predictions = answers_by_hand(model, hugging_face, examples)
+    else:
+        scores, example_scores, weights, predictions = labels_by_hand(model, hugging_face, task, examples)
+    options = dict(labels=labels, max_length=64, batch_size=2, device="cpu", precision="float32")
+    evaluation = task_evaluation(task, model, tokenizer, examples, **options)
+    assert evaluation.scores == pytest.approx(scores, rel=1e-5)
+    assert evaluation.example_scores.scores == pytest.approx(example_scores)
+    assert evaluation.example_scores.weights == weights
+    if task.name in ("sentence", "pairs"):
+        assert torch.equal(evaluation.predictions, predictions)
+    else:
+        assert evaluation.predictions == predictions
+    assert evaluate_task(task, model, tokenizer, examples, **options) == evaluation.scores
+    assert task_example_scores(task, model, tokenizer, examples, **options) == evaluation.example_scores
+
+
+@pytest.mark.parametrize("task, examples", ONE_PASS_CASES, ids=["sentence", "pairs", "tagging", "spans"])
+def test_one_pass_evaluation_runs_the_model_once_per_batch(tokenizer, task, examples):
+    labels = task.labels(examples) if task.labels else None
+    model = task_model(task, tiny_config(tokenizer, num_layers=1), labels)
+    calls = []
+    model.register_forward_hook(lambda module, inputs, output: calls.append(1))
+    task_evaluation(task, model, tokenizer, examples, labels=labels, max_length=64, batch_size=2, device="cpu")
+    batches = task.batches(examples, tokenizer, labels, max_length=64, batch_size=2)
+    assert len(calls) == len(batches) > 1
 
 
 # --------------------------------------------------------------------------------------------------
