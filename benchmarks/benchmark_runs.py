@@ -212,8 +212,8 @@ def paired_comparison(
     largest p-value is kept: the claim must hold for every seed. The expectation is significant when
     the interval lies above ``margin`` and, for accuracies, every pair has b > c with p below
     1 - ``confidence``; the reverse, B above A, when the interval lies below 0 and, for accuracies, every
-    pair has c > b with p below 1 - ``confidence``. The interval covers the choice of the test examples, not of the training
-    examples or the seed; the record's spread over the seeds covers the seed.
+    pair has c > b with p below 1 - ``confidence``. The interval covers the choice of the test examples,
+    not of the training examples or the seed; the record's spread over the seeds covers the seed.
     """
     mean_a, mean_b = (np.mean(np.asarray(runs, dtype=np.float64), axis=0) for runs in (runs_a, runs_b))
     difference, low, high = (scale * value for value in paired_bootstrap(
