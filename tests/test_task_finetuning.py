@@ -318,21 +318,23 @@ def test_pair_evaluation_matches_scikit_learn_and_torchmetrics(tokenizer):
                                                                           num_classes=3)))
 
 
+def first_piece_tags(model, hugging_face, sentence) -> list[int]:
+    """The tag id of each word of ``sentence``, encoded alone by Hugging Face: argmax_c logits[its first piece, c]."""
+    encoding = hugging_face(sentence.words, is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        tag_ids = model(encoding["input_ids"], encoding["token_type_ids"]).logits.argmax(-1)[0]  # (N,)
+    word_ids = encoding.word_ids()
+    firsts = [position for position, word in enumerate(word_ids) if word is not None and word != word_ids[position - 1]]
+    return tag_ids[firsts].tolist()
+
+
 def test_tagging_evaluation_matches_hugging_face_alignment_and_torchmetrics(tokenizer, hugging_face):
     torchmetrics = pytest.importorskip("torchmetrics.functional")
     tags = tag_vocabulary(SENTENCES)
     torch.manual_seed(2)
     model = task_model(TAGGING, tiny_config(tokenizer), tags).eval()
-    predicted, gold = [], []
-    with torch.no_grad():  # each sentence on its own, encoded by Hugging Face; the first piece of each word
-        for sentence in SENTENCES:
-            encoding = hugging_face(sentence.words, is_split_into_words=True, return_tensors="pt")
-            tag_ids = model(encoding["input_ids"], encoding["token_type_ids"]).logits.argmax(-1)[0]
-            word_ids = encoding.word_ids()
-            firsts = [position for position, word in enumerate(word_ids)
-                      if word is not None and word != word_ids[position - 1]]
-            predicted += tag_ids[firsts].tolist()
-            gold += [tags.id_of[tag] for tag in sentence.tags]
+    predicted = [tag for sentence in SENTENCES for tag in first_piece_tags(model, hugging_face, sentence)]
+    gold = [tags.id_of[tag] for sentence in SENTENCES for tag in sentence.tags]
     expected = float(torchmetrics.accuracy(torch.tensor(predicted), torch.tensor(gold), task="multiclass",
                                            num_classes=len(tags), average="micro"))
     scores = evaluate_task(TAGGING, model, tokenizer, SENTENCES, labels=tags, batch_size=3, device="cpu",
@@ -370,15 +372,8 @@ def labels_by_hand(model, hugging_face, task, examples):
 def tags_by_hand(model, hugging_face, labels, sentences):
     """Each sentence alone (Hugging Face's encoding): the tag of each word argmax_c logits[its first piece, c],
     the share of all words tagged right, and each sentence's words tagged right out of its words."""
-    predicted = []
-    with torch.no_grad():
-        for sentence in sentences:
-            encoding = hugging_face(sentence.words, is_split_into_words=True, return_tensors="pt")
-            tag_ids = model(encoding["input_ids"], encoding["token_type_ids"]).logits.argmax(-1)[0]
-            word_ids = encoding.word_ids()
-            firsts = [position for position, word in enumerate(word_ids)
-                      if word is not None and word != word_ids[position - 1]]
-            predicted.append([labels.names[tag] for tag in tag_ids[firsts].tolist()])
+    predicted = [[labels.names[tag] for tag in first_piece_tags(model, hugging_face, sentence)]
+                 for sentence in sentences]
     right = [sum(p == t for p, t in zip(tags, sentence.tags)) for tags, sentence in zip(predicted, sentences)]
     weights = [len(sentence.tags) for sentence in sentences]
     return {"accuracy": sum(right) / sum(weights)}, right, weights, predicted
