@@ -56,7 +56,7 @@ from bertlab.bert import BertConfig
 from bertlab.course_model import course_bert_folder, course_bert_sha256
 from bertlab.finetuning import FineTuningRecipe
 from bertlab.task_baselines import WINDOW_ANSWER_WORDS, answer_words
-from bertlab.recorded import Significance
+from bertlab.recorded import LEARNING_CURVES, Significance
 from bertlab.task_data import SentencePair
 from bertlab.task_finetuning import (SENTENCES, SPANS, TASKS, evaluate_task, finetune_task, span_task, task_evaluation,
                                      task_model)
@@ -75,8 +75,6 @@ SETTINGS = {
                   learning_curve={"pairs": [0.5]}),
 }
 MODELS = ("course_bert", "random_init")
-#: The learning curves of a task's record: the key of each and what its smaller training sets keep the same.
-LEARNING_CURVES = (("learning_curve", "same epochs"), ("learning_curve_equal_steps", "same optimiser steps"))
 MODEL_NAMES = {"course_bert": "course BERT, fine-tuned whole", "random_init": "same BERT from random weights"}
 #: The task types compared here; sentences (MR) are benchmarks/bert_results.py's.
 TASK_NAMES = [name for name, task in TASKS.items() if task is not SENTENCES]
@@ -206,9 +204,10 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
                                                     epochs))
     sizes = [round(fraction * len(train)) for fraction in settings["learning_curve"].get(name, [])]
     if sizes:
-        record["learning_curve"] = [compare(Variant(f", first {size} train", train[:size], dev, test, epochs))
-                                    for size in sizes]
-        record["learning_curve_equal_steps"] = [  # as many optimiser steps as the whole split's runs
+        same_epochs, same_steps = LEARNING_CURVES
+        record[same_epochs.key] = [compare(Variant(f", first {size} train", train[:size], dev, test, epochs))
+                                   for size in sizes]
+        record[same_steps.key] = [  # as many optimiser steps as the whole split's runs
             compare(Variant(f", first {size} train, {steps} epochs", train[:size], dev, test, steps))
             for size, steps in ((size, round(epochs * len(train) / size)) for size in sizes)]
     return record
@@ -234,10 +233,10 @@ def check_expectations(tasks: dict) -> list[dict]:
                     f"{name}: {label} above the same BERT reading the hypothesis alone ({metric})",
                     f"{pair:.1f} vs {alone_score:.1f} ({pair - alone_score:+.1f})", pair > alone_score,
                     paired_test(name, record[model], alone.get("test_examples_by_seed"))))
-        for key, kind in LEARNING_CURVES:
-            for point in record.get(key, []):
-                checks += compared_to_random_and_baselines(name, f"{name}, first {point['train']} train ({kind})",
-                                                           record["metric"], point)
+        for curve in LEARNING_CURVES:
+            for point in record.get(curve.key, []):
+                checks += compared_to_random_and_baselines(name, curve.subject(name, point["train"]), record["metric"],
+                                                           point)
     return checks
 
 
@@ -306,9 +305,9 @@ def markdown(results: dict) -> str:
                       f"{window['answer_words']:.1f} (its longest answer, {window['max_answer_words']} words, "
                       f"chosen on dev; its test F1 by longest answer: " + ", ".join(
                           f"{limit}: {f1:.1f}" for limit, f1 in window["test_f1_by_max_answer_words"].items()) + ")."]
-        for key, kind in LEARNING_CURVES:
-            if key in record:
-                lines += learning_curve_table(record, key, kind)
+        for curve in LEARNING_CURVES:
+            if curve.key in record:
+                lines += learning_curve_table(record, curve.key, curve.kind)
     lines += ["", *checks_table(results["checks"])]
     return "\n".join(lines)
 

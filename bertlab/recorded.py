@@ -145,6 +145,12 @@ class RecordedCheck:
     significance: Significance | None
     untestable: str | None = None
 
+    @property
+    def subject(self) -> str:
+        """What the expectation is about, the start of its name: a task (its whole test split), or a point of
+        one of its learning curves (:meth:`LearningCurve.subject`)."""
+        return self.expectation.split(": ", 1)[0]
+
     @classmethod
     def from_record(cls, check: Mapping) -> "RecordedCheck":
         """Read an entry of ``checks``: ``holds`` is whether the scores meet it, in records without
@@ -192,3 +198,29 @@ def describe_checks(recorded: Mapping, checks: Sequence[RecordedCheck] | None = 
         lines.append(f"significance: not computed (no per-example predictions in this record; re-run "
                      f"{recorded['command']} to compute it)")
     return lines
+
+
+# --------------------------------------------------------------------------------------------------
+# The learning curves of a task's record (benchmarks/task_results.py writes them, chapter 10 reads them)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LearningCurve:
+    """A learning curve of a task's record: the comparison made again on the first examples of the
+    training split, its points (one record each, with its number of examples ``train``) under ``key``;
+    ``kind`` says what the smaller sets keep equal to the whole split's runs."""
+
+    key: str
+    kind: str
+
+    def subject(self, task: str, train: int) -> str:
+        """The subject of the expectations of the point of ``train`` examples of ``task``'s curve
+        (:attr:`RecordedCheck.subject`)."""
+        return f"{task}, first {train} train ({self.kind})"
+
+
+#: The learning curves of a task's record: the same epochs (fewer optimiser steps for fewer examples), and as
+#: many optimiser steps as the whole split's runs (more epochs).
+LEARNING_CURVES = (LearningCurve("learning_curve", "same epochs"),
+                   LearningCurve("learning_curve_equal_steps", "same optimiser steps"))

@@ -202,9 +202,12 @@ def test_a_chapter_run_outside_the_repository_prints_the_recorded_tables(chapter
                     "the expectations, on the whole test split:",
                     "course BERT, hypothesis alone" if "hypothesis_only" in snli
                     else "BERTs on the hypothesis alone            not in this record",
-                    *(f"learning curve, {kind}" + ("" if key in snli else ": not in this record")
-                      for key, kind in (("learning_curve", "same epochs"),
-                                        ("learning_curve_equal_steps", "same optimiser steps")))]
+                    *(f"learning curve, {curve.kind}" + ("" if curve.key in snli else ": not in this record")
+                      for curve in recorded.LEARNING_CURVES),
+                    # each point's paired tests, under its curve
+                    *(f"  - {check.describe()}" for check in recorded.recorded_checks(record)
+                      for curve in recorded.LEARNING_CURVES for point in snli.get(curve.key, [])
+                      if check.subject == curve.subject("pairs", point["train"]))]
         pending = [name for name in ("pairs", "tagging", "spans") if name not in record["tasks"]]  # MR is chapter 8's
         assert ("not recorded yet" in shown) == bool(pending), shown
     else:
