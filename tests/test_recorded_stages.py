@@ -137,6 +137,9 @@ def test_task_records_test_every_expectation_from_the_stages_and_complete_an_old
     random_alone = checks["pairs: same BERT from random weights above the same BERT reading the hypothesis alone "
                           "(accuracy)"]  # 50 vs 50
     assert not random_alone.met_by_scores and random_alone.significance.reverse_significant is False
+    assert checks["pairs, hypothesis alone: course BERT above the same BERT from random weights (accuracy)"].holds
+    assert sum(name.startswith("pairs, hypothesis alone: course BERT above the best simple baseline")
+               for name in checks) == 1
     baseline = next(check for name, check in checks.items() if "best simple baseline" in name)
     assert baseline.significance is not None and baseline.holds is (baseline.met_by_scores and
                                                                       baseline.significance.significant)
