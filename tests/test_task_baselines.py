@@ -1,5 +1,6 @@
 """Tests of bertlab.task_baselines on hand-made data whose answers are worked out by hand."""
 
+import dataclasses
 import math
 
 import pytest
@@ -10,6 +11,7 @@ from bertlab.task_baselines import (
     context_words,
     majority_label,
     majority_predictions,
+    pair_baselines,
     pair_words,
     sliding_window_answer,
     sliding_window_answers,
@@ -87,6 +89,17 @@ def test_the_hypothesis_alone_reveals_annotation_artefacts():
                                                                                   "A person is cooking.", 0)]
     model = train_pair_bag_of_words(train, hypothesis_only=True, epochs=10, seed=0)
     assert model.predict(test).tolist() == [2, 0]
+
+
+def test_pairs_without_premises_get_one_bag_of_words_named_for_what_it_reads():
+    """The hypothesis-only experiment's best baseline must not be named for a premise it never saw."""
+    train, test = instrument_pairs(["A man", "A woman", "The boy"]), instrument_pairs(["The girl"])
+    assert list(pair_baselines(train, [], test)) == ["majority class", "bag of words, premise and hypothesis",
+                                                    "bag of words, hypothesis only"]
+    alone = [dataclasses.replace(pair, premise="") for pair in (*train, *test)]
+    baselines = pair_baselines(alone[:len(train)], [], alone[len(train):])
+    assert list(baselines) == ["majority class", "bag of words, hypothesis only"]
+    assert baselines["bag of words, hypothesis only"].scores["accuracy"] == pytest.approx(5 / 6)
 
 
 # --------------------------------------------------------------------------------------------------
