@@ -27,7 +27,9 @@ both BERTs are also fine-tuned on the hypothesis alone (``hypothesis_only``: wha
 annotation artefacts), and the comparison is made again on the first quarter and the first half of the
 training split, with the same epochs (``learning_curve``) and with as many optimiser steps as the whole
 split's (``learning_curve_equal_steps``, more epochs): whether the pretrained model's lead grows or
-shrinks as labels grow, each point with its paired tests.
+shrinks as labels grow, each point with its paired tests. And the whole comparison of the pairs, the
+hypothesis alone included, is made again with 4 epochs instead of 2 (``longer_training``, each rate chosen
+on dev again): what fine-tuning longer, as BERT's released code does its small models, changes.
 
 Every fine-tuning run is a stage of its own, kept in ``--work-dir`` (default
 ``benchmarks/stages/task-results-<device>``, committed) with what it depends on, so that the same command
@@ -69,10 +71,10 @@ from benchmark_runs import (RESULTS, Stages, checks_table, computed_in, default_
 SETTINGS = {
     "full": dict(seeds=[0, 1, 2], epochs=2, batch_size=32, max_length=128, stride=32, max_answer_length=30,
                  learning_rates=[1e-4, 3e-4, 1e-3, 3e-3], max_train_examples=None, max_evaluation_examples=None,
-                 learning_curve={"pairs": [0.25, 0.5]}),
+                 learning_curve={"pairs": [0.25, 0.5]}, longer_training={"pairs": 4}),
     "quick": dict(seeds=[0], epochs=1, batch_size=32, max_length=128, stride=32, max_answer_length=30,
                   learning_rates=[1e-3], max_train_examples=200, max_evaluation_examples=200,
-                  learning_curve={"pairs": [0.5]}),
+                  learning_curve={"pairs": [0.5]}, longer_training={}),
 }
 MODELS = ("course_bert", "random_init")
 MODEL_NAMES = {"course_bert": "course BERT, fine-tuned whole", "random_init": "same BERT from random weights"}
@@ -202,6 +204,12 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
     if name == "pairs":
         record["hypothesis_only"] = compare(Variant(", hypothesis only", *map(hypothesis_only, (train, dev, test)),
                                                     epochs))
+    if name in settings["longer_training"]:  # the whole comparison again, each rate chosen on dev at more epochs
+        longer = settings["longer_training"][name]
+        record["longer_training"] = compare(Variant(f", {longer} epochs", train, dev, test, longer))
+        if name == "pairs":
+            record["longer_training"]["hypothesis_only"] = compare(Variant(
+                f", hypothesis only, {longer} epochs", *map(hypothesis_only, (train, dev, test)), longer))
     sizes = [round(fraction * len(train)) for fraction in settings["learning_curve"].get(name, [])]
     if sizes:
         same_epochs, same_steps = LEARNING_CURVES
@@ -219,26 +227,49 @@ def check_expectations(tasks: dict) -> list[dict]:
     the test examples (:func:`benchmark_runs.paired_comparison`; McNemar's too for pairs' accuracies,
     the sentence the unit of tagging): an expectation holds only when significant. Pairs add the first two
     on the hypothesis alone, each BERT above itself reading the hypothesis alone, and the first two at each
-    point of the learning curves (a lead that shrinks as labels grow is a finding of its own)."""
+    point of the learning curves (a lead that shrinks as labels grow is a finding of its own); a task trained
+    longer too (``longer_training``) has the checks of its whole split again at those epochs."""
     checks = []
     for name, record in tasks.items():
-        checks += compared_to_random_and_baselines(name, name, record["metric"], record)
-        if "hypothesis_only" in record:  # what reading the premise adds to the annotation artefacts
-            metric, scale = record["metric"], metric_scale(record["metric"])
-            checks += compared_to_random_and_baselines(name, f"{name}, hypothesis alone", metric,
-                                                       record["hypothesis_only"])
-            for model, label in (("course_bert", "course BERT"), ("random_init", "same BERT from random weights")):
-                pair = record[model]["test"][metric]["mean"] * scale
-                alone = record["hypothesis_only"][model]
-                alone_score = alone["test"][metric]["mean"] * scale
-                checks.append(expectation(
-                    f"{name}: {label} above the same BERT reading the hypothesis alone ({metric})",
-                    f"{pair:.1f} vs {alone_score:.1f} ({pair - alone_score:+.1f})", pair > alone_score,
-                    paired_test(name, record[model], alone.get("test_examples_by_seed"))))
+        checks += whole_split_checks(name, name, record["metric"], record)
+        if "longer_training" in record:
+            longer = record["longer_training"]
+            checks += whole_split_checks(name, f"{name}, {longer['epochs']} epochs", record["metric"], longer)
         for curve in LEARNING_CURVES:
             for point in record.get(curve.key, []):
                 checks += compared_to_random_and_baselines(name, curve.subject(name, point["train"]), record["metric"],
                                                            point)
+    return checks
+
+
+def whole_split_comparisons(record: dict) -> list[tuple[str, dict]]:
+    """The comparisons of a task's record on its whole training split, each with the label of its rows: the
+    task as it is, on the hypothesis alone, and both again with longer training, those the record has."""
+    longer = record.get("longer_training")
+    comparisons = [("", record), (", hypothesis alone", record.get("hypothesis_only"))]
+    if longer is not None:
+        comparisons += [(f", {longer['epochs']} epochs", longer),
+                        (f", hypothesis alone, {longer['epochs']} epochs", longer.get("hypothesis_only"))]
+    return [(label, point) for label, point in comparisons if point is not None]
+
+
+def whole_split_checks(task: str, label: str, metric: str, point: dict) -> list[dict]:
+    """The checks of one comparison on the whole training split (``point``: the task's record, or its longer
+    training), named by ``label``: :func:`compared_to_random_and_baselines`; for pairs, the same on the
+    hypothesis alone, and each BERT above itself reading the hypothesis alone."""
+    checks = compared_to_random_and_baselines(task, label, metric, point)
+    if "hypothesis_only" in point:  # what reading the premise adds to the annotation artefacts
+        scale = metric_scale(metric)
+        checks += compared_to_random_and_baselines(task, f"{label}, hypothesis alone", metric,
+                                                   point["hypothesis_only"])
+        for model, name in (("course_bert", "course BERT"), ("random_init", "same BERT from random weights")):
+            pair = point[model]["test"][metric]["mean"] * scale
+            alone = point["hypothesis_only"][model]
+            alone_score = alone["test"][metric]["mean"] * scale
+            checks.append(expectation(
+                f"{label}: {name} above the same BERT reading the hypothesis alone ({metric})",
+                f"{pair:.1f} vs {alone_score:.1f} ({pair - alone_score:+.1f})", pair > alone_score,
+                paired_test(task, point[model], alone.get("test_examples_by_seed"))))
     return checks
 
 
@@ -289,16 +320,11 @@ def markdown(results: dict) -> str:
         for baseline, scores in record["baselines"].items():
             lines.append(f"| {baseline} | - | " + " | ".join(
                 format_score(metric, scores[metric]) if metric in scores else "-" for metric in metrics) + " |")
-        for model in MODELS:
-            test = record[model]["test"]
-            lines.append(f"| {MODEL_NAMES[model]} | {record[model]['learning_rate']:g} | " + " | ".join(
-                format_summary(metric, test[metric]) for metric in metrics) + " |")
-        if "hypothesis_only" in record:
+        for label, point in whole_split_comparisons(record):
             for model in MODELS:
-                test = record["hypothesis_only"][model]["test"]
-                lines.append(f"| {MODEL_NAMES[model]}, hypothesis alone | "
-                             f"{record['hypothesis_only'][model]['learning_rate']:g} | " + " | ".join(
-                                 format_summary(metric, test[metric]) for metric in metrics) + " |")
+                test = point[model]["test"]
+                lines.append(f"| {MODEL_NAMES[model]}{label} | {point[model]['learning_rate']:g} | " + " | ".join(
+                    format_summary(metric, test[metric]) for metric in metrics) + " |")
         if "answer_words" in record["course_bert"]:
             window = record["baselines"]["sliding window"]
             lines += ["", f"Answers' mean length in words: gold (each question's shortest) "

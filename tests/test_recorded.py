@@ -217,6 +217,9 @@ def test_a_chapter_run_outside_the_repository_prints_the_recorded_tables(chapter
                     *(f"  - {check.describe()}" for check in recorded.recorded_checks(record)
                       for curve in recorded.LEARNING_CURVES for point in snli[curve.key]
                       if check.subject == curve.subject("pairs", point["train"]))]
+        if "longer_training" in snli:  # both BERTs again, fine-tuned longer
+            epochs = snli["longer_training"]["epochs"]
+            expected += [f"course BERT, {epochs} epochs", f"random weights, hypothesis alone, {epochs} epochs"]
         if "answer_words" in record["tasks"].get("spans", {}).get("course_bert", {}):  # how long the answers are
             expected.append("answers' mean length in words: gold (shortest of each question) ")
         # the reading's findings quote the numbers the cells print from the record that ships, each as a whole

@@ -188,6 +188,33 @@ def test_each_point_of_both_learning_curves_has_its_paired_tests(task_results, t
     assert sum(name.startswith("pairs, first ") for name in checks) == 4
 
 
+def test_longer_training_makes_the_whole_comparison_again_with_its_own_rates_and_paired_tests(task_results, tmp_path,
+                                                                                           monkeypatch):
+    module, _, _ = task_results
+    monkeypatch.setitem(module.SETTINGS, "quick", {**module.SETTINGS["quick"], "longer_training": {"pairs": 3}})
+    runs = []  # (epochs, hypothesis alone) of every fine-tuning run
+    finetune = module.finetune_task
+    monkeypatch.setattr(module, "finetune_task", lambda task, model, tokenizer, examples, *, recipe, **options: (
+        runs.append((recipe.epochs, examples[0].premise == "")), finetune(task, model, tokenizer, examples,
+                                                                          recipe=recipe)))
+    out = _run_tasks(module, tmp_path)
+    # the pairs and the hypothesis alone, each at 1 epoch (quick) and at 3: 2 models x (2 rates + 1 more seed)
+    assert sorted(runs) == sorted((epochs, alone) for epochs in (1, 3) for alone in (False, True) for _ in range(6))
+    longer = json.loads(out.read_text())["tasks"]["pairs"]["longer_training"]
+    assert longer["epochs"] == 3 and longer["hypothesis_only"]["epochs"] == 3
+    assert all(longer[model]["learning_rate"] == 1e-3 for model in ("course_bert", "random_init"))  # chosen on dev
+    checks = _checks(out)
+    longer_checks = {name: check for name, check in checks.items() if name.startswith("pairs, 3 epochs")}
+    assert len(longer_checks) == 6  # as many as the whole split's: random, baseline, alone twice, premise twice
+    assert len([name for name in checks if name.startswith("pairs")]) == 2 * len(longer_checks)
+    random_weights = longer_checks["pairs, 3 epochs: course BERT above the same BERT from random weights (accuracy)"]
+    assert random_weights.holds is True and random_weights.significance.examples == TEST_PAIRS
+    assert all(check.significance is not None for check in longer_checks.values())
+    table = out.with_suffix(".md").read_text()
+    assert "| course BERT, fine-tuned whole, 3 epochs | 0.001 |" in table
+    assert "| same BERT from random weights, hypothesis alone, 3 epochs | 0.001 |" in table
+
+
 # --------------------------------------------------------------------------------------------------
 # benchmarks/benchmark_runs.py: Stages
 # --------------------------------------------------------------------------------------------------
