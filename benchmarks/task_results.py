@@ -58,7 +58,7 @@ from bertlab.bert import BertConfig
 from bertlab.course_model import course_bert_folder, course_bert_sha256
 from bertlab.finetuning import FineTuningRecipe
 from bertlab.task_baselines import WINDOW_ANSWER_WORDS, answer_words
-from bertlab.recorded import LEARNING_CURVES, Significance
+from bertlab.recorded import LEARNING_CURVES, Significance, whole_split_comparisons
 from bertlab.task_data import SentencePair
 from bertlab.task_finetuning import (SENTENCES, SPANS, TASKS, evaluate_task, finetune_task, span_task, task_evaluation,
                                      task_model)
@@ -198,18 +198,21 @@ def run_task(name: str, args: argparse.Namespace, settings: dict, device: torch.
             }
         return record
 
+    def whole_split(label: str, epochs: int) -> dict:
+        """The comparison on the whole training split with ``epochs`` epochs; for pairs, on the hypothesis
+        alone too."""
+        point = compare(Variant(label, train, dev, test, epochs))
+        if name == "pairs":
+            point["hypothesis_only"] = compare(Variant(f", hypothesis only{label}",
+                                                       *map(hypothesis_only, (train, dev, test)), epochs))
+        return point
+
     epochs = settings["epochs"]
     record = {"dataset": task.dataset, "source": splits.source, "dev": len(dev), "test": len(test),
-              "metric": task.metric, **compare(Variant("", train, dev, test, epochs))}
-    if name == "pairs":
-        record["hypothesis_only"] = compare(Variant(", hypothesis only", *map(hypothesis_only, (train, dev, test)),
-                                                    epochs))
+              "metric": task.metric, **whole_split("", epochs)}
     if name in settings["longer_training"]:  # the whole comparison again, each rate chosen on dev at more epochs
         longer = settings["longer_training"][name]
-        record["longer_training"] = compare(Variant(f", {longer} epochs", train, dev, test, longer))
-        if name == "pairs":
-            record["longer_training"]["hypothesis_only"] = compare(Variant(
-                f", hypothesis only, {longer} epochs", *map(hypothesis_only, (train, dev, test)), longer))
+        record["longer_training"] = whole_split(f", {longer} epochs", longer)
     sizes = [round(fraction * len(train)) for fraction in settings["learning_curve"].get(name, [])]
     if sizes:
         same_epochs, same_steps = LEARNING_CURVES
@@ -240,17 +243,6 @@ def check_expectations(tasks: dict) -> list[dict]:
                 checks += compared_to_random_and_baselines(name, curve.subject(name, point["train"]), record["metric"],
                                                            point)
     return checks
-
-
-def whole_split_comparisons(record: dict) -> list[tuple[str, dict]]:
-    """The comparisons of a task's record on its whole training split, each with the label of its rows: the
-    task as it is, on the hypothesis alone, and both again with longer training, those the record has."""
-    longer = record.get("longer_training")
-    comparisons = [("", record), (", hypothesis alone", record.get("hypothesis_only"))]
-    if longer is not None:
-        comparisons += [(f", {longer['epochs']} epochs", longer),
-                        (f", hypothesis alone, {longer['epochs']} epochs", longer.get("hypothesis_only"))]
-    return [(label, point) for label, point in comparisons if point is not None]
 
 
 def whole_split_checks(task: str, label: str, metric: str, point: dict) -> list[dict]:

@@ -224,3 +224,15 @@ class LearningCurve:
 #: many optimiser steps as the whole split's runs (more epochs).
 LEARNING_CURVES = (LearningCurve("learning_curve", "same epochs"),
                    LearningCurve("learning_curve_equal_steps", "same optimiser steps"))
+
+
+def whole_split_comparisons(record: Mapping) -> list[tuple[str, Mapping]]:
+    """The comparisons of a task's record on its whole training split, each with what its rows add to a
+    model's name: the task as it is (""), on the hypothesis alone, and both again trained for more epochs
+    (``longer_training``), those the record has."""
+    longer = record.get("longer_training")
+    comparisons = [("", record), (", hypothesis alone", record.get("hypothesis_only"))]
+    if longer is not None:
+        comparisons += [(f", {longer['epochs']} epochs", longer),
+                        (f", hypothesis alone, {longer['epochs']} epochs", longer.get("hypothesis_only"))]
+    return [(label, point) for label, point in comparisons if point is not None]
